@@ -1,0 +1,55 @@
+#pragma once
+/// Devices: the CPU and CUDA GPUs.
+///
+///   mpt::Device d = mpt::Device::cuda(0);
+///   if (mpt::cuda::device_count() == 0) d = mpt::Device::cpu();
+///   auto info = mpt::cuda::device_info(0);   // name, compute capability, memory
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpt {
+
+enum class DeviceType : std::uint8_t { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::CPU, 0}; }
+  static Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
+  bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_cuda() const { return type == DeviceType::CUDA; }
+  /// "cpu" or "cuda:0".
+  std::string str() const;
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+/// The device new tensors go to when none is named: MPT_DEVICE=cpu|cuda|cuda:N overrides;
+/// otherwise the first usable GPU whose backend is built with its kernels, else the CPU.
+Device default_device();
+/// Sets the default device for this process (overrides MPT_DEVICE).
+void set_default_device(Device device);
+
+namespace cuda {
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int major = 0;  ///< compute capability
+  int minor = 0;
+  std::size_t total_memory = 0;
+  int multiprocessors = 0;
+};
+
+/// True when mpt was built with the CUDA backend (MPT_WITH_CUDA).
+bool built_with_cuda();
+/// Number of usable GPUs; 0 when built without CUDA, with no driver or with no device.
+int device_count();
+/// Properties of GPU `index`; mpt::Error when it does not exist.
+DeviceInfo device_info(int index);
+/// Why device_count() is 0 ("built without CUDA", "no driver", "no device"), or "" if > 0.
+std::string unavailable_reason();
+
+}  // namespace cuda
+}  // namespace mpt

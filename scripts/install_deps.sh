@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs mpt's build and run dependencies from Debian packages. Idempotent; run as root.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config
+      libxtensor-dev libxsimd-dev libhdf5-dev libcereal-dev doctest-dev
+      libdnnl-dev zlib1g-dev dataset-fashion-mnist)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install_deps: installed ${missing[*]}"
