@@ -29,6 +29,9 @@ void bfloat16_to_float(const std::uint16_t* src, float* dst, std::size_t n);
 const char* conversion_isa();
 /// Forces the portable path (true) or restores run-time selection (false); for tests and bench.
 void force_portable_conversions(bool on);
+/// Forces one bulk implementation by name ("portable", "f16c", "avx512"), or restores run-time
+/// selection (nullptr); false, changing nothing, if the CPU cannot run it. For tests and bench.
+bool force_conversion_isa(const char* isa);
 
 struct half {
   std::uint16_t bits = 0;

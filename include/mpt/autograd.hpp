@@ -1,0 +1,96 @@
+#pragma once
+/// Op-level reverse-mode autodiff.
+///
+/// Ops run while a GradientTape is alive on this thread record a node with their backward
+/// when any input requires a gradient (variables do; `tape.watch(x)` makes x do so).
+/// Nothing is recorded outside a tape.
+///
+///   mpt::GradientTape tape;
+///   tape.watch(x);
+///   auto y = mpt::ops::sum(mpt::ops::square(x));
+///   auto dx = tape.gradient(y, {x})[0];      // 2 * x, in x's dtype
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpt/tensor.hpp"
+
+namespace mpt {
+namespace autograd {
+
+/// Where a gradient flowing into an op input goes: the producing node, or a leaf.
+struct Edge {
+  std::shared_ptr<Node> fn;   ///< producer of the input, or null
+  std::uint32_t output_nr = 0;
+  std::uint64_t leaf_id = 0;  ///< id of a leaf input that requires grad, else 0
+  bool needed() const { return fn != nullptr || leaf_id != 0; }
+};
+
+struct TensorMeta {
+  Shape shape;
+  DType dtype = float32;
+  Device device;
+};
+
+using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+
+/// One recorded op: its inputs' edges and a backward that maps output grads to input grads.
+/// Backward returns one tensor per input (undefined where no gradient flows).
+struct Node {
+  std::string name;
+  std::vector<Edge> inputs;
+  std::vector<TensorMeta> input_meta;
+  std::vector<TensorMeta> output_meta;
+  BackwardFn backward;  ///< released after use by a non-persistent tape
+};
+
+/// True when ops should record (a tape is active and no NoGradGuard is).
+bool is_recording();
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
+
+/// Connects `outputs` to a new node computing their inputs' gradients with `backward`, when
+/// recording and any input requires a gradient. Used by every differentiable op.
+void record(const char* name, const std::vector<Tensor>& inputs, std::vector<Tensor*> outputs,
+            BackwardFn backward);
+
+}  // namespace autograd
+
+/// Suspends recording in its scope (used inside backward functions and inference).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+struct GradientTapeOptions {
+  /// A persistent tape allows several gradient() calls; otherwise the recorded graph's saved
+  /// tensors are freed as backward uses them and a second call is an error.
+  bool persistent = false;
+};
+
+/// While alive, records differentiable ops on this thread (tapes nest).
+class GradientTape {
+ public:
+  explicit GradientTape(GradientTapeOptions options = {});
+  ~GradientTape();
+  GradientTape(const GradientTape&) = delete;
+  GradientTape& operator=(const GradientTape&) = delete;
+
+  /// Makes `t` a source gradients can be taken for.
+  void watch(Tensor& t);
+  /// d(sum of target)/d(source) for each source, each in its source's dtype; an undefined
+  /// Tensor for a source the target does not depend on.
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources);
+
+ private:
+  GradientTapeOptions options_;
+  bool used_ = false;
+};
+
+}  // namespace mpt

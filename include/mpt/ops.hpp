@@ -1,0 +1,100 @@
+#pragma once
+/// mpt::ops: the functional ops layers and users write models with. Every op validates its
+/// inputs (mpt::Error naming the op, shapes, dtypes and devices), dispatches on the device,
+/// and records its backward on an active GradientTape. Floating ops work in float32, float16,
+/// bfloat16 and float64; 16-bit inputs compute/accumulate in float32 and store 16-bit.
+///
+///   using namespace mpt;
+///   Tensor logits = ops::dense(x, w, b);                    // x.W + b
+///   Tensor h = ops::dense(x, w, b, "relu");                  // fused activation
+///   Tensor loss = ops::mean(ops::softmax_cross_entropy(logits, labels));
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpt/tensor.hpp"
+
+namespace mpt::ops {
+
+// ---- elementwise (broadcasting like numpy; both operands of one dtype and device) ----------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+/// Exact (erf) GELU, Keras's default.
+Tensor gelu(const Tensor& x);
+Tensor silu(const Tensor& x);
+/// By Keras name: linear, relu, sigmoid, tanh, softmax, gelu, silu (swish).
+Tensor activation(const Tensor& x, const std::string& name);
+
+// comparisons give bool tensors and no gradient
+Tensor equal(const Tensor& a, const Tensor& b);
+Tensor not_equal(const Tensor& a, const Tensor& b);
+Tensor less(const Tensor& a, const Tensor& b);
+Tensor less_equal(const Tensor& a, const Tensor& b);
+Tensor greater(const Tensor& a, const Tensor& b);
+Tensor greater_equal(const Tensor& a, const Tensor& b);
+/// cond ? a : b with broadcasting; cond is bool.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// ---- reductions (axes may be negative; empty = all axes) ----------------------------------
+Tensor sum(const Tensor& x, std::vector<std::int64_t> axes = {}, bool keepdims = false);
+Tensor mean(const Tensor& x, std::vector<std::int64_t> axes = {}, bool keepdims = false);
+Tensor max(const Tensor& x, std::vector<std::int64_t> axes = {}, bool keepdims = false);
+Tensor min(const Tensor& x, std::vector<std::int64_t> axes = {}, bool keepdims = false);
+/// Index of the maximum along `axis` (int64; the axis is removed).
+Tensor argmax(const Tensor& x, std::int64_t axis = -1);
+/// Sums x down to `shape` (the inverse of broadcasting; used by gradients).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+
+// ---- linear algebra ----------------------------------------------------------------------
+/// a [..., M, K] . b [..., K, N] (or transposed operands); batch dims equal or absent in one.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+/// act(x . w + b): x [..., in], w [in, units], b [units] or undefined. One fused op.
+Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b = {},
+             const std::string& activation = "linear");
+
+// ---- nn ----------------------------------------------------------------------------------
+Tensor softmax(const Tensor& x, std::int64_t axis = -1);
+Tensor log_softmax(const Tensor& x, std::int64_t axis = -1);
+
+struct CrossEntropyOptions {
+  /// true: `x` holds logits; false: probabilities (normalised and clipped as in Keras).
+  bool from_logits = true;
+};
+/// Per-example cross-entropy, float32 (float64 for float64 input), shape x.shape()[:-1].
+/// labels: integer class ids (sparse) shaped like the result, or a float distribution
+/// (one-hot) shaped like x. One fused op; its gradient is softmax(x) - labels.
+Tensor softmax_cross_entropy(const Tensor& x, const Tensor& labels, CrossEntropyOptions options = {});
+
+// ---- dtype and shape ---------------------------------------------------------------------
+/// Gradient flows back in x's dtype.
+Tensor cast(const Tensor& x, DType dtype);
+Tensor reshape(const Tensor& x, const Shape& shape);
+/// Permutes axes (default: reverse them).
+Tensor transpose(const Tensor& x, std::vector<std::int64_t> perm = {});
+Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis = 0);
+/// Elements [begin, end) along `axis` (a copy).
+Tensor slice(const Tensor& x, std::int64_t axis, std::int64_t begin, std::int64_t end);
+/// indices (integer) -> [..., depth] in `dtype`; out-of-range indices give zero rows.
+Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype = float32);
+
+/// True when any element is inf or NaN.
+bool has_nonfinite(const Tensor& x);
+
+}  // namespace mpt::ops

@@ -1,0 +1,28 @@
+#include "backend/backend.hpp"
+
+#include <array>
+
+namespace mpt::detail {
+namespace {
+std::array<Backend*, 2>& registry() {
+  static std::array<Backend*, 2> r{};
+  return r;
+}
+}  // namespace
+
+void register_backend(DeviceType type, Backend* b) { registry()[static_cast<int>(type)] = b; }
+
+bool has_backend(DeviceType type) { return registry()[static_cast<int>(type)] != nullptr; }
+
+Backend& backend(Device device) {
+  Backend* b = registry()[static_cast<int>(device.type)];
+  MPT_CHECK(b != nullptr, "no ", device.is_cuda() ? "CUDA" : "CPU",
+            " kernels in this build for device ", device.str(),
+            device.is_cuda() ? " (the CUDA op backend is not implemented yet; use MPT_DEVICE=cpu)"
+                             : "");
+  return *b;
+}
+
+}  // namespace mpt::detail
+
+

@@ -1,0 +1,82 @@
+#pragma once
+// The op list every backend implements (CPU now; CUDA mirrors it file for file). Ops in
+// src/ops validate shapes, dtypes and devices once and allocate outputs; kernels here only
+// compute. Tensors handed in are contiguous and on the backend's device.
+#include <cstdint>
+#include <vector>
+
+#include "mpt/tensor.hpp"
+
+namespace mpt {
+
+enum class UnaryOp : std::uint8_t {
+  Neg, Exp, Log, Sqrt, Square, Abs, Relu, Sigmoid, Tanh, Gelu, Silu, Sign
+};
+enum class BinaryOp : std::uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Equal, NotEqual, Less, LessEqual, Greater,
+  GreaterEqual
+};
+enum class ReduceOp : std::uint8_t { Sum, Mean, Max, Min };
+/// Activations fused into dense/matmul epilogues and used by layers.
+enum class Activation : std::uint8_t { Linear, Relu, Sigmoid, Tanh, Gelu, Silu };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual void fill(Tensor& out, double value) = 0;
+  /// out[i] = start + i * step.
+  virtual void arange(Tensor& out, double start, double step) = 0;
+  /// Converts x into out (same shape, any dtypes).
+  virtual void cast(const Tensor& x, Tensor& out) = 0;
+  /// Copies `rows` rows of `row_bytes` bytes: dst + r*dst_pitch <- src + r*src_pitch.
+  virtual void copy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                      std::size_t row_bytes, std::size_t rows) = 0;
+
+  virtual void unary(UnaryOp op, const Tensor& x, Tensor& out) = 0;
+  /// dx = dy * f'(x); kernels use x or the forward output y, whichever is cheaper.
+  virtual void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                              Tensor& dx) = 0;
+  /// Broadcasting binary op; out has the broadcast shape (bool for comparisons).
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  /// out = cond ? a : b, all broadcast to out's shape.
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  /// Reduces one axis; out has that axis of size 1 and may have another float dtype.
+  virtual void reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor& out) = 0;
+  /// Index of the maximum along `axis` (int64, axis kept with size 1).
+  virtual void argmax(const Tensor& x, std::int64_t axis, Tensor& out) = 0;
+
+  /// out = act(op(a) . op(b) + bias) where op transposes the last two axes when asked.
+  /// a: [batch.., M, K], b: [batch.. or none, K, N]; bias: undefined or [N].
+  virtual void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
+                      const Tensor& bias, Activation act, Tensor& out) = 0;
+
+  /// Softmax or log-softmax along `axis`, computed in float32 (float64 for float64).
+  virtual void softmax(const Tensor& x, std::int64_t axis, bool log, Tensor& out) = 0;
+  virtual void softmax_backward(const Tensor& y, const Tensor& dy, std::int64_t axis, bool log,
+                                Tensor& dx) = 0;
+  /// Per-row cross-entropy of x [N, C] against int labels [N] or float targets [N, C].
+  /// from_logits=false: x holds probabilities (normalised, clipped to [eps, 1-eps]).
+  virtual void cross_entropy(const Tensor& x, const Tensor& labels, bool from_logits,
+                             Tensor& loss) = 0;
+  /// dx = d(loss)/dx scaled per row by dloss [N].
+  virtual void cross_entropy_backward(const Tensor& x, const Tensor& labels, bool from_logits,
+                                      const Tensor& dloss, Tensor& dx) = 0;
+
+  virtual void transpose(const Tensor& x, const std::vector<std::int64_t>& perm, Tensor& out) = 0;
+  /// out[..., indices[i], ...] = 1 (out pre-shaped [..., depth], zero-filled by the kernel).
+  virtual void one_hot(const Tensor& indices, Tensor& out) = 0;
+  /// True when any element of x is inf or NaN.
+  virtual bool has_nonfinite(const Tensor& x) = 0;
+};
+
+namespace detail {
+/// The backend of a device; mpt::Error when that backend is not built.
+Backend& backend(Device device);
+bool has_backend(DeviceType type);
+/// Backends register themselves at static-initialisation time.
+void register_backend(DeviceType type, Backend* backend);
+}  // namespace detail
+
+}  // namespace mpt

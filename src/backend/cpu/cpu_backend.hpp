@@ -1,0 +1,35 @@
+#pragma once
+// The CPU backend: oneDNN for GEMM (and later conv/pool/batch-norm), own loops elsewhere.
+#include "backend/backend.hpp"
+
+namespace mpt::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  void fill(Tensor& out, double value) override;
+  void arange(Tensor& out, double start, double step) override;
+  void cast(const Tensor& x, Tensor& out) override;
+  void copy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+              std::size_t row_bytes, std::size_t rows) override;
+  void unary(UnaryOp op, const Tensor& x, Tensor& out) override;
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                      Tensor& dx) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor& out) override;
+  void argmax(const Tensor& x, std::int64_t axis, Tensor& out) override;
+  void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
+              const Tensor& bias, Activation act, Tensor& out) override;
+  void softmax(const Tensor& x, std::int64_t axis, bool log, Tensor& out) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, std::int64_t axis, bool log,
+                        Tensor& dx) override;
+  void cross_entropy(const Tensor& x, const Tensor& labels, bool from_logits,
+                     Tensor& loss) override;
+  void cross_entropy_backward(const Tensor& x, const Tensor& labels, bool from_logits,
+                              const Tensor& dloss, Tensor& dx) override;
+  void transpose(const Tensor& x, const std::vector<std::int64_t>& perm, Tensor& out) override;
+  void one_hot(const Tensor& indices, Tensor& out) override;
+  bool has_nonfinite(const Tensor& x) override;
+};
+
+}  // namespace mpt::cpu

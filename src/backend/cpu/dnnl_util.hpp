@@ -1,0 +1,49 @@
+#pragma once
+// oneDNN engine/stream and the primitive cache shared by the CPU kernels that use oneDNN.
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "mpt/error.hpp"
+#include "mpt/tensor.hpp"
+
+namespace mpt::cpu {
+
+dnnl::engine& dnnl_engine();
+dnnl::stream& dnnl_stream();
+dnnl::memory::data_type dnnl_type(DType d);
+
+/// Primitives created once per key (shape, dtypes, attributes) and reused.
+template <class Prim>
+class PrimitiveCache {
+ public:
+  /// Returns the cached primitive for `key`, building it with `make` the first time.
+  Prim& get(const std::string& key, const std::function<Prim()>& make) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return *it->second;
+    auto p = std::make_unique<Prim>(make());
+    return *cache_.emplace(key, std::move(p)).first->second;
+  }
+  std::size_t size() const { return cache_.size(); }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::unique_ptr<Prim>> cache_;
+};
+
+/// Runs f, turning dnnl::error into mpt::Error naming the op.
+template <class F>
+void dnnl_call(const char* op, F&& f) {
+  try {
+    f();
+  } catch (const dnnl::error& e) {
+    fail(op, ": oneDNN failed: ", e.what(), " (status ", static_cast<int>(e.status), ")");
+  }
+}
+
+}  // namespace mpt::cpu

@@ -1,0 +1,276 @@
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/broadcast.hpp"
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/cpu_common.hpp"
+
+namespace mpt::cpu {
+namespace {
+
+constexpr std::int64_t kGrain = 1 << 15;
+
+template <class C, class F>
+void map1(const Tensor& x, Tensor& out, F f) {
+  parallel_for(out.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
+    C sx[kBlock], so[kBlock];
+    for (std::int64_t i = b; i < e; i += kBlock) {
+      std::int64_t m = std::min(kBlock, e - i);
+      const C* px = load<C>(x, i, m, sx);
+      C* po = store_target<C>(out, i, so);
+      for (std::int64_t j = 0; j < m; ++j) po[j] = f(px[j]);
+      store<C>(out, i, m, po);
+    }
+  });
+}
+
+template <class C, class F>
+void map3(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& out, F f) {
+  parallel_for(out.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
+    C sx[kBlock], sy[kBlock], sd[kBlock], so[kBlock];
+    for (std::int64_t i = b; i < e; i += kBlock) {
+      std::int64_t m = std::min(kBlock, e - i);
+      const C* px = load<C>(x, i, m, sx);
+      const C* py = load<C>(y, i, m, sy);
+      const C* pd = load<C>(dy, i, m, sd);
+      C* po = store_target<C>(out, i, so);
+      for (std::int64_t j = 0; j < m; ++j) po[j] = f(px[j], py[j], pd[j]);
+      store<C>(out, i, m, po);
+    }
+  });
+}
+
+/// Broadcasting map over K operands; f(const C* ptrs[K], strides, m, C* out).
+template <class C, int K, class F>
+void map_broadcast(const std::array<const Tensor*, K>& in, Tensor& out, F f) {
+  std::array<const Shape*, K> shapes;
+  for (int k = 0; k < K; ++k) shapes[k] = &in[k]->shape();
+  BroadcastPlan<K> plan(out.shape(), shapes);
+  const std::int64_t chunks_per_row = (plan.inner + kBlock - 1) / kBlock;
+  parallel_for(plan.rows * chunks_per_row, std::max<std::int64_t>(1, kGrain / kBlock),
+               [&](std::int64_t b, std::int64_t e) {
+                 C scratch[K][kBlock], so[kBlock];
+                 for (std::int64_t u = b; u < e; ++u) {
+                   std::int64_t r = u / chunks_per_row, j = (u % chunks_per_row) * kBlock;
+                   std::int64_t m = std::min(kBlock, plan.inner - j);
+                   std::array<const C*, K> p;
+                   for (int k = 0; k < K; ++k) {
+                     std::int64_t off = plan.row_offset(k, r) + j * plan.inner_stride[k];
+                     p[k] = load<C>(*in[k], off, plan.inner_stride[k] ? m : 1, scratch[k]);
+                   }
+                   std::int64_t o = r * plan.inner + j;
+                   C* po = store_target<C>(out, o, so);
+                   f(p, plan.inner_stride, m, po);
+                   store<C>(out, o, m, po);
+                 }
+               });
+}
+
+template <class C, class F>
+void binary_loop(const std::array<const C*, 2>& p, const std::array<std::int64_t, 2>& s,
+                 std::int64_t m, C* o, F f) {
+  const C* a = p[0];
+  const C* b = p[1];
+  if (s[0] && s[1]) {
+    for (std::int64_t j = 0; j < m; ++j) o[j] = f(a[j], b[j]);
+  } else if (s[0]) {
+    const C bv = b[0];
+    for (std::int64_t j = 0; j < m; ++j) o[j] = f(a[j], bv);
+  } else if (s[1]) {
+    const C av = a[0];
+    for (std::int64_t j = 0; j < m; ++j) o[j] = f(av, b[j]);
+  } else {
+    const C v = f(a[0], b[0]);
+    for (std::int64_t j = 0; j < m; ++j) o[j] = v;
+  }
+}
+
+template <class C>
+C sigmoid(C x) { return C(1) / (C(1) + std::exp(-x)); }
+
+template <class C>
+C gelu(C x) { return C(0.5) * x * (C(1) + std::erf(x * C(M_SQRT1_2))); }
+
+template <class C>
+C gelu_grad(C x) {
+  C cdf = C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
+  C pdf = std::exp(C(-0.5) * x * x) * C(0.3989422804014327);
+  return cdf + x * pdf;
+}
+
+}  // namespace
+
+void CpuBackend::fill(Tensor& out, double value) {
+  with_compute_type(out.dtype(), [&](auto c) {
+    using C = decltype(c);
+    const C v = static_cast<C>(value);
+    parallel_for(out.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
+      C so[kBlock];
+      for (std::int64_t i = b; i < e; i += kBlock) {
+        std::int64_t m = std::min(kBlock, e - i);
+        C* po = store_target<C>(out, i, so);
+        for (std::int64_t j = 0; j < m; ++j) po[j] = v;
+        store<C>(out, i, m, po);
+      }
+    });
+  });
+}
+
+void CpuBackend::arange(Tensor& out, double start, double step) {
+  const std::int64_t n = out.numel();
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[i] = start + static_cast<double>(i) * step;
+  detail::convert(v.data(), float64, out.data_ptr(), out.dtype(), v.size());
+}
+
+void CpuBackend::cast(const Tensor& x, Tensor& out) {
+  const std::size_t in_size = itemsize(x.dtype()), out_size = itemsize(out.dtype());
+  parallel_for(x.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
+    detail::convert(static_cast<const char*>(x.data_ptr()) + b * in_size, x.dtype(),
+                    static_cast<char*>(out.data_ptr()) + b * out_size, out.dtype(),
+                    static_cast<std::size_t>(e - b));
+  });
+}
+
+void CpuBackend::copy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                        std::size_t row_bytes, std::size_t rows) {
+  if (row_bytes == dst_pitch && row_bytes == src_pitch) {
+    std::memcpy(dst, src, row_bytes * rows);
+    return;
+  }
+  for (std::size_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char*>(dst) + r * dst_pitch,
+                static_cast<const char*>(src) + r * src_pitch, row_bytes);
+}
+
+void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out) {
+  with_compute_type(x.dtype(), [&](auto c) {
+    using C = decltype(c);
+    switch (op) {
+      case UnaryOp::Neg: return map1<C>(x, out, [](C v) { return C(-v); });
+      case UnaryOp::Abs: return map1<C>(x, out, [](C v) { return v < C(0) ? C(-v) : v; });
+      case UnaryOp::Square: return map1<C>(x, out, [](C v) { return C(v * v); });
+      case UnaryOp::Sign:
+        return map1<C>(x, out, [](C v) { return C((v > C(0)) - (v < C(0))); });
+      case UnaryOp::Relu: return map1<C>(x, out, [](C v) { return v > C(0) ? v : C(0); });
+      default: break;
+    }
+    if constexpr (std::is_floating_point_v<C>) {
+      switch (op) {
+        case UnaryOp::Exp: return map1<C>(x, out, [](C v) { return std::exp(v); });
+        case UnaryOp::Log: return map1<C>(x, out, [](C v) { return std::log(v); });
+        case UnaryOp::Sqrt: return map1<C>(x, out, [](C v) { return std::sqrt(v); });
+        case UnaryOp::Sigmoid: return map1<C>(x, out, [](C v) { return sigmoid(v); });
+        case UnaryOp::Tanh: return map1<C>(x, out, [](C v) { return std::tanh(v); });
+        case UnaryOp::Gelu: return map1<C>(x, out, [](C v) { return gelu(v); });
+        case UnaryOp::Silu: return map1<C>(x, out, [](C v) { return v * sigmoid(v); });
+        default: break;
+      }
+    }
+    fail("unary op ", static_cast<int>(op), ": not defined for ", to_string(x.dtype()));
+  });
+}
+
+void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                Tensor& dx) {
+  with_compute_type(x.dtype(), [&](auto c) {
+    using C = decltype(c);
+    if constexpr (std::is_floating_point_v<C>) {
+      auto run = [&](auto f) { map3<C>(x, y, dy, dx, f); };
+      switch (op) {
+        case UnaryOp::Neg: return run([](C, C, C d) { return C(-d); });
+        case UnaryOp::Abs: return run([](C a, C, C d) { return C(((a > 0) - (a < 0)) * d); });
+        case UnaryOp::Square: return run([](C a, C, C d) { return C(2) * a * d; });
+        case UnaryOp::Sign: return run([](C, C, C) { return C(0); });
+        case UnaryOp::Relu: return run([](C a, C, C d) { return a > C(0) ? d : C(0); });
+        case UnaryOp::Exp: return run([](C, C o, C d) { return o * d; });
+        case UnaryOp::Log: return run([](C a, C, C d) { return d / a; });
+        case UnaryOp::Sqrt: return run([](C, C o, C d) { return d / (C(2) * o); });
+        case UnaryOp::Sigmoid: return run([](C, C o, C d) { return d * o * (C(1) - o); });
+        case UnaryOp::Tanh: return run([](C, C o, C d) { return d * (C(1) - o * o); });
+        case UnaryOp::Gelu: return run([](C a, C, C d) { return d * gelu_grad(a); });
+        case UnaryOp::Silu:
+          return run([](C a, C, C d) {
+            C s = sigmoid(a);
+            return d * (s + a * s * (C(1) - s));
+          });
+      }
+    }
+    fail("unary backward: not defined for ", to_string(x.dtype()));
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  with_compute_type(a.dtype(), [&](auto c) {
+    using C = decltype(c);
+    auto run = [&](auto f) {
+      map_broadcast<C, 2>({&a, &b}, out, [&](auto& p, auto& s, std::int64_t m, C* o) {
+        binary_loop<C>(p, s, m, o, f);
+      });
+    };
+    switch (op) {
+      case BinaryOp::Add: return run([](C x, C y) { return C(x + y); });
+      case BinaryOp::Sub: return run([](C x, C y) { return C(x - y); });
+      case BinaryOp::Mul: return run([](C x, C y) { return C(x * y); });
+      case BinaryOp::Div:
+        if constexpr (std::is_floating_point_v<C>) return run([](C x, C y) { return x / y; });
+        else return run([](C x, C y) { return y == 0 ? C(0) : C(x / y); });  // ops checks zeros
+      case BinaryOp::Pow: return run([](C x, C y) { return C(std::pow(x, y)); });
+      case BinaryOp::Maximum:
+        return run([](C x, C y) { return (x > y || x != x) ? x : y; });  // NaN propagates
+      case BinaryOp::Minimum: return run([](C x, C y) { return (x < y || x != x) ? x : y; });
+      case BinaryOp::Equal: return run([](C x, C y) { return C(x == y); });
+      case BinaryOp::NotEqual: return run([](C x, C y) { return C(x != y); });
+      case BinaryOp::Less: return run([](C x, C y) { return C(x < y); });
+      case BinaryOp::LessEqual: return run([](C x, C y) { return C(x <= y); });
+      case BinaryOp::Greater: return run([](C x, C y) { return C(x > y); });
+      case BinaryOp::GreaterEqual: return run([](C x, C y) { return C(x >= y); });
+    }
+  });
+}
+
+void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
+  with_compute_type(a.dtype(), [&](auto c) {
+    using C = decltype(c);
+    // The condition is loaded as C too (bool -> 0/1), so one plan serves all three operands.
+    Tensor cc = cond;
+    map_broadcast<C, 3>({&cc, &a, &b}, out, [](auto& p, auto& s, std::int64_t m, C* o) {
+      for (std::int64_t j = 0; j < m; ++j)
+        o[j] = p[0][j * s[0]] != C(0) ? p[1][j * s[1]] : p[2][j * s[2]];
+    });
+  });
+}
+
+bool CpuBackend::has_nonfinite(const Tensor& x) {
+  if (!is_floating(x.dtype())) return false;
+  bool found = false;
+  with_compute_type(x.dtype(), [&](auto c) {
+    using C = decltype(c);
+    if constexpr (std::is_floating_point_v<C>) {
+      C s[kBlock];
+      for (std::int64_t i = 0; i < x.numel() && !found; i += kBlock) {
+        std::int64_t m = std::min(kBlock, x.numel() - i);
+        const C* p = load<C>(x, i, m, s);
+        C acc = 0;
+        for (std::int64_t j = 0; j < m; ++j) acc += p[j] * C(0);  // inf*0 and NaN give NaN
+        found = acc != acc;
+      }
+    }
+  });
+  return found;
+}
+
+void CpuBackend::one_hot(const Tensor& indices, Tensor& out) {
+  fill(out, 0.0);
+  const std::int64_t depth = out.shape().back(), n = indices.numel();
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
+  detail::convert(indices.data_ptr(), indices.dtype(), idx.data(), int64, idx.size());
+  const double one = 1.0;
+  const std::size_t isz = itemsize(out.dtype());
+  char* base = static_cast<char*>(out.data_ptr());
+  for (std::int64_t i = 0; i < n; ++i)
+    if (idx[i] >= 0 && idx[i] < depth)  // out-of-range indices give a zero row, as in Keras
+      detail::convert(&one, float64, base + (i * depth + idx[i]) * isz, out.dtype(), 1);
+}
+
+}  // namespace mpt::cpu

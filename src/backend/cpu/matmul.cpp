@@ -1,0 +1,153 @@
+// GEMM through oneDNN's matmul primitive (bias and activation fused as post-ops).
+// float32 and bfloat16 run natively; float16 computes in float32 (F16C conversions) and
+// rounds back; float64 (gradient checks only) uses a plain loop.
+#include <cmath>
+#include <cstdio>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/cpu_common.hpp"
+#include "backend/cpu/dnnl_util.hpp"
+
+namespace mpt::cpu {
+namespace {
+
+struct GemmShape {
+  std::int64_t batch_a, batch_b, m, n, k;
+};
+
+GemmShape gemm_shape(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  GemmShape g{1, 1, 0, 0, 0};
+  for (std::size_t i = 0; i + 2 < sa.size(); ++i) g.batch_a *= sa[i];
+  for (std::size_t i = 0; i + 2 < sb.size(); ++i) g.batch_b *= sb[i];
+  g.m = ta ? sa[sa.size() - 1] : sa[sa.size() - 2];
+  g.k = ta ? sa[sa.size() - 2] : sa[sa.size() - 1];
+  g.n = tb ? sb[sb.size() - 2] : sb[sb.size() - 1];
+  return g;
+}
+
+dnnl::algorithm eltwise_of(Activation act) {
+  switch (act) {
+    case Activation::Relu: return dnnl::algorithm::eltwise_relu;
+    case Activation::Sigmoid: return dnnl::algorithm::eltwise_logistic;
+    case Activation::Tanh: return dnnl::algorithm::eltwise_tanh;
+    case Activation::Gelu: return dnnl::algorithm::eltwise_gelu_erf;
+    case Activation::Silu: return dnnl::algorithm::eltwise_swish;
+    case Activation::Linear: break;
+  }
+  return dnnl::algorithm::undef;
+}
+
+PrimitiveCache<dnnl::matmul>& matmul_cache() {
+  static PrimitiveCache<dnnl::matmul> cache;
+  return cache;
+}
+
+void dnnl_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,
+                 Activation act, Tensor& out) {
+  const GemmShape g = gemm_shape(a, b, ta, tb);
+  const std::int64_t bo = std::max(g.batch_a, g.batch_b);
+  using dims = dnnl::memory::dims;
+  const DType dt = a.dtype(), bias_dt = bias.defined() ? bias.dtype() : dt;
+  char key[256];
+  std::snprintf(key, sizeof key, "%lld,%lld,%lld,%lld,%lld,%d,%d,%d,%d,%d,%d",
+                static_cast<long long>(g.batch_a), static_cast<long long>(g.batch_b),
+                static_cast<long long>(g.m), static_cast<long long>(g.n),
+                static_cast<long long>(g.k), ta, tb, static_cast<int>(dt),
+                bias.defined(), static_cast<int>(bias_dt), static_cast<int>(act));
+  const dims a_dims{g.batch_a, g.m, g.k}, b_dims{g.batch_b, g.k, g.n}, c_dims{bo, g.m, g.n};
+  const dims a_strides = ta ? dims{g.m * g.k, 1, g.m} : dims{g.m * g.k, g.k, 1};
+  const dims b_strides = tb ? dims{g.k * g.n, 1, g.k} : dims{g.k * g.n, g.n, 1};
+  const dims c_strides{g.m * g.n, g.n, 1};
+  const auto t = dnnl_type(dt);
+  dnnl::memory::desc a_md(a_dims, t, a_strides), b_md(b_dims, t, b_strides),
+      c_md(c_dims, t, c_strides);
+  dnnl::memory::desc bias_md;
+  if (bias.defined()) bias_md = dnnl::memory::desc({1, 1, g.n}, dnnl_type(bias_dt), dims{g.n, g.n, 1});
+  dnnl_call("matmul", [&] {
+    dnnl::matmul& prim = matmul_cache().get(key, [&] {
+      dnnl::primitive_attr attr;
+      if (act != Activation::Linear) {
+        dnnl::post_ops po;
+        po.append_eltwise(1.f, eltwise_of(act), act == Activation::Silu ? 1.f : 0.f, 0.f);
+        attr.set_post_ops(po);
+      }
+      auto desc = bias.defined() ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
+                                 : dnnl::matmul::desc(a_md, b_md, c_md);
+      return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, dnnl_engine()));
+    });
+    auto& eng = dnnl_engine();
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(a_md, eng, a.data_ptr())},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, b.data_ptr())},
+        {DNNL_ARG_DST, dnnl::memory(c_md, eng, out.data_ptr())}};
+    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, eng, bias.data_ptr()));
+    prim.execute(dnnl_stream(), args);
+    dnnl_stream().wait();
+  });
+}
+
+double activate(Activation act, double v) {
+  switch (act) {
+    case Activation::Relu: return v > 0 ? v : 0;
+    case Activation::Sigmoid: return 1 / (1 + std::exp(-v));
+    case Activation::Tanh: return std::tanh(v);
+    case Activation::Gelu: return 0.5 * v * (1 + std::erf(v * M_SQRT1_2));
+    case Activation::Silu: return v / (1 + std::exp(-v));
+    case Activation::Linear: break;
+  }
+  return v;
+}
+
+void reference_matmul_f64(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,
+                          Activation act, Tensor& out) {
+  const GemmShape g = gemm_shape(a, b, ta, tb);
+  const std::int64_t bo = std::max(g.batch_a, g.batch_b);
+  const double* pa = a.data<double>();
+  const double* pb = b.data<double>();
+  const double* pbias = bias.defined() ? bias.data<double>() : nullptr;
+  double* pc = out.data<double>();
+  parallel_for(bo * g.m, 16, [&](std::int64_t s, std::int64_t e) {
+    for (std::int64_t u = s; u < e; ++u) {
+      std::int64_t bi = u / g.m, i = u % g.m;
+      const double* A = pa + (g.batch_a == 1 ? 0 : bi) * g.m * g.k;
+      const double* B = pb + (g.batch_b == 1 ? 0 : bi) * g.k * g.n;
+      double* C = pc + (bi * g.m + i) * g.n;
+      for (std::int64_t j = 0; j < g.n; ++j) C[j] = pbias ? pbias[j] : 0.0;
+      for (std::int64_t p = 0; p < g.k; ++p) {
+        double av = ta ? A[p * g.m + i] : A[i * g.k + p];
+        for (std::int64_t j = 0; j < g.n; ++j) C[j] += av * (tb ? B[j * g.k + p] : B[p * g.n + j]);
+      }
+      for (std::int64_t j = 0; j < g.n; ++j) C[j] = activate(act, C[j]);
+    }
+  });
+}
+
+Tensor as_float32(const Tensor& t) {
+  if (!t.defined() || t.dtype() == float32) return t;
+  Tensor f = Tensor::empty(t.shape(), float32, t.device());
+  detail::convert(t.data_ptr(), t.dtype(), f.data_ptr(), float32, static_cast<std::size_t>(t.numel()));
+  return f;
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,
+                        Activation act, Tensor& out) {
+  if (out.numel() == 0) return;
+  if (a.dtype() == float64) return reference_matmul_f64(a, b, ta, tb, bias, act, out);
+  if (a.dtype() == float16) {
+    Tensor c = Tensor::empty(out.shape(), float32, out.device());
+    dnnl_matmul(as_float32(a), as_float32(b), ta, tb, as_float32(bias), act, c);
+    cast(c, out);
+    return;
+  }
+  if (a.shape().back() == 0 || (ta && a.shape()[a.dim() - 2] == 0)) {  // K == 0: empty sum
+    fill(out, 0.0);
+    return;
+  }
+  dnnl_matmul(a, b, ta, tb, bias, act, out);
+}
+
+}  // namespace mpt::cpu

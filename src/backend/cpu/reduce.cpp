@@ -1,0 +1,88 @@
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/cpu_common.hpp"
+
+namespace mpt::cpu {
+
+void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor& out) {
+  std::int64_t outer, n, inner;
+  split_axis(x.shape(), axis, outer, n, inner);
+  with_compute_type(x.dtype(), [&](auto c) {
+    using C = decltype(c);
+    const C init = op == ReduceOp::Max   ? std::numeric_limits<C>::lowest()
+                   : op == ReduceOp::Min ? std::numeric_limits<C>::max()
+                                         : C(0);
+    auto combine = [op](C acc, C v) {
+      switch (op) {
+        case ReduceOp::Max: return (v > acc || v != v) ? v : acc;
+        case ReduceOp::Min: return (v < acc || v != v) ? v : acc;
+        default: return C(acc + v);
+      }
+    };
+    auto finish = [op, n](C acc) { return op == ReduceOp::Mean ? C(acc / C(n)) : acc; };
+    if (inner == 1) {  // contiguous rows
+      parallel_for(outer, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(n, 1)),
+                   [&](std::int64_t b, std::int64_t e) {
+                     C s[kBlock];
+                     std::vector<C> res(static_cast<std::size_t>(e - b));
+                     for (std::int64_t o = b; o < e; ++o) {
+                       C acc = init;
+                       for (std::int64_t i = 0; i < n; i += kBlock) {
+                         std::int64_t m = std::min(kBlock, n - i);
+                         const C* p = load<C>(x, o * n + i, m, s);
+                         for (std::int64_t j = 0; j < m; ++j) acc = combine(acc, p[j]);
+                       }
+                       res[o - b] = finish(acc);
+                     }
+                     detail::convert(res.data(), compute_dtype_of<C>(),
+                                     static_cast<char*>(out.data_ptr()) + b * itemsize(out.dtype()),
+                                     out.dtype(), res.size());
+                   });
+      return;
+    }
+    // Strided: accumulate whole rows of `inner` elements, blocked along inner.
+    const std::int64_t iblocks = (inner + kBlock - 1) / kBlock;
+    parallel_for(outer * iblocks, 1, [&](std::int64_t b, std::int64_t e) {
+      C s[kBlock], acc[kBlock];
+      for (std::int64_t u = b; u < e; ++u) {
+        std::int64_t o = u / iblocks, j0 = (u % iblocks) * kBlock;
+        std::int64_t m = std::min(kBlock, inner - j0);
+        std::fill(acc, acc + m, init);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const C* p = load<C>(x, (o * n + i) * inner + j0, m, s);
+          for (std::int64_t j = 0; j < m; ++j) acc[j] = combine(acc[j], p[j]);
+        }
+        for (std::int64_t j = 0; j < m; ++j) acc[j] = finish(acc[j]);
+        detail::convert(acc, compute_dtype_of<C>(),
+                        static_cast<char*>(out.data_ptr()) + (o * inner + j0) * itemsize(out.dtype()),
+                        out.dtype(), static_cast<std::size_t>(m));
+      }
+    });
+  });
+}
+
+void CpuBackend::argmax(const Tensor& x, std::int64_t axis, Tensor& out) {
+  std::int64_t outer, n, inner;
+  split_axis(x.shape(), axis, outer, n, inner);
+  auto* res = out.data<std::int64_t>();
+  with_compute_type(x.dtype(), [&](auto c) {
+    using C = decltype(c);
+    parallel_for(outer * inner, 4096, [&](std::int64_t b, std::int64_t e) {
+      C v;
+      for (std::int64_t u = b; u < e; ++u) {
+        std::int64_t o = u / inner, j = u % inner;
+        std::int64_t best = 0;
+        C best_v = *load<C>(x, o * n * inner + j, 1, &v);
+        for (std::int64_t i = 1; i < n; ++i) {
+          C cur = *load<C>(x, (o * n + i) * inner + j, 1, &v);
+          if (cur > best_v || (cur != cur && best_v == best_v)) best_v = cur, best = i;
+        }
+        res[u] = best;
+      }
+    });
+  });
+}
+
+}  // namespace mpt::cpu

@@ -1,0 +1,291 @@
+#include "mpt/half.hpp"
+
+#include <atomic>
+#include <bit>
+#include <string_view>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define MPT_HALF_X86 1
+#include <cpuid.h>
+// GCC 12's intrinsics start from _mm512_undefined_*(), which trips -W[maybe-]uninitialized (PR105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+// NaN rule shared by every path, taken from what VCVTPS2PH/VCVTPH2PS do (checked on hardware):
+// the result is quiet, keeps the sign and keeps the payload bits that fit (the top ones when
+// narrowing). The vector paths never consult MXCSR: rounding comes from the immediate, FTZ is
+// ignored by both F16C instructions and VCVTPH2PS ignores DAZ; VCVTPS2PH honours DAZ, but a
+// float32 denormal rounds to +-0 in half under round-to-nearest anyway. The bfloat16 paths are
+// integer arithmetic.
+
+namespace mpt {
+
+std::uint16_t float_to_half_bits(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u | ((a >> 13) & 0x3ffu);
+  if (a >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520: rounds past 65504
+  if (a >= 0x38800000u) {                        // normal half: rebias, then RNE on 13 bits
+    const std::uint32_t r = a - (112u << 23);
+    return sign | static_cast<std::uint16_t>((r + 0xfffu + ((r >> 13) & 1u)) >> 13);
+  }
+  if (a <= 0x33000000u) return sign;  // <= 2^-25: the tie at 2^-25 goes to even (zero)
+  const std::uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+  const std::uint32_t shift = 126u - (a >> 23);  // 14..24: value = mant * 2^-24 >> shift
+  const std::uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+  // q + 1 may reach 0x400, which is exactly the smallest normal half.
+  return sign | static_cast<std::uint16_t>(q + (rem > halfway || (rem == halfway && (q & 1u))));
+}
+
+float half_bits_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  std::uint32_t bits;
+  if (e == 0x1f) {
+    bits = sign | 0x7f800000u | (m ? 0x400000u | (m << 13) : 0u);
+  } else if (e != 0) {
+    bits = sign | ((e + 112u) << 23) | (m << 13);
+  } else if (m == 0) {
+    bits = sign;
+  } else {  // subnormal half is normal in float: move the leading one to the implicit bit
+    const int p = std::bit_width(m) - 1;
+    bits = sign | (static_cast<std::uint32_t>(p + 103) << 23) | ((m << (23 - p)) & 0x7fffffu);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+std::uint16_t float_to_bfloat16_bits(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float bfloat16_bits_to_float(std::uint16_t b) {
+  const std::uint32_t q = (b & 0x7fffu) > 0x7f80u ? 0x40u : 0u;
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b | q) << 16);
+}
+
+namespace {
+
+enum class Isa { portable, f16c, avx512 };
+constexpr const char* kIsaNames[] = {"portable", "f16c", "avx512"};
+constexpr int kNoOverride = -1;
+std::atomic<int> g_override{kNoOverride};
+
+#ifdef MPT_HALF_X86
+bool has_f16c() {
+#ifdef __clang__  // clang's __builtin_cpu_supports does not know "f16c"
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+#else
+  return __builtin_cpu_supports("f16c");
+#endif
+}
+#endif
+
+Isa detect_isa() {
+#ifdef MPT_HALF_X86
+  __builtin_cpu_init();
+  // The avx2/avx512 feature bits already include the XGETBV check that the OS saves the registers.
+  const bool f16c = has_f16c();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && f16c)
+    return Isa::avx512;
+  if (__builtin_cpu_supports("avx2") && f16c) return Isa::f16c;
+#endif
+  return Isa::portable;
+}
+
+Isa hardware_isa() {
+  static const Isa hw = detect_isa();
+  return hw;
+}
+
+Isa active_isa() {
+  const int o = g_override.load(std::memory_order_relaxed);
+  return o == kNoOverride ? hardware_isa() : static_cast<Isa>(o);
+}
+
+#ifdef MPT_HALF_X86
+#define MPT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+#define MPT_F16C __attribute__((target("avx2,f16c")))
+constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+MPT_AVX512 void f2h_avx512(const float* src, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), kRne));
+  if (i < n) {  // masked loads do not fault on the lanes past the end
+    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm256_mask_storeu_epi16(dst + i, k, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, src + i), kRne));
+  }
+}
+
+MPT_AVX512 void h2f_avx512(const std::uint16_t* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  if (i < n) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, src + i)));
+  }
+}
+
+// VCVTNEPS2BF16 would flush float32 denormals, so this is the scalar formula in 16 lanes.
+MPT_AVX512 __m256i f2bf_avx512_vec(__m512i x) {
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), odd), 16);
+  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+MPT_AVX512 void f2bf_avx512(const float* src, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), f2bf_avx512_vec(_mm512_loadu_si512(src + i)));
+  if (i < n) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm256_mask_storeu_epi16(dst + i, k, f2bf_avx512_vec(_mm512_maskz_loadu_epi32(k, src + i)));
+  }
+}
+
+MPT_AVX512 __m512 bf2f_avx512_vec(__m256i b) {
+  const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_castsi512_ps(_mm512_mask_or_epi32(x, nan, x, _mm512_set1_epi32(0x400000)));
+}
+
+MPT_AVX512 void bf2f_avx512(const std::uint16_t* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, bf2f_avx512_vec(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  if (i < n) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(dst + i, k, bf2f_avx512_vec(_mm256_maskz_loadu_epi16(k, src + i)));
+  }
+}
+
+MPT_F16C void f2h_f16c(const float* src, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), kRne));
+  for (; i < n; ++i) dst[i] = float_to_half_bits(src[i]);
+}
+
+MPT_F16C void h2f_f16c(const std::uint16_t* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = half_bits_to_float(src[i]);
+}
+
+MPT_F16C __m256i f2bf_avx2_vec(__m256i x) {
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd), 16);
+  const __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(r, q, nan);
+}
+
+MPT_F16C void f2bf_f16c(const float* src, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i lo = f2bf_avx2_vec(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m256i hi = f2bf_avx2_vec(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 8)));
+    // packus works per 128-bit lane; the permute puts the four 64-bit groups back in order.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8));
+  }
+  for (; i < n; ++i) dst[i] = float_to_bfloat16_bits(src[i]);
+}
+
+MPT_F16C void bf2f_f16c(const std::uint16_t* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i q = _mm256_and_si256(nan, _mm256_set1_epi32(0x400000));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_or_si256(x, q));
+  }
+  for (; i < n; ++i) dst[i] = bfloat16_bits_to_float(src[i]);
+}
+#endif  // MPT_HALF_X86
+
+}  // namespace
+
+void float_to_half(const float* src, std::uint16_t* dst, std::size_t n) {
+#ifdef MPT_HALF_X86
+  switch (active_isa()) {
+    case Isa::avx512: return f2h_avx512(src, dst, n);
+    case Isa::f16c: return f2h_f16c(src, dst, n);
+    case Isa::portable: break;
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i) dst[i] = float_to_half_bits(src[i]);
+}
+
+void half_to_float(const std::uint16_t* src, float* dst, std::size_t n) {
+#ifdef MPT_HALF_X86
+  switch (active_isa()) {
+    case Isa::avx512: return h2f_avx512(src, dst, n);
+    case Isa::f16c: return h2f_f16c(src, dst, n);
+    case Isa::portable: break;
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i) dst[i] = half_bits_to_float(src[i]);
+}
+
+void float_to_bfloat16(const float* src, std::uint16_t* dst, std::size_t n) {
+#ifdef MPT_HALF_X86
+  switch (active_isa()) {
+    case Isa::avx512: return f2bf_avx512(src, dst, n);
+    case Isa::f16c: return f2bf_f16c(src, dst, n);
+    case Isa::portable: break;
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i) dst[i] = float_to_bfloat16_bits(src[i]);
+}
+
+void bfloat16_to_float(const std::uint16_t* src, float* dst, std::size_t n) {
+#ifdef MPT_HALF_X86
+  switch (active_isa()) {
+    case Isa::avx512: return bf2f_avx512(src, dst, n);
+    case Isa::f16c: return bf2f_f16c(src, dst, n);
+    case Isa::portable: break;
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i) dst[i] = bfloat16_bits_to_float(src[i]);
+}
+
+const char* conversion_isa() { return kIsaNames[static_cast<int>(active_isa())]; }
+
+void force_portable_conversions(bool on) {
+  g_override.store(on ? static_cast<int>(Isa::portable) : kNoOverride, std::memory_order_relaxed);
+}
+
+bool force_conversion_isa(const char* isa) {
+  if (isa == nullptr) {
+    g_override.store(kNoOverride, std::memory_order_relaxed);
+    return true;
+  }
+  for (int i = 0; i <= static_cast<int>(hardware_isa()); ++i) {  // names in order of capability
+    if (std::string_view(isa) == kIsaNames[i]) {
+      g_override.store(i, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace mpt

@@ -1,0 +1,124 @@
+// Caching allocator: freed blocks are kept in per-device size classes and reused, so the hot
+// path (one allocation per op output) does not reach malloc/cudaMalloc after warm-up.
+#include "mpt/memory.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "mpt/error.hpp"
+
+namespace mpt {
+namespace detail {
+// Implemented in src/backend/cuda/memory.cpp.
+void* cuda_malloc(int device, std::size_t nbytes);
+void cuda_free(int device, void* ptr);
+void cuda_copy(void* dst, const void* src, std::size_t n, bool dst_cuda, bool src_cuda);
+}  // namespace detail
+
+namespace {
+
+constexpr int kMaxCudaDevices = 16;
+
+// Size classes: 2^k, 1.25*2^k, 1.5*2^k, 1.75*2^k (at most 25 % slack), minimum 256 bytes.
+std::size_t size_class(std::size_t n) {
+  if (n <= 256) return 256;
+  std::size_t p = std::size_t{1} << (63 - __builtin_clzll(n));
+  if (n == p) return n;
+  std::size_t q = p / 4;
+  return (n + q - 1) / q * q;
+}
+
+struct Pool {
+  std::mutex mutex;
+  std::map<std::size_t, std::vector<void*>> free_blocks;
+  MemoryStats stats;
+};
+
+Pool& pool_for(Device device) {
+  static std::array<Pool, kMaxCudaDevices + 1> pools;
+  MPT_CHECK(device.is_cpu() || (device.index >= 0 && device.index < kMaxCudaDevices),
+            "allocator: invalid device ", device.str());
+  return pools[device.is_cpu() ? 0 : device.index + 1];
+}
+
+}  // namespace
+
+void* detail::raw_alloc(Device device, std::size_t nbytes) {
+  if (device.is_cuda()) return cuda_malloc(device.index, nbytes);
+  void* p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
+  MPT_CHECK(p != nullptr, "allocator: out of host memory allocating ", nbytes, " bytes");
+  return p;
+}
+
+void detail::raw_free(Device device, void* ptr) {
+  if (device.is_cuda()) return cuda_free(device.index, ptr);
+  std::free(ptr);
+}
+
+void detail::copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                        std::size_t n) {
+  if (n == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  cuda_copy(dst, src, n, dst_device.is_cuda(), src_device.is_cuda());
+}
+
+Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  if (nbytes == 0) return;
+  block_ = size_class(nbytes);
+  Pool& pool = pool_for(device);
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    auto it = pool.free_blocks.find(block_);
+    if (it != pool.free_blocks.end() && !it->second.empty()) {
+      data_ = it->second.back();
+      it->second.pop_back();
+      pool.stats.cached_bytes -= block_;
+      ++pool.stats.cache_hits;
+    }
+  }
+  if (!data_) data_ = detail::raw_alloc(device, block_);
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  ++pool.stats.allocations;
+  pool.stats.current_bytes += nbytes_;
+  pool.stats.peak_bytes = std::max(pool.stats.peak_bytes, pool.stats.current_bytes);
+}
+
+Storage::~Storage() {
+  if (!data_) return;
+  Pool& pool = pool_for(device_);
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  pool.free_blocks[block_].push_back(data_);
+  pool.stats.cached_bytes += block_;
+  pool.stats.current_bytes -= nbytes_;
+}
+
+MemoryStats memory_stats(Device device) {
+  Pool& pool = pool_for(device);
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  return pool.stats;
+}
+
+void reset_peak_memory(Device device) {
+  Pool& pool = pool_for(device);
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  pool.stats.peak_bytes = pool.stats.current_bytes;
+}
+
+void empty_cache(Device device) {
+  Pool& pool = pool_for(device);
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  for (auto& [size, blocks] : pool.free_blocks)
+    for (void* p : blocks) detail::raw_free(device, p);
+  pool.free_blocks.clear();
+  pool.stats.cached_bytes = 0;
+}
+
+}  // namespace mpt

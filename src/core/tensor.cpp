@@ -1,0 +1,288 @@
+#include "mpt/tensor.hpp"
+
+#include <omp.h>
+
+#include <atomic>
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "backend/backend.hpp"
+#include "core/convert.hpp"
+#include "mpt/autograd.hpp"
+#include "mpt/ops.hpp"
+
+namespace mpt {
+namespace {
+
+std::atomic<std::uint64_t> g_next_id{1};
+
+std::shared_ptr<TensorImpl> new_impl(const Shape& shape, DType dtype, Device device) {
+  for (auto d : shape) MPT_CHECK(d >= 0, "Tensor: negative dimension in shape ", to_string(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(
+      static_cast<std::size_t>(numel_of(shape)) * itemsize(dtype), device);
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->id = g_next_id++;
+  return impl;
+}
+
+std::shared_ptr<TensorImpl> view_impl(const TensorImpl& src, const Shape& shape, std::size_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = src.storage;
+  impl->offset = offset;
+  impl->shape = shape;
+  impl->dtype = src.dtype;
+  impl->id = g_next_id++;
+  return impl;
+}
+
+// Counter-based generator: value i of a seeded stream is a pure function of (seed, i), so
+// tensors reproduce across runs, thread counts and devices.
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+double uniform01(std::uint64_t seed, std::uint64_t i) {
+  return (static_cast<double>(splitmix64(seed * 0x2545f4914f6cdd1dull + i) >> 11) + 0.5) *
+         (1.0 / 9007199254740992.0);
+}
+
+Tensor from_doubles(const std::vector<double>& v, const Shape& shape, DType dtype, Device device) {
+  return Tensor::from_host(v.data(), v.size(), float64, shape, Device::cpu()).to(dtype).to(device);
+}
+
+}  // namespace
+
+std::uint64_t detail::next_tensor_id() { return g_next_id++; }
+
+std::string to_string(const Shape& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+std::int64_t numel_of(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+// ---- factories ----------------------------------------------------------------------------
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  return Tensor(new_impl(shape, dtype, device));
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  detail::backend(device).fill(t, value);
+  return t;
+}
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor Tensor::scalar(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
+
+Tensor Tensor::arange(double start, double stop, double step, DType dtype, Device device) {
+  MPT_CHECK(step != 0.0 && std::isfinite(start) && std::isfinite(stop) && std::isfinite(step),
+            "arange: invalid range start=", start, " stop=", stop, " step=", step);
+  auto n = static_cast<std::int64_t>(std::max(0.0, std::ceil((stop - start) / step)));
+  Tensor t = empty({n}, dtype, device);
+  detail::backend(device).arange(t, start, step);
+  return t;
+}
+
+Tensor Tensor::random_uniform(const Shape& shape, double minval, double maxval, std::uint64_t seed,
+                              DType dtype, Device device) {
+  MPT_CHECK(maxval >= minval, "random_uniform: maxval ", maxval, " < minval ", minval);
+  std::vector<double> v(static_cast<std::size_t>(numel_of(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = minval + (maxval - minval) * uniform01(seed, i);
+  return from_doubles(v, shape, dtype, device);
+}
+
+Tensor Tensor::random_normal(const Shape& shape, double mean, double stddev, std::uint64_t seed,
+                             DType dtype, Device device) {
+  MPT_CHECK(stddev >= 0, "random_normal: negative stddev ", stddev);
+  std::vector<double> v(static_cast<std::size_t>(numel_of(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i) {  // Box-Muller on two counter-based uniforms
+    double u1 = uniform01(seed, 2 * i), u2 = uniform01(seed, 2 * i + 1);
+    v[i] = mean + stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  }
+  return from_doubles(v, shape, dtype, device);
+}
+
+Tensor Tensor::from_host(const void* data, std::size_t count, DType dtype, const Shape& shape,
+                         Device device) {
+  Shape s = shape.empty() ? Shape{static_cast<std::int64_t>(count)} : shape;
+  MPT_CHECK(static_cast<std::size_t>(numel_of(s)) == count, "Tensor::from_vector: ", count,
+            " values do not fill shape ", to_string(s), " (", numel_of(s), " elements)");
+  Tensor t = empty(s, dtype, device);
+  detail::copy_bytes(t.data_ptr(), device, data, Device::cpu(), t.nbytes());
+  return t;
+}
+
+// ---- properties ---------------------------------------------------------------------------
+const TensorImpl& Tensor::checked() const {
+  MPT_CHECK(impl_ != nullptr, "Tensor: use of an undefined tensor");
+  return *impl_;
+}
+const Shape& Tensor::shape() const { return checked().shape; }
+std::int64_t Tensor::numel() const { return numel_of(checked().shape); }
+DType Tensor::dtype() const { return checked().dtype; }
+Device Tensor::device() const { return checked().storage->device(); }
+std::int64_t Tensor::size(std::int64_t axis) const {
+  const std::int64_t n = dim();
+  MPT_CHECK(axis >= -n && axis < n, "Tensor::size: axis ", axis, " out of range for shape ",
+            to_string(shape()));
+  return shape()[axis < 0 ? axis + n : axis];
+}
+void* Tensor::data_ptr() const {
+  const TensorImpl& t = checked();
+  return static_cast<char*>(t.storage->data()) + t.offset;
+}
+bool Tensor::requires_grad() const { return checked().requires_grad || checked().grad_fn != nullptr; }
+Tensor& Tensor::set_requires_grad(bool on) {
+  checked();
+  impl_->requires_grad = on;
+  return *this;
+}
+std::uint64_t Tensor::id() const { return checked().id; }
+
+Tensor Tensor::detach() const {
+  const TensorImpl& t = checked();
+  return Tensor(view_impl(t, t.shape, t.offset));
+}
+
+// ---- views and copies ---------------------------------------------------------------------
+Tensor Tensor::reshape(const Shape& shape) const { return ops::reshape(*this, shape); }
+
+Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
+  const TensorImpl& t = checked();
+  MPT_CHECK(dim() >= 1, "Tensor::slice: needs at least 1 dimension, got shape ", to_string(t.shape));
+  const std::int64_t n = t.shape[0];
+  MPT_CHECK(0 <= begin && begin <= end && end <= n, "Tensor::slice: rows [", begin, ", ", end,
+            ") out of range for shape ", to_string(t.shape));
+  Shape s = t.shape;
+  s[0] = end - begin;
+  const std::size_t row_bytes = static_cast<std::size_t>(numel_of(t.shape) / std::max<std::int64_t>(n, 1)) *
+                                itemsize(t.dtype);
+  Tensor out(view_impl(t, s, t.offset + static_cast<std::size_t>(begin) * row_bytes));
+  const Shape full = t.shape;
+  autograd::record("slice", {*this}, {&out}, [full, begin, end](const std::vector<Tensor>& g) {
+    // The gradient is the incoming one placed at rows [begin, end) of zeros.
+    Tensor dx = Tensor::zeros(full, g[0].dtype(), g[0].device());
+    Tensor rows = dx.slice(begin, end);
+    rows.assign(g[0]);
+    return std::vector<Tensor>{dx};
+  });
+  return out;
+}
+
+Tensor Tensor::to(DType dtype) const { return dtype == this->dtype() ? *this : ops::cast(*this, dtype); }
+
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  Tensor out = empty(shape(), dtype(), device);
+  detail::copy_bytes(out.data_ptr(), device, data_ptr(), this->device(), nbytes());
+  return out;
+}
+
+Tensor Tensor::copy() const {
+  Tensor out = empty(shape(), dtype(), device());
+  detail::copy_bytes(out.data_ptr(), device(), data_ptr(), device(), nbytes());
+  return out;
+}
+
+void Tensor::copy_to_host(void* dst, DType dtype) const {
+  Tensor host = to(Device::cpu());
+  detail::convert(host.data_ptr(), host.dtype(), dst, dtype, static_cast<std::size_t>(numel()));
+}
+
+double Tensor::item() const {
+  MPT_CHECK(numel() == 1, "Tensor::item: needs exactly one element, shape is ", to_string(shape()));
+  double v;
+  copy_to_host(&v, float64);
+  return v;
+}
+
+void Tensor::assign(const Tensor& src) {
+  MPT_CHECK(src.shape() == shape(), "Tensor::assign: shape ", to_string(src.shape()),
+            " does not match ", to_string(shape()));
+  MPT_CHECK(src.device() == device(), "Tensor::assign: source on ", src.device().str(),
+            ", target on ", device().str());
+  detail::backend(device()).cast(src, *this);
+}
+
+// ---- printing -----------------------------------------------------------------------------
+namespace {
+void print_values(std::ostream& os, const std::vector<double>& v, const Shape& s, std::size_t dim,
+                  std::size_t offset, std::size_t stride_elems, DType dtype) {
+  const std::int64_t n = s[dim];
+  const std::size_t inner = stride_elems / static_cast<std::size_t>(std::max<std::int64_t>(n, 1));
+  const bool abbreviate = n > 6;
+  os << "[";
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (abbreviate && i == 3) {
+      os << (dim + 1 == s.size() ? "..., " : "...,\n" + std::string(dim + 1, ' '));
+      i = n - 3;
+    }
+    if (dim + 1 == s.size()) {
+      double x = v[offset + i];
+      if (is_integer(dtype)) os << static_cast<long long>(x);
+      else os << std::setprecision(dtype == float64 ? 8 : 5) << x;
+    } else {
+      print_values(os, v, s, dim + 1, offset + i * inner, inner, dtype);
+    }
+    if (i + 1 < n) os << (dim + 1 == s.size() ? ", " : ",\n" + std::string(dim + 1, ' '));
+  }
+  os << "]";
+}
+}  // namespace
+
+std::string Tensor::str() const {
+  if (!defined()) return "Tensor(undefined)";
+  std::ostringstream os;
+  std::vector<double> v = to_vector<double>();
+  os << "Tensor(";
+  if (dim() == 0) os << v[0];
+  else if (numel() == 0) os << "[]";
+  else print_values(os, v, shape(), 0, 0, v.size(), dtype());
+  os << ", shape=" << to_string(shape()) << ", dtype=" << to_string(dtype());
+  if (!device().is_cpu()) os << ", device=" << device().str();
+  os << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+std::ostream& operator<<(std::ostream& os, DType dtype) { return os << to_string(dtype); }
+std::ostream& operator<<(std::ostream& os, const Device& device) { return os << device.str(); }
+
+// ---- operators ----------------------------------------------------------------------------
+namespace {
+Tensor like(const Tensor& t, double v) { return Tensor::scalar(v, t.dtype(), t.device()); }
+}  // namespace
+Tensor operator+(const Tensor& a, const Tensor& b) { return ops::add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return ops::sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return ops::mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return ops::div(a, b); }
+Tensor operator-(const Tensor& a) { return ops::neg(a); }
+Tensor operator+(const Tensor& a, double b) { return ops::add(a, like(a, b)); }
+Tensor operator-(const Tensor& a, double b) { return ops::sub(a, like(a, b)); }
+Tensor operator*(const Tensor& a, double b) { return ops::mul(a, like(a, b)); }
+Tensor operator/(const Tensor& a, double b) { return ops::div(a, like(a, b)); }
+Tensor operator+(double a, const Tensor& b) { return ops::add(like(b, a), b); }
+Tensor operator-(double a, const Tensor& b) { return ops::sub(like(b, a), b); }
+Tensor operator*(double a, const Tensor& b) { return ops::mul(like(b, a), b); }
+Tensor operator/(double a, const Tensor& b) { return ops::div(like(b, a), b); }
+
+void set_num_threads(int n) {
+  MPT_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got ", n);
+  omp_set_num_threads(n);
+}
+int num_threads() { return omp_get_max_threads(); }
+
+}  // namespace mpt
