@@ -30,6 +30,9 @@ struct Device {
 Device default_device();
 /// Sets the default device for this process (overrides MPT_DEVICE).
 void set_default_device(Device device);
+/// True when tensors and ops can run on `device` in this build on this machine (the CPU
+/// always; a GPU when it exists and the CUDA op backend is built).
+bool is_available(Device device);
 
 namespace cuda {
 

@@ -46,6 +46,11 @@ Device default_device() {
   return *g_default;
 }
 
+bool is_available(Device device) {
+  if (device.is_cpu()) return true;
+  return detail::has_backend(DeviceType::CUDA) && device.index >= 0 && device.index < cuda::device_count();
+}
+
 void set_default_device(Device device) {
   MPT_CHECK(device.is_cpu() || device.index < cuda::device_count(), "set_default_device: ",
             device.str(), " is not available (", cuda::device_count(), " GPUs)");

@@ -38,7 +38,7 @@ std::uint16_t float_to_half_bits(float f) {
   }
   if (a <= 0x33000000u) return sign;  // <= 2^-25: the tie at 2^-25 goes to even (zero)
   const std::uint32_t mant = (a & 0x7fffffu) | 0x800000u;
-  const std::uint32_t shift = 126u - (a >> 23);  // 14..24: value = mant * 2^-24 >> shift
+  const std::uint32_t shift = 126u - (a >> 23);  // 14..24; the result counts units of 2^-24
   const std::uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
   // q + 1 may reach 0x400, which is exactly the smallest normal half.
   return sign | static_cast<std::uint16_t>(q + (rem > halfway || (rem == halfway && (q & 1u))));

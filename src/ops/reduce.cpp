@@ -16,11 +16,6 @@ std::vector<std::int64_t> normalize_axes(const char* name, std::vector<std::int6
   return axes;
 }
 
-Shape kept_shape(Shape s, const std::vector<std::int64_t>& axes) {
-  for (auto a : axes) s[a] = 1;
-  return s;
-}
-
 Shape dropped_shape(const Shape& s, const std::vector<std::int64_t>& axes) {
   Shape out;
   for (std::size_t i = 0; i < s.size(); ++i)

@@ -1,0 +1,406 @@
+// Every op's forward pass against a naive float64 reference, in every floating dtype, on every
+// device. Inputs are generated in the tested dtype, so the reference sees exactly the same values.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "test_util.hpp"
+
+using namespace mpt;
+using mpt::test::check_close;
+using mpt::test::for_each_device;
+using mpt::test::random;
+using mpt::test::tolerance;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+/// Row-major strides of a shape broadcast to `out`.
+std::vector<std::int64_t> bstrides(const Shape& s, const Shape& out) {
+  std::vector<std::int64_t> st(out.size(), 0);
+  std::int64_t stride = 1;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    std::size_t d = s.size() - 1 - i, o = out.size() - 1 - i;
+    st[o] = s[d] == 1 ? 0 : stride;
+    stride *= s[d];
+  }
+  return st;
+}
+
+Vec broadcast_ref(const Vec& a, const Shape& sa, const Vec& b, const Shape& sb, const Shape& out,
+                  const std::function<double(double, double)>& f) {
+  auto ta = bstrides(sa, out), tb = bstrides(sb, out);
+  Vec r(numel_of(out));
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(r.size()); ++i) {
+    std::int64_t rem = i, ia = 0, ib = 0;
+    for (std::int64_t d = static_cast<std::int64_t>(out.size()) - 1; d >= 0; --d) {
+      std::int64_t idx = rem % out[d];
+      rem /= out[d];
+      ia += idx * ta[d];
+      ib += idx * tb[d];
+    }
+    r[i] = f(a[ia], b[ib]);
+  }
+  return r;
+}
+
+/// Rounds reference values to the dtype the op stores in (what the op can at best return).
+Vec rounded(const Vec& v, DType d) { return Tensor::from_vector(v).to(d).to_vector<double>(); }
+
+double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+
+}  // namespace
+
+TEST_CASE("unary ops match float64 references") {
+  struct Case {
+    const char* name;
+    std::function<Tensor(const Tensor&)> op;
+    std::function<double(double)> ref;
+    double lo, hi;
+  };
+  const std::vector<Case> cases = {
+      {"neg", ops::neg, [](double x) { return -x; }, -3, 3},
+      {"exp", ops::exp, [](double x) { return std::exp(x); }, -3, 3},
+      {"log", ops::log, [](double x) { return std::log(x); }, 0.1, 5},
+      {"sqrt", ops::sqrt, [](double x) { return std::sqrt(x); }, 0.01, 9},
+      {"square", ops::square, [](double x) { return x * x; }, -3, 3},
+      {"abs", ops::abs, [](double x) { return std::abs(x); }, -3, 3},
+      {"relu", ops::relu, [](double x) { return x > 0 ? x : 0; }, -3, 3},
+      {"sigmoid", ops::sigmoid, sigmoid_ref, -6, 6},
+      {"tanh", ops::tanh, [](double x) { return std::tanh(x); }, -3, 3},
+      {"gelu", ops::gelu, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4},
+      {"silu", ops::silu, [](double x) { return x * sigmoid_ref(x); }, -6, 6},
+  };
+  for_each_device([&](Device dev) {
+    for (const auto& c : cases)
+      for (DType dt : test::float_dtypes()) {
+        Tensor x = random({3, 1500}, dt, dev, 11, c.lo, c.hi);  // > one block, both threads
+        Tensor y = c.op(x);
+        CHECK(y.dtype() == dt);
+        CHECK(y.shape() == x.shape());
+        Vec xs = x.to_vector<double>(), ref(xs.size());
+        std::transform(xs.begin(), xs.end(), ref.begin(), c.ref);
+        check_close(y, ref, tolerance(dt), std::string(c.name) + " " + to_string(dt));
+      }
+  });
+}
+
+TEST_CASE("binary ops broadcast and match float64 references") {
+  struct Case {
+    const char* name;
+    std::function<Tensor(const Tensor&, const Tensor&)> op;
+    std::function<double(double, double)> ref;
+    double lo, hi;  // range of both operands
+  };
+  const std::vector<Case> cases = {
+      {"add", ops::add, std::plus<double>(), -3, 3},
+      {"sub", ops::sub, std::minus<double>(), -3, 3},
+      {"mul", ops::mul, std::multiplies<double>(), -3, 3},
+      {"div", ops::div, std::divides<double>(), 0.5, 3},
+      {"pow", [](const Tensor& a, const Tensor& b) { return ops::pow(a, b); },
+       [](double a, double b) { return std::pow(a, b); }, 0.5, 2},
+      {"maximum", ops::maximum, [](double a, double b) { return std::max(a, b); }, -3, 3},
+      {"minimum", ops::minimum, [](double a, double b) { return std::min(a, b); }, -3, 3},
+  };
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{4, 700}, {4, 700}}, {{4, 700}, {700}}, {{2, 1, 5}, {3, 1}}, {{3, 4}, {}}, {{}, {3, 4}}, {{5, 1}, {1, 6}}};
+  for_each_device([&](Device dev) {
+    for (const auto& c : cases)
+      for (DType dt : test::float_dtypes())
+        for (const auto& [sa, sb] : shapes) {
+          Tensor a = random(sa, dt, dev, 1, c.lo, c.hi), b = random(sb, dt, dev, 2, c.lo, c.hi);
+          Tensor y = c.op(a, b);
+          Shape out = sa.size() >= sb.size() ? sa : sb;
+          if (sa == Shape{2, 1, 5}) out = {2, 3, 5};
+          if (sa == Shape{5, 1}) out = {5, 6};
+          REQUIRE(y.shape() == out);
+          CHECK(y.dtype() == dt);
+          Vec ref = broadcast_ref(a.to_vector<double>(), sa, b.to_vector<double>(), sb, out, c.ref);
+          check_close(y, ref, tolerance(dt), std::string(c.name) + " " + to_string(dt) + " " + to_string(sa) +
+                                                 " with " + to_string(sb));
+        }
+  });
+}
+
+TEST_CASE("integer arithmetic, comparisons and where") {
+  for_each_device([](Device dev) {
+    auto a = Tensor::from_vector<std::int32_t>({7, -3, 4, 0}, {4}, dev);
+    auto b = Tensor::from_vector<std::int32_t>({2, 2, -4, 5}, {4}, dev);
+    CHECK(ops::add(a, b).to_vector<std::int32_t>() == std::vector<std::int32_t>{9, -1, 0, 5});
+    CHECK(ops::mul(a, b).to_vector<std::int32_t>() == std::vector<std::int32_t>{14, -6, -16, 0});
+    CHECK(ops::div(a, b).to_vector<std::int32_t>() == std::vector<std::int32_t>{3, -1, -1, 0});
+    CHECK(ops::add(a, b).dtype() == int32);
+    for (DType dt : test::float_dtypes()) {
+      Tensor x = random({6, 50}, dt, dev, 3), y = random({50}, dt, dev, 4);
+      Vec xs = x.to_vector<double>(), ys = y.to_vector<double>();
+      struct Cmp { std::function<Tensor(const Tensor&, const Tensor&)> op; std::function<bool(double, double)> ref; };
+      std::vector<Cmp> cmps = {{ops::equal, std::equal_to<double>()},     {ops::not_equal, std::not_equal_to<double>()},
+                               {ops::less, std::less<double>()},           {ops::less_equal, std::less_equal<double>()},
+                               {ops::greater, std::greater<double>()},     {ops::greater_equal, std::greater_equal<double>()}};
+      for (auto& c : cmps) {
+        Tensor r = c.op(x, y);
+        REQUIRE(r.dtype() == bool_);
+        auto got = r.to_vector<std::uint8_t>();
+        Vec ref = broadcast_ref(xs, x.shape(), ys, y.shape(), x.shape(), [&](double p, double q) { return c.ref(p, q) ? 1.0 : 0.0; });
+        for (std::size_t i = 0; i < ref.size(); ++i) REQUIRE(got[i] == ref[i]);
+      }
+      Tensor cond = ops::greater(x, Tensor::scalar(0, dt, dev));
+      Tensor w = ops::where(cond, x, y);
+      Vec ref = broadcast_ref(xs, x.shape(), ys, y.shape(), x.shape(), [](double p, double q) { return p > 0 ? p : q; });
+      check_close(w, ref, {0, 0}, "where " + to_string(dt));
+    }
+  });
+}
+
+TEST_CASE("reductions match float64 references") {
+  const Shape shape{3, 4, 5};
+  const std::vector<std::vector<std::int64_t>> axes_list = {{}, {0}, {1}, {-1}, {0, 2}, {1, 2}};
+  for_each_device([&](Device dev) {
+    for (DType dt : test::float_dtypes()) {
+      Tensor x = random(shape, dt, dev, 5);
+      Vec xs = x.to_vector<double>();
+      for (const auto& axes : axes_list)
+        for (bool keep : {false, true}) {
+          std::vector<bool> red(3, axes.empty());
+          for (auto a : axes) red[(a + 3) % 3] = true;
+          Shape ks{red[0] ? 1 : 3, red[1] ? 1 : 4, red[2] ? 1 : 5};
+          Vec sum(numel_of(ks), 0), mx(numel_of(ks), -1e300), mn(numel_of(ks), 1e300);
+          double count = 60.0 / numel_of(ks);
+          for (int i = 0; i < 3; ++i)
+            for (int j = 0; j < 4; ++j)
+              for (int k = 0; k < 5; ++k) {
+                std::int64_t o = ((red[0] ? 0 : i) * ks[1] + (red[1] ? 0 : j)) * ks[2] + (red[2] ? 0 : k);
+                double v = xs[(i * 4 + j) * 5 + k];
+                sum[o] += v, mx[o] = std::max(mx[o], v), mn[o] = std::min(mn[o], v);
+              }
+          Vec mean = sum;
+          for (auto& m : mean) m /= count;
+          std::string what = to_string(dt) + " axes size " + std::to_string(axes.size()) + (keep ? " keepdims" : "");
+          Tensor s = ops::sum(x, axes, keep);
+          Shape expect_shape = keep ? ks : Shape{};
+          if (!keep)
+            for (int d = 0; d < 3; ++d)
+              if (!red[d]) expect_shape.push_back(shape[d]);
+          CHECK(s.shape() == expect_shape);
+          CHECK(s.dtype() == dt);
+          // Sums accumulate in float32 and round once: compare with the scale of the summands.
+          test::Tolerance t = tolerance(dt);
+          check_close(s, sum, {t.rtol, t.rtol * count * 2}, "sum " + what);
+          check_close(ops::mean(x, axes, keep), mean, {t.rtol, t.rtol * 2}, "mean " + what);
+          check_close(ops::max(x, axes, keep), mx, {0, 0}, "max " + what);
+          check_close(ops::min(x, axes, keep), mn, {0, 0}, "min " + what);
+        }
+      for (std::int64_t axis : {0, 1, 2}) {
+        Tensor am = ops::argmax(x, axis);
+        CHECK(am.dtype() == int64);
+        auto got = am.to_vector<std::int64_t>();
+        std::size_t idx = 0;
+        for (int i = 0; i < (axis == 0 ? 1 : 3); ++i)
+          for (int j = 0; j < (axis == 1 ? 1 : 4); ++j)
+            for (int k = 0; k < (axis == 2 ? 1 : 5); ++k) {
+              std::int64_t best = 0;
+              double bv = -1e300;
+              for (int r = 0; r < shape[axis]; ++r) {
+                int ii = axis == 0 ? r : i, jj = axis == 1 ? r : j, kk = axis == 2 ? r : k;
+                double v = xs[(ii * 4 + jj) * 5 + kk];
+                if (v > bv) bv = v, best = r;
+              }
+              CHECK(got[idx++] == best);
+            }
+      }
+    }
+  });
+}
+
+namespace {
+/// Reference op(a) . op(b) [+ bias] for 2-d operands.
+Vec matmul_ref(const Vec& a, const Vec& b, std::int64_t m, std::int64_t k, std::int64_t n, bool ta, bool tb,
+               double* scale) {
+  Vec c(m * n, 0);
+  *scale = 0;
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double s = 0, mag = 0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        double av = ta ? a[p * m + i] : a[i * k + p], bv = tb ? b[j * k + p] : b[p * n + j];
+        s += av * bv, mag += std::abs(av * bv);
+      }
+      c[i * n + j] = s;
+      *scale = std::max(*scale, mag);
+    }
+  return c;
+}
+}  // namespace
+
+TEST_CASE("matmul with transposes and batches matches the reference") {
+  const std::int64_t m = 37, k = 53, n = 29;
+  for_each_device([&](Device dev) {
+    for (DType dt : test::float_dtypes())
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          Tensor a = random(ta ? Shape{k, m} : Shape{m, k}, dt, dev, 7);
+          Tensor b = random(tb ? Shape{n, k} : Shape{k, n}, dt, dev, 8);
+          Tensor c = ops::matmul(a, b, ta, tb);
+          REQUIRE(c.shape() == Shape{m, n});
+          CHECK(c.dtype() == dt);
+          double scale;
+          Vec ref = matmul_ref(a.to_vector<double>(), b.to_vector<double>(), m, k, n, ta, tb, &scale);
+          // float32 accumulation of k products, one rounding to the storage dtype.
+          check_close(c, ref, {tolerance(dt).rtol, tolerance(dt).rtol * scale},
+                      "matmul " + to_string(dt) + (ta ? " ta" : "") + (tb ? " tb" : ""));
+        }
+    for (DType dt : {float32, bfloat16}) {  // batched, and a 2-d right operand broadcast over the batch
+      Tensor a = random({3, m, k}, dt, dev, 9), b3 = random({3, k, n}, dt, dev, 10), b2 = random({k, n}, dt, dev, 11);
+      Tensor c3 = ops::matmul(a, b3), c2 = ops::matmul(a, b2);
+      REQUIRE(c3.shape() == Shape{3, m, n});
+      REQUIRE(c2.shape() == Shape{3, m, n});
+      Vec av = a.to_vector<double>(), b3v = b3.to_vector<double>(), b2v = b2.to_vector<double>();
+      Vec c3v = c3.to_vector<double>(), c2v = c2.to_vector<double>();
+      for (std::int64_t bi = 0; bi < 3; ++bi) {
+        double scale;
+        Vec ai(av.begin() + bi * m * k, av.begin() + (bi + 1) * m * k);
+        Vec bi3(b3v.begin() + bi * k * n, b3v.begin() + (bi + 1) * k * n);
+        test::Tolerance t{tolerance(dt).rtol, 0};
+        Vec r3 = matmul_ref(ai, bi3, m, k, n, false, false, &scale);
+        t.atol = tolerance(dt).rtol * scale;
+        check_close(Vec(c3v.begin() + bi * m * n, c3v.begin() + (bi + 1) * m * n), r3, t, "batched matmul");
+        Vec r2 = matmul_ref(ai, b2v, m, k, n, false, false, &scale);
+        check_close(Vec(c2v.begin() + bi * m * n, c2v.begin() + (bi + 1) * m * n), r2, t, "broadcast matmul");
+      }
+    }
+  });
+}
+
+TEST_CASE("dense fuses bias and activation") {
+  const std::int64_t rows = 33, in = 40, units = 24;
+  const std::vector<std::pair<std::string, std::function<double(double)>>> acts = {
+      {"linear", [](double z) { return z; }},
+      {"relu", [](double z) { return z > 0 ? z : 0; }},
+      {"sigmoid", sigmoid_ref},
+      {"tanh", [](double z) { return std::tanh(z); }},
+      {"gelu", [](double z) { return 0.5 * z * (1 + std::erf(z / std::sqrt(2.0))); }},
+      {"silu", [](double z) { return z * sigmoid_ref(z); }}};
+  for_each_device([&](Device dev) {
+    for (DType dt : test::float_dtypes())
+      for (const auto& [name, f] : acts)
+        for (bool bias : {true, false}) {
+          Tensor x = random({rows, in}, dt, dev, 1, -1, 1), w = random({in, units}, dt, dev, 2, -0.5, 0.5);
+          Tensor b = bias ? random({units}, dt, dev, 3) : Tensor();
+          Tensor y = ops::dense(x, w, b, name);
+          REQUIRE(y.shape() == Shape{rows, units});
+          CHECK(y.dtype() == dt);
+          double scale;
+          Vec z = matmul_ref(x.to_vector<double>(), w.to_vector<double>(), rows, in, units, false, false, &scale);
+          Vec bv = bias ? b.to_vector<double>() : Vec(units, 0);
+          for (std::int64_t i = 0; i < rows * units; ++i) z[i] = f(z[i] + bv[i % units]);
+          check_close(y, z, {tolerance(dt).rtol, tolerance(dt).rtol * (scale + 2)},
+                      "dense " + name + " " + to_string(dt) + (bias ? " bias" : ""));
+        }
+    // Leading batch dimensions are kept: [2, 3, in] -> [2, 3, units].
+    Tensor x3 = random({2, 3, in}, float32, dev, 4), w = random({in, units}, float32, dev, 5);
+    CHECK(ops::dense(x3, w).shape() == Shape{2, 3, units});
+  });
+}
+
+TEST_CASE("softmax and log_softmax compute in float32 and match the reference") {
+  for_each_device([](Device dev) {
+    for (DType dt : test::float_dtypes())
+      for (std::int64_t axis : {-1, 0}) {
+        Tensor x = random({6, 10}, dt, dev, 12, -5, 5);
+        Vec xs = x.to_vector<double>(), sm(60), lsm(60);
+        for (int o = 0; o < (axis == 0 ? 10 : 6); ++o) {
+          auto at = [&](int i) { return axis == 0 ? i * 10 + o : o * 10 + i; };
+          int n = axis == 0 ? 6 : 10;
+          double mx = -1e300, s = 0;
+          for (int i = 0; i < n; ++i) mx = std::max(mx, xs[at(i)]);
+          for (int i = 0; i < n; ++i) s += std::exp(xs[at(i)] - mx);
+          for (int i = 0; i < n; ++i) sm[at(i)] = std::exp(xs[at(i)] - mx) / s, lsm[at(i)] = xs[at(i)] - mx - std::log(s);
+        }
+        Tensor y = ops::softmax(x, axis);
+        CHECK(y.dtype() == dt);
+        check_close(y, sm, tolerance(dt), "softmax " + to_string(dt));
+        check_close(ops::log_softmax(x, axis), lsm, tolerance(dt), "log_softmax " + to_string(dt));
+      }
+    // Large logits do not overflow (max subtraction).
+    Tensor big = Tensor::from_vector<float>({1000, 1001, 1002}, {1, 3}, dev);
+    auto v = ops::softmax(big).to_vector<double>();
+    CHECK(v[2] == doctest::Approx(1 / (1 + std::exp(-1.0) + std::exp(-2.0))).epsilon(1e-6));
+  });
+}
+
+TEST_CASE("softmax_cross_entropy: sparse and one-hot labels, logits and probabilities") {
+  const std::int64_t rows = 20, classes = 7;
+  for_each_device([&](Device dev) {
+    std::vector<std::int32_t> ids(rows);
+    for (std::int64_t i = 0; i < rows; ++i) ids[i] = static_cast<std::int32_t>((i * 5 + 3) % classes);
+    Tensor sparse = Tensor::from_vector(ids, {rows}, dev);
+    Tensor onehot = ops::one_hot(sparse, classes);
+    for (DType dt : test::float_dtypes()) {
+      Tensor logits = random({rows, classes}, dt, dev, 13, -4, 4);
+      Tensor probs = ops::softmax(logits.to(float32)).to(dt);
+      Vec lg = logits.to_vector<double>(), pr = probs.to_vector<double>();
+      Vec ref_logits(rows), ref_probs(rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double mx = -1e300, s = 0, ps = 0;
+        for (std::int64_t c = 0; c < classes; ++c) mx = std::max(mx, lg[r * classes + c]), ps += pr[r * classes + c];
+        for (std::int64_t c = 0; c < classes; ++c) s += std::exp(lg[r * classes + c] - mx);
+        ref_logits[r] = -(lg[r * classes + ids[r]] - mx - std::log(s));
+        double q = std::clamp(pr[r * classes + ids[r]] / ps, 1e-7, 1 - 1e-7);
+        ref_probs[r] = -std::log(q);
+      }
+      const DType loss_dt = dt == float64 ? float64 : float32;
+      test::Tolerance t = tolerance(loss_dt);
+      for (const Tensor& labels : {sparse, onehot}) {
+        Tensor l1 = ops::softmax_cross_entropy(logits, labels);
+        CHECK(l1.dtype() == loss_dt);
+        REQUIRE(l1.shape() == Shape{rows});
+        check_close(l1, ref_logits, t, "cross-entropy from logits " + to_string(dt));
+        Tensor l2 = ops::softmax_cross_entropy(probs, labels, {.from_logits = false});
+        check_close(l2, ref_probs, t, "cross-entropy from probabilities " + to_string(dt));
+      }
+    }
+  });
+}
+
+TEST_CASE("shape ops: cast, reshape, transpose, concat, slice, one_hot") {
+  for_each_device([](Device dev) {
+    for (DType dt : test::float_dtypes()) {
+      Tensor x = random({2, 3, 4}, dt, dev, 14);
+      Vec xs = x.to_vector<double>();
+      Tensor t = ops::transpose(x, {2, 0, 1});
+      REQUIRE(t.shape() == Shape{4, 2, 3});
+      Vec tv = t.to_vector<double>();
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 3; ++j)
+          for (int k = 0; k < 4; ++k) CHECK(tv[(k * 2 + i) * 3 + j] == xs[(i * 3 + j) * 4 + k]);
+      Tensor c = ops::concat({x, ops::slice(x, 1, 1, 3)}, 1);
+      REQUIRE(c.shape() == Shape{2, 5, 4});
+      Vec cv = c.to_vector<double>();
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 5; ++j)
+          for (int k = 0; k < 4; ++k) CHECK(cv[(i * 5 + j) * 4 + k] == xs[(i * 3 + (j < 3 ? j : j - 2)) * 4 + k]);
+      CHECK(ops::reshape(x, {4, -1}).to_vector<double>() == xs);
+      CHECK(ops::cast(x, float64).to_vector<double>() == xs);  // widening is exact
+    }
+    Tensor idx = Tensor::from_vector<std::int64_t>({2, 0, 5}, {3}, dev);
+    Tensor oh = ops::one_hot(idx, 4, bfloat16);
+    CHECK(oh.dtype() == bfloat16);
+    CHECK(oh.to_vector<float>() == std::vector<float>{0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0});
+  });
+}
+
+TEST_CASE("16-bit results are the float32 result rounded once") {
+  // "Accumulate in float32, store in the own dtype": the 16-bit op must equal the float32 op
+  // on the same (already 16-bit) inputs, rounded to 16 bits.
+  for_each_device([](Device dev) {
+    for (DType dt : {float16, bfloat16}) {
+      Tensor a = random({64, 96}, dt, dev, 15), b = random({96, 48}, dt, dev, 16);
+      Tensor ref = ops::matmul(a.to(float32), b.to(float32)).to(dt);
+      CHECK(ops::matmul(a, b).to_vector<float>() == ref.to_vector<float>());
+      Tensor s16 = ops::sum(a, {1}), s32 = ops::sum(a.to(float32), {1}).to(dt);
+      CHECK(s16.to_vector<float>() == s32.to_vector<float>());
+      CHECK(ops::exp(a).to_vector<float>() == ops::exp(a.to(float32)).to(dt).to_vector<float>());
+    }
+  });
+}

@@ -1,0 +1,137 @@
+// Every differentiable op's gradient against central finite differences in float64.
+#include "test_util.hpp"
+
+using namespace mpt;
+using mpt::test::check_gradients;
+using mpt::test::for_each_device;
+using mpt::test::random;
+
+namespace {
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+Tensor r64(const Shape& s, Device d, std::uint64_t seed, double lo = -2, double hi = 2) {
+  return random(s, float64, d, seed, lo, hi);
+}
+/// Weights the output so the checked scalar depends on every element differently.
+Tensor weigh(const Tensor& y) {
+  Tensor w = Tensor::random_uniform(y.shape(), 0.5, 1.5, 99, y.dtype(), y.device());
+  return ops::mul(y, w);
+}
+}  // namespace
+
+TEST_CASE("gradients of unary ops") {
+  struct Case { const char* name; Tensor (*op)(const Tensor&); double lo, hi; };
+  const std::vector<Case> cases = {
+      {"neg", ops::neg, -2, 2},         {"exp", ops::exp, -2, 2},         {"log", ops::log, 0.2, 3},
+      {"sqrt", ops::sqrt, 0.2, 3},      {"square", ops::square, -2, 2},   {"abs", ops::abs, 0.1, 2},
+      {"relu", ops::relu, 0.1, 2},      {"sigmoid", ops::sigmoid, -3, 3}, {"tanh", ops::tanh, -2, 2},
+      {"gelu", ops::gelu, -3, 3},       {"silu", ops::silu, -3, 3}};
+  for_each_device([&](Device dev) {
+    for (const auto& c : cases) {
+      check_gradients(c.name, [&](const std::vector<Tensor>& in) { return weigh(c.op(in[0])); },
+                      {r64({3, 4}, dev, 1, c.lo, c.hi)});
+    }
+    // relu and abs on both sides of zero (points away from the kink)
+    Tensor mixed = Tensor::from_vector<double>({-1.5, -0.3, 0.4, 2.0}, {4}, dev);
+    check_gradients("relu +-", [](const std::vector<Tensor>& in) { return weigh(ops::relu(in[0])); }, {mixed});
+    check_gradients("abs +-", [](const std::vector<Tensor>& in) { return weigh(ops::abs(in[0])); }, {mixed});
+  });
+}
+
+TEST_CASE("gradients of binary ops with broadcasting") {
+  struct Case { const char* name; Tensor (*op)(const Tensor&, const Tensor&); double lo, hi; };
+  const std::vector<Case> cases = {{"add", ops::add, -2, 2},         {"sub", ops::sub, -2, 2},
+                                   {"mul", ops::mul, -2, 2},         {"div", ops::div, 0.5, 2},
+                                   {"maximum", ops::maximum, -2, 2}, {"minimum", ops::minimum, -2, 2},
+                                   {"pow", [](const Tensor& a, const Tensor& b) { return ops::pow(a, b); }, 0.5, 2}};
+  const std::vector<std::pair<Shape, Shape>> shapes = {{{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{2, 1, 3}, {4, 1}}, {{3}, {}}};
+  for_each_device([&](Device dev) {
+    for (const auto& c : cases)
+      for (const auto& [sa, sb] : shapes)
+        check_gradients(std::string(c.name) + " " + to_string(sa) + " " + to_string(sb),
+                        [&](const std::vector<Tensor>& in) { return weigh(c.op(in[0], in[1])); },
+                        {r64(sa, dev, 2, c.lo, c.hi), r64(sb, dev, 3, c.lo, c.hi)});
+    Tensor cond = ops::greater(r64({3, 4}, dev, 4), Tensor::scalar(0, float64, dev));
+    check_gradients("where", [&](const std::vector<Tensor>& in) { return weigh(ops::where(cond, in[0], in[1])); },
+                    {r64({3, 4}, dev, 5), r64({4}, dev, 6)});
+  });
+}
+
+TEST_CASE("gradients of reductions") {
+  for_each_device([](Device dev) {
+    const std::vector<std::vector<std::int64_t>> axes_list = {{}, {0}, {-1}, {0, 2}};
+    for (const auto& axes : axes_list)
+      for (bool keep : {false, true}) {
+        std::string what = "axes " + std::to_string(axes.size()) + (keep ? " keep" : "");
+        Tensor x = r64({2, 3, 4}, dev, 7);
+        check_gradients("sum " + what, [&](const std::vector<Tensor>& in) { return weigh(ops::sum(in[0], axes, keep)); }, {x});
+        check_gradients("mean " + what, [&](const std::vector<Tensor>& in) { return weigh(ops::mean(in[0], axes, keep)); }, {x});
+        check_gradients("max " + what, [&](const std::vector<Tensor>& in) { return weigh(ops::max(in[0], axes, keep)); }, {x});
+        check_gradients("min " + what, [&](const std::vector<Tensor>& in) { return weigh(ops::min(in[0], axes, keep)); }, {x});
+      }
+    check_gradients("broadcast_to", [](const std::vector<Tensor>& in) { return weigh(ops::broadcast_to(in[0], {2, 3, 4})); },
+                    {r64({3, 1}, dev, 8)});
+  });
+}
+
+TEST_CASE("gradients of matmul and dense") {
+  for_each_device([](Device dev) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        check_gradients(std::string("matmul") + (ta ? " ta" : "") + (tb ? " tb" : ""),
+                        [&](const std::vector<Tensor>& in) { return weigh(ops::matmul(in[0], in[1], ta, tb)); },
+                        {r64(ta ? Shape{4, 3} : Shape{3, 4}, dev, 9), r64(tb ? Shape{5, 4} : Shape{4, 5}, dev, 10)});
+    check_gradients("batched matmul", [](const std::vector<Tensor>& in) { return weigh(ops::matmul(in[0], in[1])); },
+                    {r64({2, 3, 4}, dev, 11), r64({2, 4, 5}, dev, 12)});
+    check_gradients("broadcast matmul", [](const std::vector<Tensor>& in) { return weigh(ops::matmul(in[0], in[1], false, true)); },
+                    {r64({2, 3, 4}, dev, 13), r64({5, 4}, dev, 14)});
+    for (const char* act : {"linear", "relu", "sigmoid", "tanh", "gelu", "silu"}) {
+      check_gradients(std::string("dense ") + act,
+                      [&](const std::vector<Tensor>& in) { return weigh(ops::dense(in[0], in[1], in[2], act)); },
+                      {r64({2, 3, 4}, dev, 15), r64({4, 5}, dev, 16, -1, 1), r64({5}, dev, 17)});
+    }
+    check_gradients("dense no bias", [](const std::vector<Tensor>& in) { return weigh(ops::dense(in[0], in[1])); },
+                    {r64({3, 4}, dev, 18), r64({4, 2}, dev, 19)});
+  });
+}
+
+TEST_CASE("gradients of softmax, log_softmax and cross-entropy") {
+  for_each_device([](Device dev) {
+    for (std::int64_t axis : {-1, 0}) {
+      check_gradients("softmax", [&](const std::vector<Tensor>& in) { return weigh(ops::softmax(in[0], axis)); },
+                      {r64({3, 5}, dev, 20)});
+      check_gradients("log_softmax", [&](const std::vector<Tensor>& in) { return weigh(ops::log_softmax(in[0], axis)); },
+                      {r64({3, 5}, dev, 21)});
+    }
+    Tensor ids = Tensor::from_vector<std::int64_t>({1, 4, 0}, {3}, dev);
+    Tensor soft = ops::softmax(r64({3, 5}, dev, 22));  // a label distribution, not only one-hot
+    check_gradients("cross-entropy sparse logits",
+                    [&](const std::vector<Tensor>& in) { return weigh(ops::softmax_cross_entropy(in[0], ids)); },
+                    {r64({3, 5}, dev, 23)});
+    check_gradients("cross-entropy soft labels logits",
+                    [&](const std::vector<Tensor>& in) { return weigh(ops::softmax_cross_entropy(in[0], in[1])); },
+                    {r64({3, 5}, dev, 24), soft});
+    check_gradients("cross-entropy probabilities",
+                    [&](const std::vector<Tensor>& in) {
+                      return weigh(ops::softmax_cross_entropy(in[0], ids, {.from_logits = false}));
+                    },
+                    {r64({3, 5}, dev, 25, 0.1, 1.0)});  // unnormalised probabilities are normalised
+  });
+}
+
+TEST_CASE("gradients of shape ops and casts") {
+  for_each_device([](Device dev) {
+    check_gradients("reshape", [](const std::vector<Tensor>& in) { return weigh(ops::reshape(in[0], {6, -1})); },
+                    {r64({2, 3, 4}, dev, 26)});
+    check_gradients("transpose", [](const std::vector<Tensor>& in) { return weigh(ops::transpose(in[0], {1, 2, 0})); },
+                    {r64({2, 3, 4}, dev, 27)});
+    check_gradients("concat", [](const std::vector<Tensor>& in) { return weigh(ops::concat({in[0], in[1]}, 1)); },
+                    {r64({2, 3}, dev, 28), r64({2, 2}, dev, 29)});
+    check_gradients("slice", [](const std::vector<Tensor>& in) { return weigh(ops::slice(in[0], 1, 1, 3)); },
+                    {r64({2, 4}, dev, 30)});
+    check_gradients("row slice", [](const std::vector<Tensor>& in) { return weigh(in[0].slice(1, 3)); },
+                    {r64({4, 2}, dev, 31)});
+    // cast to float32 and back: the gradient passes through (checked loosely: float32 rounding)
+    check_gradients("cast", [](const std::vector<Tensor>& in) { return weigh(ops::cast(ops::cast(in[0], float32), float64)); },
+                    {r64({3, 3}, dev, 32)}, 1e-3, {1e-4, 1e-4});
+  });
+}

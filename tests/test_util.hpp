@@ -1,0 +1,112 @@
+#pragma once
+// Shared test helpers: the per-dtype tolerance table, for_each_device, host references and
+// the finite-difference gradient checker.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <mpt/mpt.hpp>
+
+namespace mpt::test {
+
+struct Tolerance {
+  double rtol, atol;
+};
+
+/// The one table of tolerances for results computed in a dtype against a float64 reference.
+inline Tolerance tolerance(DType d) {
+  switch (d) {
+    case DType::Float64: return {1e-12, 1e-12};
+    case DType::Float32: return {2e-5, 1e-6};
+    case DType::Float16: return {4e-3, 1e-4};   // 10 fraction bits: 2^-11 per rounding, a few roundings
+    case DType::BFloat16: return {3e-2, 1e-3};  // 7 fraction bits: 2^-8 per rounding
+    default: return {0, 0};
+  }
+}
+
+/// Tolerance of a finite-difference check of float64 gradients.
+inline constexpr Tolerance kGradTolerance{1e-6, 1e-8};
+
+inline const std::vector<DType>& float_dtypes() {
+  static const std::vector<DType> d{float32, float16, bfloat16, float64};
+  return d;
+}
+
+/// Runs `f` on the CPU and on every GPU this build can use; says so when the GPU half is skipped.
+inline void for_each_device(const std::function<void(Device)>& f) {
+  SUBCASE("cpu") { f(Device::cpu()); }
+  const int gpus = cuda::device_count();
+  if (gpus > 0 && is_available(Device::cuda(0))) {
+    for (int i = 0; i < gpus; ++i) {
+      SUBCASE(("cuda:" + std::to_string(i)).c_str()) { f(Device::cuda(i)); }
+    }
+  } else {
+    static bool said = false;
+    if (!said) {
+      said = true;
+      MESSAGE("CUDA half skipped: ",
+              gpus == 0 ? "no usable GPU (" + cuda::unavailable_reason() + ")"
+                        : std::string("the CUDA op backend is not built yet"));
+    }
+  }
+}
+
+/// Element-wise |a - e| <= atol + rtol * |e|, NaN matching NaN and inf matching inf.
+inline void check_close(const std::vector<double>& actual, const std::vector<double>& expected, Tolerance tol,
+                        const std::string& what) {
+  REQUIRE_MESSAGE(actual.size() == expected.size(), what, ": size ", actual.size(), " vs ", expected.size());
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    double a = actual[i], e = expected[i];
+    bool ok = (std::isnan(a) && std::isnan(e)) || (std::isinf(e) && a == e) ||
+              std::abs(a - e) <= tol.atol + tol.rtol * std::abs(e);
+    if (!ok && bad++ == 0) first = i;
+  }
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", actual.size(), " elements differ; first at ", first, ": got ",
+                bad ? actual[first] : 0.0, ", expected ", bad ? expected[first] : 0.0);
+}
+
+inline void check_close(const Tensor& actual, const std::vector<double>& expected, Tolerance tol,
+                        const std::string& what) {
+  check_close(actual.to_vector<double>(), expected, tol, what);
+}
+
+/// Random values of `dtype` (rounded to it), in [lo, hi).
+inline Tensor random(const Shape& shape, DType dtype, Device device, std::uint64_t seed, double lo = -2.0,
+                     double hi = 2.0) {
+  return Tensor::random_uniform(shape, lo, hi, seed, dtype, device);
+}
+
+/// Compares the tape's gradient of sum(f(inputs)) with central differences, all in float64.
+inline void check_gradients(const std::string& what, const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                            std::vector<Tensor> inputs, double eps = 1e-6, Tolerance tol = kGradTolerance) {
+  std::vector<Tensor> analytic;
+  {
+    GradientTape tape;
+    for (auto& x : inputs) tape.watch(x);
+    Tensor y = ops::sum(f(inputs));
+    analytic = tape.gradient(y, inputs);
+  }
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    std::vector<double> values = inputs[k].to_vector<double>();
+    std::vector<double> numeric(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      auto eval = [&](double v) {
+        std::vector<double> changed = values;
+        changed[i] = v;
+        std::vector<Tensor> in = inputs;
+        in[k] = Tensor::from_vector(changed, inputs[k].shape(), inputs[k].device());
+        return ops::sum(f(in)).item();
+      };
+      numeric[i] = (eval(values[i] + eps) - eval(values[i] - eps)) / (2 * eps);
+    }
+    REQUIRE_MESSAGE(analytic[k].defined(), what, ": no gradient for input ", k);
+    CHECK(analytic[k].dtype() == float64);
+    check_close(analytic[k], numeric, tol, what + ": d/d(input " + std::to_string(k) + ")");
+  }
+}
+
+}  // namespace mpt::test
