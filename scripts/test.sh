@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs the dependencies, builds mpt with its tests and runs them all through CTest.
+#   bash scripts/test.sh            (BUILD_DIR=build-test by default; extra args go to cmake)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+BUILD_DIR=${BUILD_DIR:-build-test}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+cd "$BUILD_DIR"
+ctest --output-on-failure --timeout 600
