@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mpt/tensor.hpp"
+#include "mpt/variable.hpp"
 
 namespace mpt {
 namespace autograd {
@@ -87,6 +88,10 @@ class GradientTape {
   /// d(sum of target)/d(source) for each source, each in its source's dtype; an undefined
   /// Tensor for a source the target does not depend on.
   std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources);
+  /// The same for variables (their stored tensors); gradients in the variables' dtype.
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources) {
+    return gradient(target, values_of(sources));
+  }
 
  private:
   GradientTapeOptions options_;

@@ -87,7 +87,12 @@ class Tensor {
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape = {},
                             Device device = default_device()) {
-    return from_host(values.data(), values.size(), dtype_of<T>(), shape, device);
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is packed: widen to bytes
+      std::vector<std::uint8_t> bytes(values.begin(), values.end());
+      return from_host(bytes.data(), bytes.size(), bool_, shape, device);
+    } else {
+      return from_host(values.data(), values.size(), dtype_of<T>(), shape, device);
+    }
   }
   template <class T>
   static Tensor from_vector(std::initializer_list<T> values, const Shape& shape = {},
@@ -122,9 +127,15 @@ class Tensor {
   /// Host values converted to T (copied back from a GPU when needed).
   template <class T>
   std::vector<T> to_vector() const {
-    std::vector<T> out(static_cast<std::size_t>(numel()));
-    copy_to_host(out.data(), dtype_of<T>());
-    return out;
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is packed: read bytes
+      std::vector<std::uint8_t> bytes(static_cast<std::size_t>(numel()));
+      copy_to_host(bytes.data(), bool_);
+      return std::vector<bool>(bytes.begin(), bytes.end());
+    } else {
+      std::vector<T> out(static_cast<std::size_t>(numel()));
+      copy_to_host(out.data(), dtype_of<T>());
+      return out;
+    }
   }
   void copy_to_host(void* dst, DType dtype) const;
   /// The single value of a one-element tensor.

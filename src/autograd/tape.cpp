@@ -156,7 +156,9 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     MPT_CHECK(node->backward != nullptr, "GradientTape::gradient: the graph through '", node->name,
               "' was already freed by an earlier gradient() call");
     std::vector<Tensor> gin = node->backward(gout);
-    if (!options_.persistent) node->backward = nullptr;  // frees what the op saved
+    // Frees what the op saved, unless an enclosing tape, which recorded the same node, may
+    // still need it.
+    if (!options_.persistent && t_active_tapes == 1) node->backward = nullptr;
     for (std::size_t i = 0; i < node->inputs.size() && i < gin.size(); ++i) {
       const auto& e = node->inputs[i];
       if (!gin[i].defined() || !e.needed()) continue;

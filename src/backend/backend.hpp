@@ -69,6 +69,21 @@ class Backend {
   virtual void one_hot(const Tensor& indices, Tensor& out) = 0;
   /// True when any element of x is inf or NaN.
   virtual bool has_nonfinite(const Tensor& x) = 0;
+
+  // Fused optimizer updates (formulas in mpt/optim_ops.hpp): var (float32 or 16-bit) and the
+  // float32 slots are updated in place in one pass; optional slots are null when unused.
+  virtual void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
+                          double momentum_coef, bool nesterov) = 0;
+  virtual void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat,
+                           double alpha, double beta_1, double beta_2, double epsilon,
+                           double decay) = 0;
+  virtual void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity,
+                              Tensor* average_grad, Tensor* momentum, double lr, double rho,
+                              double momentum_coef, double epsilon) = 0;
+  /// out[i] = grads[i] * inv_scale (outs float32, pre-allocated; undefined grads skipped);
+  /// true when any element of any out is inf or NaN.
+  virtual bool unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
+                                 std::vector<Tensor>& outs) = 0;
 };
 
 namespace detail {

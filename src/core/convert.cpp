@@ -1,5 +1,6 @@
 #include "core/convert.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -29,9 +30,20 @@ template <class T> double to_double(T v) {
   else
     return static_cast<double>(v);
 }
+// double -> float rounding to odd (23 fraction bits keep a sticky last bit), so that the
+// following rounding to float16/bfloat16 equals rounding v directly, not twice.
+float to_float_round_odd(double v) {
+  float f = static_cast<float>(v);
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if (std::isfinite(v) && static_cast<double>(f) != v && (bits & 1u) == 0)
+    f = std::nextafter(f, v > static_cast<double>(f) ? INFINITY : -INFINITY);
+  return f;
+}
+
 template <class T> T from_double(double v) {
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16_t>)
-    return T(static_cast<float>(v));
+    return T(to_float_round_odd(v));
   else if constexpr (std::is_same_v<T, bool>)
     return v != 0.0;
   else

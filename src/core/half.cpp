@@ -1,5 +1,6 @@
 #include "mpt/half.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <string_view>
@@ -118,65 +119,56 @@ Isa active_isa() {
 #define MPT_F16C __attribute__((target("avx2,f16c")))
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
-MPT_AVX512 void f2h_avx512(const float* src, std::uint16_t* dst, std::size_t n) {
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), kRne));
-  if (i < n) {  // masked loads do not fault on the lanes past the end
-    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    _mm256_mask_storeu_epi16(dst + i, k, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, src + i), kRne));
-  }
+// Elements before the float side reaches an `align`-byte boundary. Unaligned full-width accesses
+// straddle two cache lines every time (64 bytes) or every other time (32 bytes); on large arrays
+// split 64-byte stores measured 10-20% slower (malloc gives 16-byte alignment).
+std::size_t head_to_align(const float* p, std::size_t align, std::size_t n) {
+  const std::size_t off = reinterpret_cast<std::uintptr_t>(p) % align;
+  return off == 0 ? 0 : std::min(n, (align - off) / sizeof(float));
 }
 
-MPT_AVX512 void h2f_avx512(const std::uint16_t* src, float* dst, std::size_t n) {
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
-  if (i < n) {
-    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, src + i)));
-  }
+constexpr __mmask16 lanes(std::size_t count) { return static_cast<__mmask16>((1u << count) - 1u); }
+
+// 16 lanes under mask k: masked loads and stores neither fault on nor touch the lanes left out.
+MPT_AVX512 void f2h16(const float* s, std::uint16_t* d, __mmask16 k) {
+  _mm256_mask_storeu_epi16(d, k, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, s), kRne));
+}
+
+MPT_AVX512 void h2f16(const std::uint16_t* s, float* d, __mmask16 k) {
+  _mm512_mask_storeu_ps(d, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, s)));
 }
 
 // VCVTNEPS2BF16 would flush float32 denormals, so this is the scalar formula in 16 lanes.
-MPT_AVX512 __m256i f2bf_avx512_vec(__m512i x) {
+MPT_AVX512 void f2bf16(const float* s, std::uint16_t* d, __mmask16 k) {
+  const __m512i x = _mm512_maskz_loadu_epi32(k, s);
   const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
                                                 _mm512_set1_epi32(0x7f800000));
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), odd), 16);
   r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(r);
+  _mm256_mask_storeu_epi16(d, k, _mm512_cvtepi32_epi16(r));
 }
 
-MPT_AVX512 void f2bf_avx512(const float* src, std::uint16_t* dst, std::size_t n) {
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), f2bf_avx512_vec(_mm512_loadu_si512(src + i)));
-  if (i < n) {
-    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    _mm256_mask_storeu_epi16(dst + i, k, f2bf_avx512_vec(_mm512_maskz_loadu_epi32(k, src + i)));
-  }
-}
-
-MPT_AVX512 __m512 bf2f_avx512_vec(__m256i b) {
-  const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16);
+MPT_AVX512 void bf2f16(const std::uint16_t* s, float* d, __mmask16 k) {
+  const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, s)), 16);
   const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
                                                 _mm512_set1_epi32(0x7f800000));
-  return _mm512_castsi512_ps(_mm512_mask_or_epi32(x, nan, x, _mm512_set1_epi32(0x400000)));
+  _mm512_mask_storeu_epi32(d, k, _mm512_mask_or_epi32(x, nan, x, _mm512_set1_epi32(0x400000)));
 }
 
-MPT_AVX512 void bf2f_avx512(const std::uint16_t* src, float* dst, std::size_t n) {
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(dst + i, bf2f_avx512_vec(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
-  if (i < n) {
-    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_ps(dst + i, k, bf2f_avx512_vec(_mm256_maskz_loadu_epi16(k, src + i)));
-  }
+// Masked head up to the float side's 64-byte boundary, full blocks, masked tail.
+template <class Src, class Dst, void (*Block)(const Src*, Dst*, __mmask16)>
+MPT_AVX512 void run_avx512(const Src* src, Dst* dst, std::size_t n, const float* float_side) {
+  const std::size_t head = head_to_align(float_side, 64, n);
+  Block(src, dst, lanes(head));
+  std::size_t i = head;
+  for (; i + 16 <= n; i += 16) Block(src + i, dst + i, 0xffff);
+  Block(src + i, dst + i, lanes(n - i));
 }
 
 MPT_F16C void f2h_f16c(const float* src, std::uint16_t* dst, std::size_t n) {
   std::size_t i = 0;
+  for (const std::size_t head = head_to_align(src, 32, n); i < head; ++i) dst[i] = float_to_half_bits(src[i]);
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), kRne));
   for (; i < n; ++i) dst[i] = float_to_half_bits(src[i]);
@@ -184,6 +176,7 @@ MPT_F16C void f2h_f16c(const float* src, std::uint16_t* dst, std::size_t n) {
 
 MPT_F16C void h2f_f16c(const std::uint16_t* src, float* dst, std::size_t n) {
   std::size_t i = 0;
+  for (const std::size_t head = head_to_align(dst, 32, n); i < head; ++i) dst[i] = half_bits_to_float(src[i]);
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   for (; i < n; ++i) dst[i] = half_bits_to_float(src[i]);
@@ -200,6 +193,7 @@ MPT_F16C __m256i f2bf_avx2_vec(__m256i x) {
 
 MPT_F16C void f2bf_f16c(const float* src, std::uint16_t* dst, std::size_t n) {
   std::size_t i = 0;
+  for (const std::size_t head = head_to_align(src, 32, n); i < head; ++i) dst[i] = float_to_bfloat16_bits(src[i]);
   for (; i + 16 <= n; i += 16) {
     const __m256i lo = f2bf_avx2_vec(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
     const __m256i hi = f2bf_avx2_vec(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 8)));
@@ -211,6 +205,7 @@ MPT_F16C void f2bf_f16c(const float* src, std::uint16_t* dst, std::size_t n) {
 
 MPT_F16C void bf2f_f16c(const std::uint16_t* src, float* dst, std::size_t n) {
   std::size_t i = 0;
+  for (const std::size_t head = head_to_align(dst, 32, n); i < head; ++i) dst[i] = bfloat16_bits_to_float(src[i]);
   for (; i + 8 <= n; i += 8) {
     const __m256i x = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))), 16);
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
@@ -227,7 +222,7 @@ MPT_F16C void bf2f_f16c(const std::uint16_t* src, float* dst, std::size_t n) {
 void float_to_half(const float* src, std::uint16_t* dst, std::size_t n) {
 #ifdef MPT_HALF_X86
   switch (active_isa()) {
-    case Isa::avx512: return f2h_avx512(src, dst, n);
+    case Isa::avx512: return run_avx512<float, std::uint16_t, f2h16>(src, dst, n, src);
     case Isa::f16c: return f2h_f16c(src, dst, n);
     case Isa::portable: break;
   }
@@ -238,7 +233,7 @@ void float_to_half(const float* src, std::uint16_t* dst, std::size_t n) {
 void half_to_float(const std::uint16_t* src, float* dst, std::size_t n) {
 #ifdef MPT_HALF_X86
   switch (active_isa()) {
-    case Isa::avx512: return h2f_avx512(src, dst, n);
+    case Isa::avx512: return run_avx512<std::uint16_t, float, h2f16>(src, dst, n, dst);
     case Isa::f16c: return h2f_f16c(src, dst, n);
     case Isa::portable: break;
   }
@@ -249,7 +244,7 @@ void half_to_float(const std::uint16_t* src, float* dst, std::size_t n) {
 void float_to_bfloat16(const float* src, std::uint16_t* dst, std::size_t n) {
 #ifdef MPT_HALF_X86
   switch (active_isa()) {
-    case Isa::avx512: return f2bf_avx512(src, dst, n);
+    case Isa::avx512: return run_avx512<float, std::uint16_t, f2bf16>(src, dst, n, src);
     case Isa::f16c: return f2bf_f16c(src, dst, n);
     case Isa::portable: break;
   }
@@ -260,7 +255,7 @@ void float_to_bfloat16(const float* src, std::uint16_t* dst, std::size_t n) {
 void bfloat16_to_float(const std::uint16_t* src, float* dst, std::size_t n) {
 #ifdef MPT_HALF_X86
   switch (active_isa()) {
-    case Isa::avx512: return bf2f_avx512(src, dst, n);
+    case Isa::avx512: return run_avx512<std::uint16_t, float, bf2f16>(src, dst, n, dst);
     case Isa::f16c: return bf2f_f16c(src, dst, n);
     case Isa::portable: break;
   }

@@ -20,6 +20,10 @@ std::atomic<std::uint64_t> g_next_id{1};
 
 std::shared_ptr<TensorImpl> new_impl(const Shape& shape, DType dtype, Device device) {
   for (auto d : shape) MPT_CHECK(d >= 0, "Tensor: negative dimension in shape ", to_string(shape));
+  // Checked here too because zero-sized tensors never reach the allocator.
+  MPT_CHECK(device.is_cpu() || (device.index >= 0 && device.index < cuda::device_count()),
+            "Tensor: device ", device.str(), " does not exist (", cuda::device_count(), " GPUs",
+            cuda::device_count() == 0 ? "; " + cuda::unavailable_reason() : std::string(), ")");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(
       static_cast<std::size_t>(numel_of(shape)) * itemsize(dtype), device);

@@ -28,6 +28,12 @@ Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tens
   return out;
 }
 
+/// Output in a's dtype; checked before a.dtype() is read, so an undefined a is named.
+Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) {
+  check_compatible(name, a, b);
+  return binary_forward(name, op, a, b, a.dtype());
+}
+
 Tensor compare(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) {
   return binary_forward(name, op, a, b, bool_);
 }
@@ -35,7 +41,7 @@ Tensor compare(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) 
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("add", BinaryOp::Add, a, b, a.dtype());
+  Tensor out = binary_forward("add", BinaryOp::Add, a, b);
   autograd::record("add", {a, b}, {&out}, [sa = a.shape(), sb = b.shape()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{sum_to(g[0], sa), sum_to(g[0], sb)};
   });
@@ -43,7 +49,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("sub", BinaryOp::Sub, a, b, a.dtype());
+  Tensor out = binary_forward("sub", BinaryOp::Sub, a, b);
   autograd::record("sub", {a, b}, {&out}, [sa = a.shape(), sb = b.shape()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{sum_to(g[0], sa), sum_to(neg(g[0]), sb)};
   });
@@ -51,7 +57,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("mul", BinaryOp::Mul, a, b, a.dtype());
+  Tensor out = binary_forward("mul", BinaryOp::Mul, a, b);
   autograd::record("mul", {a, b}, {&out}, [a, b](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{sum_to(mul(g[0], b), a.shape()), sum_to(mul(g[0], a), b.shape())};
   });
@@ -63,7 +69,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
     Tensor zeros = equal(b, Tensor::scalar(0, b.dtype(), b.device())).to(int64);
     MPT_CHECK(sum(zeros).item() == 0, "div: integer division by zero (divisor ", describe(b), ")");
   }
-  Tensor out = binary_forward("div", BinaryOp::Div, a, b, a.dtype());
+  Tensor out = binary_forward("div", BinaryOp::Div, a, b);
   autograd::record("div", {a, b}, {&out}, [a, b](const std::vector<Tensor>& g) {
     Tensor ga = div(g[0], b);
     return std::vector<Tensor>{sum_to(ga, a.shape()), sum_to(neg(mul(ga, div(a, b))), b.shape())};
@@ -73,7 +79,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   check_floating("pow", a);
-  Tensor out = binary_forward("pow", BinaryOp::Pow, a, b, a.dtype());
+  Tensor out = binary_forward("pow", BinaryOp::Pow, a, b);
   autograd::record("pow", {a, b}, {&out}, [a, b, y = out.detach()](const std::vector<Tensor>& g) {
     // d/da = b a^(b-1); d/db = log(a) a^b (taken as 0 where a <= 0, as TensorFlow does)
     Tensor one = Tensor::scalar(1, a.dtype(), a.device());
@@ -93,7 +99,7 @@ Tensor pow(const Tensor& a, double exponent) {
 
 namespace {
 Tensor extremum(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(name, op, a, b, a.dtype());
+  Tensor out = binary_forward(name, op, a, b);
   autograd::record(name, {a, b}, {&out}, [a, b, op](const std::vector<Tensor>& g) {
     // The gradient goes to the selected operand; ties go to the first, as in TensorFlow.
     Tensor pick_a = op == BinaryOp::Maximum ? greater_equal(a, b) : less_equal(a, b);

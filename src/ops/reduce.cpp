@@ -97,6 +97,7 @@ Tensor argmax(const Tensor& x, std::int64_t axis) {
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
+  check_defined("sum_to", x);
   if (x.shape() == shape) return x;
   const std::int64_t lead = x.dim() - static_cast<std::int64_t>(shape.size());
   MPT_CHECK(lead >= 0, "sum_to: cannot sum ", describe(x), " to shape ", to_string(shape));

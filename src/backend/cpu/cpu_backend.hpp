@@ -30,6 +30,16 @@ class CpuBackend final : public Backend {
   void transpose(const Tensor& x, const std::vector<std::int64_t>& perm, Tensor& out) override;
   void one_hot(const Tensor& indices, Tensor& out) override;
   bool has_nonfinite(const Tensor& x) override;
+  void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
+                  double momentum_coef, bool nesterov) override;
+  void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat,
+                   double alpha, double beta_1, double beta_2, double epsilon,
+                   double decay) override;
+  void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
+                      Tensor* momentum, double lr, double rho, double momentum_coef,
+                      double epsilon) override;
+  bool unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
+                         std::vector<Tensor>& outs) override;
 };
 
 }  // namespace mpt::cpu

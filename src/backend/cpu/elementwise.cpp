@@ -101,6 +101,13 @@ C gelu_grad(C x) {
 }  // namespace
 
 void CpuBackend::fill(Tensor& out, double value) {
+  if (is_half(out.dtype())) {  // one rounding from double, then replicate the bit pattern
+    std::uint16_t bits;
+    detail::convert(&value, float64, &bits, out.dtype(), 1);
+    auto* p = static_cast<std::uint16_t*>(out.data_ptr());
+    parallel_for(out.numel(), kGrain, [&](std::int64_t b, std::int64_t e) { std::fill(p + b, p + e, bits); });
+    return;
+  }
   with_compute_type(out.dtype(), [&](auto c) {
     using C = decltype(c);
     const C v = static_cast<C>(value);

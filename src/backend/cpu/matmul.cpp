@@ -1,6 +1,8 @@
 // GEMM through oneDNN's matmul primitive (bias and activation fused as post-ops).
 // float32 and bfloat16 run natively; float16 computes in float32 (F16C conversions) and
 // rounds back; float64 (gradient checks only) uses a plain loop.
+#include <omp.h>
+
 #include <cmath>
 #include <cstdio>
 
@@ -50,12 +52,16 @@ void dnnl_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tenso
   const std::int64_t bo = std::max(g.batch_a, g.batch_b);
   using dims = dnnl::memory::dims;
   const DType dt = a.dtype(), bias_dt = bias.defined() ? bias.dtype() : dt;
+  // oneDNN fixes a primitive's thread partition when it is created (from omp_get_max_threads()),
+  // so the thread count is part of the key: after set_num_threads a cached primitive would
+  // otherwise keep running on the old count (e.g. 1 thread when 2 are allowed).
+  const int nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
   char key[256];
-  std::snprintf(key, sizeof key, "%lld,%lld,%lld,%lld,%lld,%d,%d,%d,%d,%d,%d",
+  std::snprintf(key, sizeof key, "%lld,%lld,%lld,%lld,%lld,%d,%d,%d,%d,%d,%d,t%d",
                 static_cast<long long>(g.batch_a), static_cast<long long>(g.batch_b),
                 static_cast<long long>(g.m), static_cast<long long>(g.n),
                 static_cast<long long>(g.k), ta, tb, static_cast<int>(dt),
-                bias.defined(), static_cast<int>(bias_dt), static_cast<int>(act));
+                bias.defined(), static_cast<int>(bias_dt), static_cast<int>(act), nthr);
   const dims a_dims{g.batch_a, g.m, g.k}, b_dims{g.batch_b, g.k, g.n}, c_dims{bo, g.m, g.n};
   const dims a_strides = ta ? dims{g.m * g.k, 1, g.m} : dims{g.m * g.k, g.k, 1};
   const dims b_strides = tb ? dims{g.k * g.n, 1, g.k} : dims{g.k * g.n, g.n, 1};

@@ -1,0 +1,132 @@
+#pragma once
+/// Callbacks for fit: EarlyStopping, LambdaCallback, CSVLogger, and the progress bar that
+/// fit adds by itself for verbose > 0.
+///
+///   model.fit(x, y, {.epochs = 50, .callbacks = {mpt::callbacks::EarlyStopping(
+///                        {.monitor = "val_loss", .patience = 3, .restore_best_weights = true})}});
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpt/tensor.hpp"
+
+namespace mpt {
+class Model;
+using Logs = std::map<std::string, double>;
+}  // namespace mpt
+
+namespace mpt::callbacks {
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_begin(const Logs& logs) {}
+  virtual void on_train_end(const Logs& logs) {}
+  virtual void on_epoch_begin(int epoch, const Logs& logs) {}
+  virtual void on_epoch_end(int epoch, Logs& logs) {}
+  virtual void on_train_batch_begin(std::int64_t batch, const Logs& logs) {}
+  virtual void on_train_batch_end(std::int64_t batch, const Logs& logs) {}
+  virtual void on_test_begin(const Logs& logs) {}
+  virtual void on_test_end(const Logs& logs) {}
+  /// Set by fit before on_train_begin.
+  void set_model(Model* model) { model_ = model; }
+  Model* model() const { return model_; }
+
+ private:
+  Model* model_ = nullptr;
+};
+
+/// A callback argument: an object (moved in) or a shared one.
+class CallbackArg {
+ public:
+  CallbackArg(std::shared_ptr<Callback> c) : ptr_(std::move(c)) {}  // NOLINT
+  template <class C>
+    requires std::derived_from<std::decay_t<C>, Callback>
+  CallbackArg(C&& c) : ptr_(std::make_shared<std::decay_t<C>>(std::forward<C>(c))) {}  // NOLINT
+  const std::shared_ptr<Callback>& get() const { return ptr_; }
+
+ private:
+  std::shared_ptr<Callback> ptr_;
+};
+
+struct EarlyStoppingOptions {
+  std::string monitor = "val_loss";
+  double min_delta = 0.0;
+  int patience = 0;
+  int verbose = 0;
+  std::string mode = "auto";  ///< min, max, or auto (max for accuracy-like names)
+  std::optional<double> baseline = std::nullopt;
+  bool restore_best_weights = false;
+  int start_from_epoch = 0;
+};
+class EarlyStopping : public Callback {
+ public:
+  explicit EarlyStopping(EarlyStoppingOptions o = {});
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  void on_train_end(const Logs& logs) override;
+  int stopped_epoch() const { return stopped_epoch_; }
+  int best_epoch() const { return best_epoch_; }
+
+ private:
+  bool improved(double value, double reference) const;
+  EarlyStoppingOptions o_;
+  bool maximize_ = false;
+  int wait_ = 0, stopped_epoch_ = 0, best_epoch_ = 0;
+  double best_ = 0;
+  std::vector<Tensor> best_weights_;
+};
+
+struct LambdaCallback : public Callback {
+  std::function<void(const Logs&)> train_begin, train_end;
+  std::function<void(int, const Logs&)> epoch_begin, epoch_end;
+  std::function<void(std::int64_t, const Logs&)> batch_begin, batch_end;
+
+  void on_train_begin(const Logs& l) override { if (train_begin) train_begin(l); }
+  void on_train_end(const Logs& l) override { if (train_end) train_end(l); }
+  void on_epoch_begin(int e, const Logs& l) override { if (epoch_begin) epoch_begin(e, l); }
+  void on_epoch_end(int e, Logs& l) override { if (epoch_end) epoch_end(e, l); }
+  void on_train_batch_begin(std::int64_t b, const Logs& l) override { if (batch_begin) batch_begin(b, l); }
+  void on_train_batch_end(std::int64_t b, const Logs& l) override { if (batch_end) batch_end(b, l); }
+};
+
+struct CSVLoggerOptions {
+  char separator = ',';
+  bool append = false;
+};
+/// Writes "epoch,<log keys sorted>" then one row per epoch.
+class CSVLogger : public Callback {
+ public:
+  explicit CSVLogger(std::string filename, CSVLoggerOptions o = {});
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  std::string filename_;
+  CSVLoggerOptions o_;
+  std::vector<std::string> keys_;
+  bool header_written_ = false;
+};
+
+/// Keras's progress bar: verbose 1 = a live bar with ETA and time per step; 2 = one line per
+/// epoch. fit adds it itself.
+class ProgbarLogger : public Callback {
+ public:
+  ProgbarLogger(int verbose, std::int64_t steps, int epochs);
+  void on_epoch_begin(int epoch, const Logs& logs) override;
+  void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  void render(std::int64_t current, const Logs& logs, bool final);
+  int verbose_;
+  std::int64_t steps_;
+  int epochs_;
+  double start_ = 0, last_render_ = 0;
+  bool tty_;
+};
+
+}  // namespace mpt::callbacks

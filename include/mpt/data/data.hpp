@@ -1,0 +1,105 @@
+#pragma once
+/// Data: the Fashion-MNIST / MNIST IDX readers and batching with a seeded shuffle.
+///
+///   auto data = mpt::datasets::fashion_mnist::load();   // x: float32 [N,28,28,1] in [0,1]
+///   for (auto [x, y] : mpt::data::batches(data.x_train, data.y_train,
+///                                         {.batch_size = 128, .shuffle = true, .seed = 1})) { ... }
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpt/tensor.hpp"
+
+namespace mpt {
+
+namespace io {
+/// Reads an IDX file (optionally gzip-compressed; detected from its bytes): uint8 images
+/// [N, rows, cols] or labels [N], or any IDX type (uint8/int8/int16/int32/float32/float64),
+/// returned as a CPU tensor of the matching dtype (int8/int16 widen to int32). 1 to 8
+/// dimensions; a size-0 dimension gives an empty tensor. The file must hold exactly the
+/// bytes its header declares: missing, unreadable, truncated, malformed or corrupt-gzip files
+/// and trailing bytes after the data are an mpt::Error naming the file and what is wrong
+/// (bytes after the end of a gzip stream are ignored, as zlib does). A corrupt header never
+/// causes a large allocation: sizes are checked against what the file can hold first.
+Tensor read_idx(const std::string& path);
+}  // namespace io
+
+namespace datasets {
+
+struct Dataset {
+  Tensor x_train, y_train, x_test, y_test;
+};
+
+namespace fashion_mnist {
+/// Where load() looks: $MPT_FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist (the
+/// Debian package dataset-fashion-mnist).
+std::string default_dir();
+/// x_*: float32 [N, 28, 28, 1] scaled to [0, 1] (x / 255); y_*: int32 [N] in [0, 9]; on
+/// default_device(). Reads train-images-idx3-ubyte, train-labels-idx1-ubyte,
+/// t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, each with or without ".gz" (an empty
+/// `dir` means default_dir()). A missing file is an mpt::Error that says how to get it
+/// (apt-get install dataset-fashion-mnist, or MPT_FASHION_MNIST_DIR); image/label count
+/// mismatches, images that are not 28x28 and labels above 9 are errors too.
+Dataset load(const std::string& dir = "");
+}  // namespace fashion_mnist
+
+namespace mnist {
+/// The same IDX layout, files and checks as Fashion-MNIST, from `dir`
+/// (train-images-idx3-ubyte[.gz], ...).
+Dataset load(const std::string& dir);
+}  // namespace mnist
+
+}  // namespace datasets
+
+namespace data {
+
+/// Rows of x at `indices` along the first axis (a new tensor on x's device, of x's dtype,
+/// shape [indices.size(), x.shape()[1:]...]; not recorded on a tape). Indices may repeat and
+/// must lie in [0, x.shape()[0]) (mpt::Error otherwise). The gather fit and batches use.
+Tensor take_rows(const Tensor& x, const std::vector<std::int64_t>& indices);
+
+struct BatchOptions {
+  std::int64_t batch_size = 32;  ///< must be positive
+  bool shuffle = false;
+  std::uint64_t seed = 0;   ///< shuffles reproduce for the same seed, on every machine
+  bool drop_remainder = false;
+  /// Where batches are delivered; unset: the device the data is on.
+  std::optional<Device> device = std::nullopt;
+};
+
+/// Iterable over (x, y) batches of the first axis; the last batch may be smaller unless
+/// drop_remainder. The shuffle order is drawn once, at construction, from `seed` (iterating
+/// twice gives the same batches: make a new Batches with another seed for the next epoch).
+/// Unshuffled batches are views of the data (no copy); shuffled ones are gathered copies.
+class Batches {
+ public:
+  Batches(Tensor x, Tensor y, BatchOptions options);
+  struct Iterator {
+    const Batches* owner;
+    std::int64_t index;
+    std::pair<Tensor, Tensor> operator*() const;
+    Iterator& operator++() { ++index; return *this; }
+    bool operator!=(const Iterator& o) const { return index != o.index; }
+  };
+  Iterator begin() const { return {this, 0}; }
+  Iterator end() const { return {this, size()}; }
+  /// Number of batches.
+  std::int64_t size() const;
+  std::pair<Tensor, Tensor> batch(std::int64_t i) const;
+
+ private:
+  Tensor x_, y_;
+  BatchOptions o_;
+  std::vector<std::int64_t> order_;  // empty: in order
+};
+
+/// x and y must have the same first dimension (mpt::Error otherwise); y may be undefined.
+Batches batches(const Tensor& x, const Tensor& y, BatchOptions options = {});
+
+/// A permutation of [0, n) from `seed` (the same on every machine).
+std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed);
+
+}  // namespace data
+}  // namespace mpt

@@ -1,0 +1,61 @@
+#pragma once
+/// Core layers, created like Keras's: layers::Dense(128, {.activation = "relu"}).
+///
+///   namespace layers = mpt::layers;
+///   mpt::Sequential model({layers::Input({28, 28, 1}), layers::Flatten(),
+///                          layers::Dense(128, {.activation = "relu"}), layers::Dropout(0.2),
+///                          layers::Dense(10), layers::Activation("softmax")});
+#include <optional>
+#include <string>
+
+#include "mpt/layers/layer.hpp"
+
+namespace mpt::layers {
+
+using PolicyArg = std::optional<mixed_precision::Policy>;
+
+/// The input of a Sequential model: per-example shape (no batch dimension).
+struct InputOptions {
+  std::string name = "";
+};
+LayerRef Input(const Shape& shape, InputOptions options = {});
+/// The per-example shape of an Input layer; empty for any other layer.
+Shape input_layer_shape(const Layer& layer);
+
+struct DenseOptions {
+  std::string activation = "linear";
+  bool use_bias = true;
+  std::string kernel_initializer = "glorot_uniform";
+  std::string bias_initializer = "zeros";
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+LayerRef Dense(std::int64_t units, DenseOptions options = {});
+
+struct LayerOptions {
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+/// linear, relu, sigmoid, tanh, softmax, gelu, silu.
+LayerRef Activation(const std::string& activation, LayerOptions options = {});
+
+struct SoftmaxOptions {
+  std::int64_t axis = -1;
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+LayerRef Softmax(SoftmaxOptions options = {});
+LayerRef ReLU(LayerOptions options = {});
+LayerRef Flatten(LayerOptions options = {});
+/// target_shape: per-example (no batch dimension); one entry may be -1.
+LayerRef Reshape(const Shape& target_shape, LayerOptions options = {});
+
+struct DropoutOptions {
+  std::optional<std::uint64_t> seed = std::nullopt;  ///< default: drawn from set_random_seed's stream
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+/// Drops `rate` of the inputs in training (scaling the rest by 1/(1-rate)); identity in inference.
+LayerRef Dropout(double rate, DropoutOptions options = {});
+
+}  // namespace mpt::layers

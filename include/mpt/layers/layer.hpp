@@ -1,0 +1,141 @@
+#pragma once
+/// The Layer base: lazy build from the first input shape, the dtype policy (floating inputs
+/// cast to the compute dtype, variables stored in the variable dtype and read in the compute
+/// dtype), variables, names and shape errors that name the layer. A user-defined layer
+/// overrides build and call only:
+///
+///   class Scale : public mpt::Layer {
+///    public:
+///     Scale() : Layer("Scale") {}
+///     void build(const mpt::Shape& input_shape) override {
+///       w_ = add_weight("w", {input_shape.back()}, "ones");
+///     }
+///     mpt::Tensor call(const mpt::Tensor& x, bool training) override {
+///       return mpt::ops::mul(x, read(w_));
+///     }
+///    private:
+///     mpt::Variable w_;
+///   };
+///   model.add(std::make_shared<Scale>());
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpt/mixed_precision/policy.hpp"
+#include "mpt/tensor.hpp"
+#include "mpt/variable.hpp"
+
+namespace mpt {
+
+struct CallOptions {
+  bool training = false;
+};
+
+/// Sets the seed every later initializer and Dropout draws from (keras.utils.set_random_seed).
+void set_random_seed(std::uint64_t seed);
+namespace detail {
+std::uint64_t next_seed();
+}
+
+/// Initial values by Keras initializer name: zeros, ones, glorot_uniform, glorot_normal,
+/// he_normal, he_uniform, lecun_normal, lecun_uniform, random_normal (stddev 0.05),
+/// random_uniform (+-0.05). Fans follow Keras (dense: [in, out]; conv: kernel dims).
+Tensor initialize(const std::string& initializer, const Shape& shape, DType dtype, std::uint64_t seed);
+
+class Layer {
+ public:
+  /// class_name: "Dense", ...; dtype: a policy (name or Policy) overriding the global one.
+  explicit Layer(std::string class_name, std::optional<mixed_precision::Policy> dtype = std::nullopt,
+                 std::string name = "");
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  /// Builds on the first call, casts floating inputs to the compute dtype, then call().
+  Tensor operator()(const Tensor& x, CallOptions options = {});
+  /// Several inputs (merge layers override call_multi).
+  Tensor operator()(const std::vector<Tensor>& xs, CallOptions options = {});
+
+  /// input_shape includes the batch dimension (the first input's).
+  virtual void build(const Shape& input_shape) {}
+  virtual Tensor call(const Tensor& x, bool training) = 0;
+  /// Merge layers (Add, Concatenate) take several inputs; others reject them.
+  virtual void build_multi(const std::vector<Shape>& input_shapes);
+  virtual Tensor call_multi(const std::vector<Tensor>& xs, bool training);
+  /// Whether this layer ends in a softmax (compile forces such a final layer to float32).
+  virtual bool ends_in_softmax() const { return false; }
+  /// Keras config entries for summaries and checkpoints (e.g. {"units", "128"}).
+  virtual std::vector<std::pair<std::string, std::string>> config() const { return {}; }
+
+  const std::string& name() const { return name_; }
+  void set_name(const std::string& name);
+  /// True when the name was given by the user (models do not rename such layers).
+  bool has_user_name() const { return user_name_; }
+  const std::string& class_name() const { return class_name_; }
+  const mixed_precision::Policy& dtype_policy() const { return policy_; }
+  void set_dtype_policy(const mixed_precision::Policy& policy) { policy_ = policy; }
+  DType compute_dtype() const { return policy_.compute_dtype(); }
+  DType variable_dtype() const { return policy_.variable_dtype(); }
+  bool built() const { return built_; }
+  bool trainable() const { return trainable_; }
+  void set_trainable(bool on);
+
+  std::vector<Variable> variables() const { return variables_; }
+  std::vector<Variable> trainable_variables() const;
+  std::vector<Variable> non_trainable_variables() const;
+  std::int64_t count_params() const;
+  /// Output shape of the last call, batch dimension included (empty before any call).
+  const Shape& output_shape() const { return output_shape_; }
+  const Shape& input_shape() const { return input_shape_; }
+
+ protected:
+  /// Creates a variable in the variable dtype, named "<layer>/<name>".
+  Variable add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
+                      bool trainable = true);
+  /// A variable in the compute dtype (cached cast; gradient flows back in float32).
+  Tensor read(const Variable& v) const { return v.read(compute_dtype()); }
+  /// Throws mpt::Error "<Class> '<name>': <message>".
+  template <class... Args>
+  [[noreturn]] void error(const Args&... args) const {
+    fail(class_name_, " '", name_, "': ", args...);
+  }
+  /// Checks the input rank and (when >= 0) the last dimension, naming this layer.
+  void check_input(const Tensor& x, std::int64_t min_rank, std::int64_t last_dim = -1) const;
+
+ private:
+  Tensor cast_input(const Tensor& x) const;
+  std::string class_name_, name_;
+  bool user_name_ = false;
+  mixed_precision::Policy policy_;
+  bool built_ = false, trainable_ = true;
+  std::vector<Variable> variables_;
+  Shape input_shape_, output_shape_;
+};
+
+/// A shared handle to a layer: what layers::Dense(...) returns and models hold. Calling it
+/// calls the layer; copies share the layer (as Python references do).
+class LayerRef {
+ public:
+  LayerRef() = default;
+  template <class L>
+    requires std::derived_from<L, Layer>
+  LayerRef(std::shared_ptr<L> layer) : ptr_(std::move(layer)) {}  // NOLINT
+  Tensor operator()(const Tensor& x, CallOptions options = {}) const { return (*ptr_)(x, options); }
+  Tensor operator()(const std::vector<Tensor>& xs, CallOptions options = {}) const { return (*ptr_)(xs, options); }
+  Layer* operator->() const { return ptr_.get(); }
+  Layer& operator*() const { return *ptr_; }
+  const std::shared_ptr<Layer>& ptr() const { return ptr_; }
+  explicit operator bool() const { return ptr_ != nullptr; }
+
+ private:
+  std::shared_ptr<Layer> ptr_;
+};
+
+/// "(None, 28, 28, 1)" for a per-example shape {28, 28, 1}.
+std::string batch_shape_string(const Shape& per_example);
+
+/// "Dense" -> "dense", "BatchNormalization" -> "batch_normalization".
+std::string to_snake_case(const std::string& class_name);
+
+}  // namespace mpt

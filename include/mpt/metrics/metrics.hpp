@@ -1,0 +1,122 @@
+#pragma once
+/// Metrics: running means over an epoch, computed in float32. "accuracy" resolves as in Keras
+/// (sparse / categorical / binary from the loss and the label shape).
+///
+///   mpt::metrics::SparseCategoricalAccuracy acc;
+///   acc.update_state(y_true, y_pred);
+///   double a = acc.result();
+///   acc.reset_state();
+#include <concepts>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "mpt/tensor.hpp"
+
+namespace mpt::metrics {
+
+class Metric {
+ public:
+  explicit Metric(std::string name) : name_(std::move(name)) {}
+  virtual ~Metric() = default;
+  virtual void update_state(const Tensor& y_true, const Tensor& y_pred) = 0;
+  virtual double result() const = 0;
+  virtual void reset_state() = 0;
+  virtual std::shared_ptr<Metric> clone() const = 0;
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+ private:
+  std::string name_;
+};
+
+/// A running (weighted) mean of per-example values.
+class Mean : public Metric {
+ public:
+  explicit Mean(std::string name = "mean") : Metric(std::move(name)) {}
+  /// Adds every element of `values` (any float dtype) to the mean.
+  void update(const Tensor& values);
+  void update(double value, double weight = 1.0);
+  void update_state(const Tensor&, const Tensor& y_pred) override { update(y_pred); }
+  double result() const override { return count_ > 0 ? total_ / count_ : 0.0; }
+  void reset_state() override { total_ = count_ = 0; }
+  std::shared_ptr<Metric> clone() const override { return std::make_shared<Mean>(name()); }
+
+ private:
+  double total_ = 0, count_ = 0;
+};
+
+/// Mean of fn(y_true, y_pred) per example.
+class MeanMetricWrapper : public Mean {
+ public:
+  using Fn = Tensor (*)(const Tensor& y_true, const Tensor& y_pred);
+  MeanMetricWrapper(std::string name, Fn fn) : Mean(std::move(name)), fn_(fn) {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override { update(fn_(y_true, y_pred)); }
+  std::shared_ptr<Metric> clone() const override { return std::make_shared<MeanMetricWrapper>(name(), fn_); }
+
+ private:
+  Fn fn_;
+};
+
+// Per-example functions (float32 results).
+Tensor sparse_categorical_accuracy(const Tensor& y_true, const Tensor& y_pred);
+Tensor categorical_accuracy(const Tensor& y_true, const Tensor& y_pred);
+Tensor binary_accuracy(const Tensor& y_true, const Tensor& y_pred);  ///< threshold 0.5
+Tensor mean_absolute_error(const Tensor& y_true, const Tensor& y_pred);
+Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred);
+
+class SparseCategoricalAccuracy : public MeanMetricWrapper {
+ public:
+  explicit SparseCategoricalAccuracy(std::string name = "sparse_categorical_accuracy")
+      : MeanMetricWrapper(std::move(name), sparse_categorical_accuracy) {}
+};
+class CategoricalAccuracy : public MeanMetricWrapper {
+ public:
+  explicit CategoricalAccuracy(std::string name = "categorical_accuracy")
+      : MeanMetricWrapper(std::move(name), categorical_accuracy) {}
+};
+class BinaryAccuracy : public MeanMetricWrapper {
+ public:
+  explicit BinaryAccuracy(std::string name = "binary_accuracy")
+      : MeanMetricWrapper(std::move(name), binary_accuracy) {}
+};
+class MeanAbsoluteError : public MeanMetricWrapper {
+ public:
+  explicit MeanAbsoluteError(std::string name = "mean_absolute_error")
+      : MeanMetricWrapper(std::move(name), mean_absolute_error) {}
+};
+class MeanSquaredError : public MeanMetricWrapper {
+ public:
+  explicit MeanSquaredError(std::string name = "mean_squared_error")
+      : MeanMetricWrapper(std::move(name), mean_squared_error) {}
+};
+
+/// By Keras name: accuracy / acc (resolved with `loss_name` and the label/prediction shapes
+/// like Keras: sparse when labels have one value per example, binary when the prediction has
+/// one unit or the loss is binary_crossentropy, else categorical; with the shapes left empty the
+/// loss alone decides, categorical by default), sparse_categorical_accuracy,
+/// categorical_accuracy, binary_accuracy, mae / mean_absolute_error, mse / mean_squared_error.
+/// The metric keeps the name the user gave ("accuracy" stays "accuracy"). Unknown names: an
+/// mpt::Error listing the valid ones.
+std::shared_ptr<Metric> get(const std::string& name, const std::string& loss_name = "",
+                            const Shape& y_true_shape = {}, const Shape& y_pred_shape = {});
+
+/// A metric argument: a name or an object.
+class MetricArg {
+ public:
+  MetricArg(const char* name) : name_(name) {}         // NOLINT
+  MetricArg(const std::string& name) : name_(name) {}  // NOLINT
+  MetricArg(std::shared_ptr<Metric> m) : ptr_(std::move(m)) {}  // NOLINT
+  template <class M>
+    requires std::derived_from<std::decay_t<M>, Metric>
+  MetricArg(M&& m) : ptr_(std::make_shared<std::decay_t<M>>(std::forward<M>(m))) {}  // NOLINT
+  const std::string& name() const { return name_; }
+  const std::shared_ptr<Metric>& object() const { return ptr_; }
+
+ private:
+  std::string name_;
+  std::shared_ptr<Metric> ptr_;
+};
+
+}  // namespace mpt::metrics

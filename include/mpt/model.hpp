@@ -1,0 +1,158 @@
+#pragma once
+/// Models: Sequential (and, later, functional Model), with Keras's compile / fit / evaluate /
+/// predict.
+///
+///   mpt::Sequential model({layers::Input({784}), layers::Dense(10), layers::Activation("softmax")});
+///   model.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-3}),
+///                  .loss = "sparse_categorical_crossentropy", .metrics = {"accuracy"}});
+///   mpt::History h = model.fit(x, y, {.batch_size = 128, .epochs = 3, .validation_split = 0.1});
+///   auto scores = model.evaluate(x_test, y_test);   // {"loss": ..., "accuracy": ...}
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpt/callbacks.hpp"
+#include "mpt/layers/layer.hpp"
+#include "mpt/losses/losses.hpp"
+#include "mpt/metrics/metrics.hpp"
+#include "mpt/mixed_precision/loss_scale_optimizer.hpp"
+#include "mpt/optimizers/optimizer.hpp"
+
+namespace mpt {
+
+struct CompileOptions {
+  optimizers::OptimizerArg optimizer = "rmsprop";
+  losses::LossArg loss;
+  std::vector<metrics::MetricArg> metrics;
+  /// Under mixed_float16, wrap the optimizer in a LossScaleOptimizer (Keras's default).
+  bool auto_scale_loss = true;
+};
+
+struct FitOptions {
+  std::int64_t batch_size = 32;
+  int epochs = 1;
+  int verbose = 1;  ///< 0 silent, 1 progress bar, 2 one line per epoch
+  std::vector<callbacks::CallbackArg> callbacks;
+  double validation_split = 0.0;  ///< the last fraction of x/y, before shuffling (as Keras)
+  std::optional<std::pair<Tensor, Tensor>> validation_data = std::nullopt;
+  bool shuffle = true;
+  int initial_epoch = 0;
+  std::optional<std::uint64_t> seed = std::nullopt;  ///< shuffle seed (default: from set_random_seed)
+};
+
+struct EvaluateOptions {
+  std::int64_t batch_size = 32;
+  int verbose = 0;
+};
+
+struct PredictOptions {
+  std::int64_t batch_size = 32;
+  int verbose = 0;
+};
+
+/// Per-epoch logs, as keras.callbacks.History: history["loss"][epoch], "val_loss",
+/// "accuracy", "learning_rate", "loss_scale", "skipped_steps", ...
+struct History {
+  std::map<std::string, std::vector<double>> history;
+  std::vector<int> epoch;
+};
+
+class Model {
+ public:
+  Model();
+  virtual ~Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  /// Runs the model; records on an active tape. Floating outputs keep the last layer's dtype.
+  virtual Tensor call(const Tensor& x, bool training) = 0;
+  Tensor operator()(const Tensor& x, CallOptions options = {}) { return call(x, options.training); }
+  /// Builds every layer for inputs shaped `input_shape` (batch dimension included or not).
+  virtual void build(const Shape& input_shape) = 0;
+  virtual std::vector<LayerRef> layers() const = 0;
+  /// Checks a whole input tensor against the model's input spec (mpt::Error naming the model).
+  virtual void check_input(const Tensor& x) const {}
+
+  void compile(CompileOptions options);
+  History fit(const Tensor& x, const Tensor& y, FitOptions options = {});
+  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, EvaluateOptions options = {});
+  /// Batched inference; floating outputs returned in float32.
+  Tensor predict(const Tensor& x, PredictOptions options = {});
+  /// One training step on one batch; returns the batch's loss and metrics.
+  std::map<std::string, double> train_on_batch(const Tensor& x, const Tensor& y);
+  std::map<std::string, double> test_on_batch(const Tensor& x, const Tensor& y);
+
+  std::vector<Variable> variables() const;
+  std::vector<Variable> trainable_variables() const;
+  std::vector<Variable> non_trainable_variables() const;
+  std::int64_t count_params() const;
+  /// Copies of every variable's values (float32 masters), in variables() order.
+  std::vector<Tensor> get_weights() const;
+  void set_weights(const std::vector<Tensor>& weights);
+
+  /// Keras's table: layer (type), output shape, params, policy; totals.
+  void summary(std::ostream& os) const;
+  void summary() const;
+
+  const std::string& name() const { return name_; }
+  void set_name(const std::string& name) { name_ = name; }
+  const mixed_precision::Policy& dtype_policy() const { return policy_; }
+  bool compiled() const { return optimizer_ != nullptr; }
+  optimizers::Optimizer& optimizer() const;
+  /// The LossScaleOptimizer when the optimizer is one (auto-wrapped or given), else null.
+  mixed_precision::LossScaleOptimizer* loss_scale_optimizer() const;
+  const losses::Loss& loss() const;
+  /// Set by a callback to end fit after the current epoch.
+  bool stop_training = false;
+
+ protected:
+  /// Gives unnamed layers unique Keras-style names ("dense", "dense_1").
+  void assign_layer_names();
+  std::string name_;
+  mixed_precision::Policy policy_;
+
+ private:
+  struct StepResult {
+    double loss = 0;
+    bool applied = true;
+  };
+  StepResult train_step(const Tensor& x, const Tensor& y);
+  double test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& metrics);
+  void check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const;
+  void resolve_metrics(const Tensor& y, const Tensor& y_pred);
+  std::map<std::string, double> metric_logs(const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
+
+  std::shared_ptr<optimizers::Optimizer> optimizer_;
+  std::shared_ptr<losses::Loss> loss_;
+  std::vector<metrics::MetricArg> metric_args_;
+  std::vector<std::shared_ptr<metrics::Metric>> metrics_, val_metrics_;
+  bool metrics_resolved_ = false;
+  std::uint64_t seed_;
+};
+
+class Sequential : public Model {
+ public:
+  Sequential() = default;
+  Sequential(std::initializer_list<LayerRef> layers);
+  explicit Sequential(const std::vector<LayerRef>& layers);
+  void add(LayerRef layer);
+  /// Removes the last layer.
+  void pop();
+
+  Tensor call(const Tensor& x, bool training) override;
+  void build(const Shape& input_shape) override;
+  std::vector<LayerRef> layers() const override { return layers_; }
+  void check_input(const Tensor& x) const override;
+  /// Per-example input shape from the Input layer or build(), empty when unknown.
+  const Shape& input_shape() const { return input_shape_; }
+
+ private:
+  std::vector<LayerRef> layers_;
+  Shape input_shape_;
+};
+
+}  // namespace mpt

@@ -1,0 +1,50 @@
+#pragma once
+/// Fused optimizer ops: one pass per variable that updates it and its slots in place, and one
+/// pass over all gradients that unscales them and checks them for inf/NaN. Optimizers under
+/// optimizers/ are written with these. Nothing here is recorded on a GradientTape.
+///
+/// The variable may be float32, float16 or bfloat16 (the update is computed in float32 and
+/// rounded back); gradients may be any floating dtype; slots must be float32. All tensors
+/// share the variable's shape and device.
+///
+///   // Adam, step t (Keras's form: alpha = lr * sqrt(1 - b2^t) / (1 - b1^t))
+///   mpt::ops::adam_update(w, g, m, v, nullptr, alpha, 0.9, 0.999, 1e-7);
+///   auto r = mpt::ops::unscale_and_check(grads, 1.0 / 32768);
+///   if (!r.found_nonfinite) apply(r.grads);
+#include <vector>
+
+#include "mpt/tensor.hpp"
+
+namespace mpt::ops {
+
+/// SGD. momentum == nullptr: var -= lr * g. Otherwise
+///   m = momentum_coef * m - lr * g;  var += m   (nesterov: var += momentum_coef * m - lr * g).
+void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef,
+                bool nesterov);
+
+/// Adam / AdamW, Keras's form:
+///   var -= var * decay                      (AdamW's decoupled decay: decay = weight_decay * lr)
+///   m += (g - m) * (1 - beta_1);  v += (g^2 - v) * (1 - beta_2)
+///   vhat = max(vhat, v) and use vhat for v  (amsgrad, when vhat != nullptr)
+///   var -= alpha * m / (sqrt(v) + epsilon)
+void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat, double alpha,
+                 double beta_1, double beta_2, double epsilon, double decay = 0.0);
+
+/// RMSprop, Keras's form:
+///   vel = rho * vel + (1 - rho) * g^2
+///   centered (avg != nullptr): avg = rho * avg + (1 - rho) * g;  denom = vel - avg^2 + epsilon
+///   otherwise denom = vel + epsilon
+///   inc = lr * g / sqrt(denom)
+///   momentum slot given: mom = momentum_coef * mom + inc; var -= mom.  Otherwise var -= inc.
+void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
+                    Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon);
+
+struct UnscaleResult {
+  std::vector<Tensor> grads;     ///< grads[i] * inv_scale in float32 (undefined stays undefined)
+  bool found_nonfinite = false;  ///< some element of some result is inf or NaN
+};
+/// Multiplies every gradient by inv_scale into new float32 tensors and checks them for inf/NaN
+/// in the same pass (the inputs are left untouched). All defined gradients share one device.
+UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, double inv_scale);
+
+}  // namespace mpt::ops

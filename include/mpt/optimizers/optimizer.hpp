@@ -1,0 +1,120 @@
+#pragma once
+/// Optimizer base: float32 slots per variable, a learning rate or schedule, gradient
+/// clipping, and `iterations`. Subclasses implement update_step for one variable.
+///
+///   class MySGD : public mpt::optimizers::Optimizer {
+///    public:
+///     MySGD() : Optimizer("my_sgd", {.learning_rate = 0.1}) {}
+///     void update_step(const mpt::Tensor& g, const mpt::Variable& v, double lr) override {
+///       v.assign(mpt::ops::sub(v.value(), mpt::ops::mul(g, mpt::Tensor::scalar(lr))));
+///     }
+///   };
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "mpt/optimizers/schedules.hpp"
+#include "mpt/variable.hpp"
+
+namespace mpt::optimizers {
+
+/// A constant learning rate or a schedule of the step.
+class LearningRate {
+ public:
+  LearningRate(double value = 0.001) : value_(value) {}  // NOLINT
+  LearningRate(float value) : value_(value) {}          // NOLINT
+  template <class S>
+    requires std::derived_from<std::decay_t<S>, schedules::LearningRateSchedule>
+  LearningRate(S&& schedule)  // NOLINT
+      : schedule_(std::make_shared<std::decay_t<S>>(std::forward<S>(schedule))) {}
+  LearningRate(std::shared_ptr<schedules::LearningRateSchedule> s) : schedule_(std::move(s)) {}  // NOLINT
+  double at(std::int64_t step) const { return schedule_ ? (*schedule_)(step) : value_; }
+  bool is_schedule() const { return schedule_ != nullptr; }
+  const schedules::LearningRateSchedule* schedule() const { return schedule_.get(); }
+
+ private:
+  double value_ = 0.001;
+  std::shared_ptr<schedules::LearningRateSchedule> schedule_;
+};
+
+/// Options every optimizer shares (after its own, as in Keras).
+struct CommonOptions {
+  LearningRate learning_rate = 0.001;
+  std::optional<double> clipnorm;         ///< clip each gradient to this L2 norm
+  std::optional<double> clipvalue;        ///< clip each element to [-v, v]
+  std::optional<double> global_clipnorm;  ///< clip all gradients jointly to this L2 norm
+};
+
+class Optimizer {
+ public:
+  Optimizer(std::string name, CommonOptions options);
+  virtual ~Optimizer() = default;
+
+  /// Applies one step: clips, then update_step per variable with float32 gradients, then
+  /// iterations += 1. Gradients must match the variables' shapes; undefined gradients are
+  /// skipped (Keras warns and ignores them).
+  virtual void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+
+  /// Steps applied so far (a wrapper reports its inner optimizer's).
+  virtual std::int64_t iterations() const { return iterations_; }
+  virtual void set_iterations(std::int64_t n) { iterations_ = n; }
+  /// The learning rate the next step uses.
+  virtual double learning_rate() const { return options_.learning_rate.at(iterations()); }
+  const std::string& name() const { return name_; }
+
+  /// Slot variables of one variable (created on first use), e.g. "m" and "v" for Adam.
+  Tensor& slot(const Variable& var, const std::string& slot_name);
+  /// Every slot, keyed by variable path then slot name (checkpoints).
+  std::map<std::string, std::map<std::string, Tensor>> slots_by_path() const;
+  void set_slot(const std::string& var_path, const std::string& slot_name, const Tensor& value);
+
+  /// A new optimizer of the same type and options, without state.
+  virtual std::shared_ptr<Optimizer> clone() const = 0;
+
+ protected:
+  /// Updates one variable in place with its float32 gradient and the step's learning rate.
+  virtual void update_step(const Tensor& grad, const Variable& var, double lr) = 0;
+  const CommonOptions& common_options() const { return options_; }
+
+ private:
+  std::string name_;
+  CommonOptions options_;
+  std::int64_t iterations_ = 0;
+  struct SlotSet {
+    std::string path;
+    std::map<std::string, Tensor> tensors;
+  };
+  std::map<std::uint64_t, SlotSet> slots_;  // by variable id
+};
+
+/// An optimizer argument: an optimizer object (moved in), a shared one, or a Keras name
+/// ("sgd", "adam", "adamw", "rmsprop").
+class OptimizerArg {
+ public:
+  OptimizerArg() = default;
+  OptimizerArg(const char* name) : name_(name) {}           // NOLINT
+  OptimizerArg(const std::string& name) : name_(name) {}    // NOLINT
+  OptimizerArg(std::shared_ptr<Optimizer> o) : ptr_(std::move(o)) {}  // NOLINT
+  template <class O>
+    requires std::derived_from<O, Optimizer>
+  OptimizerArg(std::shared_ptr<O> o) : ptr_(std::move(o)) {}  // NOLINT: shared_ptr<Adam> too
+  template <class O>
+    requires std::derived_from<std::decay_t<O>, Optimizer>
+  OptimizerArg(O&& o) : ptr_(std::make_shared<std::decay_t<O>>(std::forward<O>(o))) {}  // NOLINT
+  /// The optimizer (built from the name when given one); mpt::Error for unknown names.
+  std::shared_ptr<Optimizer> get() const;
+  bool empty() const { return !ptr_ && name_.empty(); }
+
+ private:
+  std::string name_;
+  std::shared_ptr<Optimizer> ptr_;
+};
+
+/// "sgd", "adam", "adamw", "rmsprop" with default options; others: mpt::Error listing these.
+std::shared_ptr<Optimizer> get(const std::string& name);
+
+}  // namespace mpt::optimizers

@@ -1,0 +1,33 @@
+#include "mpt/layers/core.hpp"
+#include "mpt/ops.hpp"
+
+namespace mpt::layers {
+namespace {
+
+class DropoutLayer : public Layer {
+ public:
+  DropoutLayer(double rate, DropoutOptions o)
+      : Layer("Dropout", o.dtype, o.name), rate_(rate), seed_(o.seed ? *o.seed : detail::next_seed()) {
+    if (!(rate >= 0.0 && rate < 1.0)) error("rate must be in [0, 1), got ", rate);
+  }
+  Tensor call(const Tensor& x, bool training) override {
+    if (!training || rate_ == 0.0) return x;
+    // A new mask per call, reproducible from the layer's seed and the call count.
+    Tensor u = Tensor::random_uniform(x.shape(), 0.0, 1.0, seed_ * 0x9e3779b97f4a7c15ull + calls_++, float32, x.device());
+    Tensor keep = ops::greater_equal(u, Tensor::scalar(rate_, float32, x.device()));
+    Tensor zero = Tensor::scalar(0.0, x.dtype(), x.device());
+    return ops::where(keep, ops::mul(x, Tensor::scalar(1.0 / (1.0 - rate_), x.dtype(), x.device())), zero);
+  }
+  std::vector<std::pair<std::string, std::string>> config() const override { return {{"rate", std::to_string(rate_)}}; }
+
+ private:
+  double rate_;
+  std::uint64_t seed_;
+  std::uint64_t calls_ = 0;
+};
+
+}  // namespace
+
+LayerRef Dropout(double rate, DropoutOptions o) { return std::make_shared<DropoutLayer>(rate, std::move(o)); }
+
+}  // namespace mpt::layers

@@ -1,0 +1,47 @@
+#include <algorithm>
+
+#include "mpt/layers/core.hpp"
+#include "mpt/ops.hpp"
+
+namespace mpt::layers {
+namespace {
+
+class FlattenLayer : public Layer {
+ public:
+  explicit FlattenLayer(LayerOptions o) : Layer("Flatten", o.dtype, o.name) {}
+  Tensor call(const Tensor& x, bool) override {
+    check_input(x, 1);
+    std::int64_t per = 1;
+    for (std::int64_t i = 1; i < x.dim(); ++i) per *= x.shape()[i];
+    return ops::reshape(x, {x.shape()[0], per});
+  }
+};
+
+class ReshapeLayer : public Layer {
+ public:
+  ReshapeLayer(Shape target, LayerOptions o) : Layer("Reshape", o.dtype, o.name), target_(std::move(target)) {}
+  Tensor call(const Tensor& x, bool) override {
+    check_input(x, 1);
+    Shape s{x.shape()[0]};
+    s.insert(s.end(), target_.begin(), target_.end());
+    std::int64_t known = 1, per = x.numel() / std::max<std::int64_t>(x.shape()[0], 1);
+    for (auto d : target_) known *= d == -1 ? 1 : d;
+    bool has_infer = std::count(target_.begin(), target_.end(), -1) == 1;
+    if ((has_infer && (known == 0 || per % known != 0)) || (!has_infer && known != per))
+      error("cannot reshape input of shape ", to_string(x.shape()), " to ", batch_shape_string(target_));
+    return ops::reshape(x, s);
+  }
+  std::vector<std::pair<std::string, std::string>> config() const override {
+    return {{"target_shape", to_string(target_)}};
+  }
+
+ private:
+  Shape target_;
+};
+
+}  // namespace
+
+LayerRef Flatten(LayerOptions o) { return std::make_shared<FlattenLayer>(std::move(o)); }
+LayerRef Reshape(const Shape& target, LayerOptions o) { return std::make_shared<ReshapeLayer>(target, std::move(o)); }
+
+}  // namespace mpt::layers

@@ -1,0 +1,134 @@
+#include <atomic>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/cpu_common.hpp"
+
+namespace mpt::cpu {
+namespace {
+
+constexpr std::int64_t kGrain = 1 << 14;
+
+float* slot_ptr(Tensor* t) { return t ? t->data<float>() : nullptr; }
+
+/// Runs f(i, m, w, g) over blocks of the variable: w holds var[i, i+m) as float32 (written back
+/// after f), g the gradient as float32.
+template <class F>
+void update_blocks(Tensor& var, const Tensor& grad, F f) {
+  parallel_for(var.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
+    float sw[kBlock], sg[kBlock];
+    for (std::int64_t i = b; i < e; i += kBlock) {
+      const std::int64_t m = std::min(kBlock, e - i);
+      const float* g = load<float>(grad, i, m, sg);
+      // For a float32 variable both calls give its own memory; otherwise both give sw.
+      load<float>(var, i, m, sw);
+      float* w = store_target<float>(var, i, sw);
+      f(i, m, w, g);
+      store<float>(var, i, m, w);
+    }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
+                            double momentum_coef, bool nesterov) {
+  float* pm = slot_ptr(momentum);
+  const float l = static_cast<float>(lr), mu = static_cast<float>(momentum_coef);
+  update_blocks(var, grad, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
+    if (!pm) {
+      for (std::int64_t j = 0; j < n; ++j) w[j] -= g[j] * l;
+      return;
+    }
+    float* mm = pm + i;
+    for (std::int64_t j = 0; j < n; ++j) {
+      mm[j] = mm[j] * mu - g[j] * l;
+      w[j] += nesterov ? mm[j] * mu - g[j] * l : mm[j];
+    }
+  });
+}
+
+void CpuBackend::adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat,
+                             double alpha, double beta_1, double beta_2, double epsilon,
+                             double decay) {
+  float* pm = m.data<float>();
+  float* pv = v.data<float>();
+  float* ph = slot_ptr(vhat);
+  const float a = static_cast<float>(alpha), c1 = static_cast<float>(1 - beta_1),
+              c2 = static_cast<float>(1 - beta_2), eps = static_cast<float>(epsilon),
+              d = static_cast<float>(decay);
+  update_blocks(var, grad, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
+    float* mm = pm + i;
+    float* vv = pv + i;
+    float* hh = ph ? ph + i : nullptr;
+    for (std::int64_t j = 0; j < n; ++j) {
+      if (d != 0.0f) w[j] -= w[j] * d;
+      mm[j] += (g[j] - mm[j]) * c1;
+      vv[j] += (g[j] * g[j] - vv[j]) * c2;
+      float second = vv[j];
+      if (hh) second = hh[j] = std::max(hh[j], vv[j]);
+      w[j] -= (mm[j] * a) / (std::sqrt(second) + eps);
+    }
+  });
+}
+
+void CpuBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity,
+                                Tensor* average_grad, Tensor* momentum, double lr, double rho,
+                                double momentum_coef, double epsilon) {
+  float* pv = velocity.data<float>();
+  float* pa = slot_ptr(average_grad);
+  float* pm = slot_ptr(momentum);
+  const float l = static_cast<float>(lr), r = static_cast<float>(rho),
+              c = static_cast<float>(1 - rho), mu = static_cast<float>(momentum_coef),
+              eps = static_cast<float>(epsilon);
+  update_blocks(var, grad, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
+    float* vv = pv + i;
+    for (std::int64_t j = 0; j < n; ++j) {
+      vv[j] = r * vv[j] + c * (g[j] * g[j]);
+      float denom;
+      if (pa) {
+        float& avg = pa[i + j];
+        avg = r * avg + c * g[j];
+        denom = vv[j] - avg * avg + eps;
+      } else {
+        denom = vv[j] + eps;
+      }
+      const float inc = l * g[j] / std::sqrt(denom);
+      if (pm) {
+        float& mo = pm[i + j];
+        mo = mu * mo + inc;
+        w[j] -= mo;
+      } else {
+        w[j] -= inc;
+      }
+    }
+  });
+}
+
+bool CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
+                                   std::vector<Tensor>& outs) {
+  std::atomic<bool> found{false};
+  const float s = static_cast<float>(inv_scale);
+  for (std::size_t k = 0; k < grads.size(); ++k) {
+    if (!grads[k].defined()) continue;
+    const Tensor& x = grads[k];
+    float* po = outs[k].data<float>();
+    parallel_for(x.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
+      float sx[kBlock];
+      float acc = 0.0f;
+      for (std::int64_t i = b; i < e; i += kBlock) {
+        const std::int64_t m = std::min(kBlock, e - i);
+        const float* px = load<float>(x, i, m, sx);
+        float* o = po + i;
+        for (std::int64_t j = 0; j < m; ++j) {
+          o[j] = px[j] * s;
+          acc += o[j] * 0.0f;  // inf * 0 and NaN give NaN
+        }
+      }
+      if (acc != acc) found.store(true, std::memory_order_relaxed);
+    });
+  }
+  return found.load();
+}
+
+}  // namespace mpt::cpu

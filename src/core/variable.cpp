@@ -1,0 +1,85 @@
+#include "mpt/variable.hpp"
+
+#include <map>
+#include <mutex>
+
+#include "mpt/autograd.hpp"
+#include "mpt/ops.hpp"
+
+namespace mpt {
+
+struct Variable::State {
+  Tensor value;
+  std::string name, path;
+  bool trainable = true;
+  std::uint64_t version = 0;
+  std::map<DType, std::pair<std::uint64_t, Tensor>> casts;  // dtype -> (version, cast value)
+  std::mutex mutex;
+};
+
+Variable::Variable(const Tensor& initial, std::string name, bool trainable) : state_(std::make_shared<State>()) {
+  MPT_CHECK(initial.defined(), "Variable '", name, "': undefined initial value");
+  state_->value = initial.detach().copy();
+  state_->name = name;
+  state_->path = std::move(name);
+  state_->trainable = trainable;
+  state_->value.set_requires_grad(trainable && is_floating(initial.dtype()));
+}
+
+const Tensor& Variable::value() const {
+  MPT_CHECK(state_ != nullptr, "Variable: use of an undefined variable");
+  return state_->value;
+}
+
+Tensor Variable::read(DType dtype) const {
+  const Tensor& v = value();
+  if (dtype == v.dtype()) return v;
+  Tensor cached;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto& slot = state_->casts[dtype];
+    if (!slot.second.defined() || slot.first != state_->version) {
+      NoGradGuard no_grad;
+      slot = {state_->version, v.to(dtype)};
+    }
+    cached = slot.second;
+  }
+  // A fresh handle on the cached data, connected to the stored tensor like a cast op.
+  Tensor out = cached.detach();
+  autograd::record("read_variable", {v}, {&out}, [from = v.dtype()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{g[0].to(from)};
+  });
+  return out;
+}
+
+void Variable::assign(const Tensor& v) const {
+  NoGradGuard no_grad;
+  value();
+  state_->value.assign(v);
+  mark_modified();
+}
+
+void Variable::mark_modified() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  ++state_->version;
+}
+
+const std::string& Variable::name() const { return value(), state_->name; }
+const std::string& Variable::path() const { return value(), state_->path; }
+void Variable::set_path(const std::string& path) const { value(), state_->path = path; }
+bool Variable::trainable() const { return value(), state_->trainable; }
+void Variable::set_trainable(bool on) const {
+  value();
+  state_->trainable = on;
+  state_->value.set_requires_grad(on && is_floating(state_->value.dtype()));
+}
+std::uint64_t Variable::version() const { return value(), state_->version; }
+
+std::vector<Tensor> values_of(const std::vector<Variable>& vars) {
+  std::vector<Tensor> out;
+  out.reserve(vars.size());
+  for (const auto& v : vars) out.push_back(v.value());
+  return out;
+}
+
+}  // namespace mpt

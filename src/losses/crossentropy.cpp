@@ -1,0 +1,85 @@
+#include "losses/loss_utils.hpp"
+#include "mpt/losses/losses.hpp"
+
+namespace mpt::losses {
+using namespace detail;
+
+namespace {
+
+constexpr double kEpsilon = 1e-7;  // keras.backend.epsilon()
+
+std::string who(const Loss& l) { return "loss " + l.name(); }
+
+void check_smoothing(const std::string& name, double ls) {
+  MPT_CHECK(ls >= 0.0 && ls <= 1.0, "loss ", name, ": label_smoothing must be in [0, 1], got ", ls);
+}
+
+}  // namespace
+
+SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(CrossentropyOptions o)
+    : Loss("sparse_categorical_crossentropy"), o_(o) {
+  MPT_CHECK(o.label_smoothing == 0.0, "loss ", name(),
+            ": label_smoothing is not supported for sparse labels (as in Keras), got ", o.label_smoothing);
+}
+
+Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return named_errors(who(*this), [&] {
+    MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
+    Tensor labels = y_true;
+    // Keras casts float labels to int (truncating), so 3.0 means class 3.
+    if (is_floating(labels.dtype())) labels = ops::cast(labels.detach(), int32);
+    Tensor x = cast_to(y_pred, compute_dtype(y_pred));
+    return ops::softmax_cross_entropy(x, labels, {.from_logits = o_.from_logits});
+  });
+}
+
+CategoricalCrossentropy::CategoricalCrossentropy(CrossentropyOptions o)
+    : Loss("categorical_crossentropy"), o_(o) {
+  check_smoothing(name(), o.label_smoothing);
+}
+
+Tensor CategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return named_errors(who(*this), [&] {
+    MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
+    const DType d = compute_dtype(y_pred);
+    auto [t, x] = squeeze_or_expand_to_same_rank(cast_to(y_true, d), cast_to(y_pred, d));
+    MPT_CHECK(t.shape() == x.shape(), "y_true ", to_string(y_true.shape()), " and y_pred ",
+              to_string(y_pred.shape()), " must have the same shape (one-hot labels)");
+    if (o_.label_smoothing > 0) {
+      const double classes = static_cast<double>(x.shape().back());
+      t = t * (1.0 - o_.label_smoothing) + o_.label_smoothing / classes;
+    }
+    return ops::softmax_cross_entropy(x, t, {.from_logits = o_.from_logits});
+  });
+}
+
+BinaryCrossentropy::BinaryCrossentropy(CrossentropyOptions o) : Loss("binary_crossentropy"), o_(o) {
+  check_smoothing(name(), o.label_smoothing);
+}
+
+Tensor BinaryCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return named_errors(who(*this), [&] {
+    MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
+    const DType d = compute_dtype(y_pred);
+    auto [z, x] = squeeze_or_expand_to_same_rank(cast_to(y_true, d), cast_to(y_pred, d));
+    if (o_.label_smoothing > 0) z = z * (1.0 - o_.label_smoothing) + 0.5 * o_.label_smoothing;
+    Tensor per_element;
+    if (o_.from_logits) {
+      // max(x, 0) - x z + log(1 + exp(-|x|)), with the branches picked by x >= 0 as TensorFlow
+      // does so that the gradient at x = 0 is sigmoid(0) - z.
+      Tensor zero = Tensor::scalar(0, d, x.device());
+      Tensor pos = ops::greater_equal(x, zero);
+      Tensor relu_x = ops::where(pos, x, zero);
+      Tensor neg_abs_x = ops::where(pos, ops::neg(x), x);
+      per_element = relu_x - x * z + ops::log(1.0 + ops::exp(neg_abs_x));
+    } else {
+      Tensor lo = Tensor::scalar(kEpsilon, d, x.device());
+      Tensor hi = Tensor::scalar(1.0 - kEpsilon, d, x.device());
+      Tensor p = ops::minimum(ops::maximum(x, lo), hi);
+      per_element = ops::neg(z * ops::log(p) + (1.0 - z) * ops::log(1.0 - p));
+    }
+    return ops::mean(per_element, {-1});
+  });
+}
+
+}  // namespace mpt::losses

@@ -1,0 +1,97 @@
+#include "mpt/callbacks.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <limits>
+
+#include "mpt/model.hpp"
+
+namespace mpt::callbacks {
+
+// ---- EarlyStopping ------------------------------------------------------------------------
+EarlyStopping::EarlyStopping(EarlyStoppingOptions o) : o_(std::move(o)) {
+  MPT_CHECK(o_.mode == "auto" || o_.mode == "min" || o_.mode == "max", "EarlyStopping: mode must be auto, min or max, got '",
+            o_.mode, "'");
+  maximize_ = o_.mode == "max" ||
+              (o_.mode == "auto" && (o_.monitor.find("acc") != std::string::npos || o_.monitor.find("auc") != std::string::npos));
+}
+
+bool EarlyStopping::improved(double value, double reference) const {
+  return maximize_ ? value - o_.min_delta > reference : value + o_.min_delta < reference;
+}
+
+void EarlyStopping::on_train_begin(const Logs&) {
+  wait_ = 0, stopped_epoch_ = 0, best_epoch_ = 0;
+  best_ = o_.baseline ? *o_.baseline : (maximize_ ? -std::numeric_limits<double>::infinity()
+                                                  : std::numeric_limits<double>::infinity());
+  best_weights_.clear();
+}
+
+void EarlyStopping::on_epoch_end(int epoch, Logs& logs) {
+  auto it = logs.find(o_.monitor);
+  if (it == logs.end()) {
+    std::string keys;
+    for (const auto& [k, v] : logs) keys += (keys.empty() ? "" : ", ") + k;
+    fail("EarlyStopping: monitored metric '", o_.monitor, "' is not in the logs (available: ", keys, ")");
+  }
+  if (epoch < o_.start_from_epoch) return;
+  const double value = it->second;
+  if (o_.restore_best_weights && best_weights_.empty()) best_weights_ = model()->get_weights();
+  ++wait_;
+  if (improved(value, best_)) {
+    best_ = value, best_epoch_ = epoch;
+    if (o_.restore_best_weights) best_weights_ = model()->get_weights();
+    if (!o_.baseline || improved(value, *o_.baseline)) wait_ = 0;
+    return;
+  }
+  if (wait_ >= o_.patience && epoch > 0) {
+    stopped_epoch_ = epoch;
+    model()->stop_training = true;
+  }
+}
+
+void EarlyStopping::on_train_end(const Logs&) {
+  if (stopped_epoch_ > 0 && o_.verbose > 0) std::cout << "Epoch " << stopped_epoch_ + 1 << ": early stopping\n";
+  if (o_.restore_best_weights && !best_weights_.empty()) {
+    if (o_.verbose > 0) std::cout << "Restoring model weights from the end of the best epoch: " << best_epoch_ + 1 << ".\n";
+    model()->set_weights(best_weights_);
+  }
+}
+
+// ---- CSVLogger ----------------------------------------------------------------------------
+CSVLogger::CSVLogger(std::string filename, CSVLoggerOptions o) : filename_(std::move(filename)), o_(o) {}
+
+void CSVLogger::on_train_begin(const Logs&) {
+  header_written_ = false;
+  if (o_.append) {
+    std::ifstream in(filename_);
+    header_written_ = in.good() && in.peek() != std::ifstream::traits_type::eof();
+  } else {
+    std::ofstream out(filename_, std::ios::trunc);
+    MPT_CHECK(out.good(), "CSVLogger: cannot write '", filename_, "'");
+  }
+}
+
+void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
+  if (keys_.empty())
+    for (const auto& [k, v] : logs) keys_.push_back(k);
+  std::ofstream out(filename_, std::ios::app);
+  MPT_CHECK(out.good(), "CSVLogger: cannot write '", filename_, "'");
+  if (!header_written_) {
+    out << "epoch";
+    for (const auto& k : keys_) out << o_.separator << k;
+    out << "\n";
+    header_written_ = true;
+  }
+  out << epoch;
+  out.precision(17);
+  for (const auto& k : keys_) {
+    auto it = logs.find(k);
+    out << o_.separator;
+    if (it != logs.end()) out << it->second;
+  }
+  out << "\n";
+}
+
+}  // namespace mpt::callbacks

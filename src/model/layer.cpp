@@ -1,0 +1,184 @@
+#include "mpt/layers/layer.hpp"
+
+#include <atomic>
+#include <cctype>
+#include <algorithm>
+#include <cmath>
+
+#include "mpt/ops.hpp"
+
+namespace mpt {
+
+namespace {
+std::atomic<std::uint64_t> g_seed{0x5eed};
+std::atomic<std::uint64_t> g_seed_counter{0};
+}  // namespace
+
+void set_random_seed(std::uint64_t seed) {
+  g_seed = seed;
+  g_seed_counter = 0;
+}
+
+std::uint64_t detail::next_seed() { return g_seed.load() * 1000003ull + g_seed_counter++; }
+
+Tensor initialize(const std::string& init, const Shape& shape, DType dtype, std::uint64_t seed) {
+  // Keras fans: the last two dims are (in, out); leading dims are a receptive field.
+  double fan_in = 1, fan_out = 1;
+  if (shape.size() == 1) {
+    fan_in = fan_out = static_cast<double>(shape[0]);
+  } else if (shape.size() >= 2) {
+    double receptive = 1;
+    for (std::size_t i = 0; i + 2 < shape.size(); ++i) receptive *= static_cast<double>(shape[i]);
+    fan_in = static_cast<double>(shape[shape.size() - 2]) * receptive;
+    fan_out = static_cast<double>(shape.back()) * receptive;
+  }
+  fan_in = std::max(fan_in, 1.0), fan_out = std::max(fan_out, 1.0);
+  auto uniform = [&](double limit) { return Tensor::random_uniform(shape, -limit, limit, seed, dtype, Device::cpu()); };
+  // Keras's variance-scaling normals are truncated at 2 stddev; 0.8796 is that truncation's stddev.
+  auto truncated = [&](double stddev) {
+    Tensor t = Tensor::random_normal(shape, 0.0, 1.0, seed, float64, Device::cpu());
+    auto v = t.to_vector<double>();
+    // Redraws come from a second stream; running out of it (p ~ 0.05^k) keeps the clamp.
+    auto pool = Tensor::random_normal({static_cast<std::int64_t>(v.size()) + 64}, 0.0, 1.0, ~seed, float64,
+                                      Device::cpu()).to_vector<double>();
+    std::size_t next = 0;
+    for (auto& x : v) {
+      while (std::abs(x) > 2.0 && next < pool.size()) x = pool[next++];
+      x = std::clamp(x, -2.0, 2.0);
+    }
+    for (auto& x : v) x *= stddev / 0.87962566103423978;
+    return Tensor::from_vector(v, shape, Device::cpu()).to(dtype);
+  };
+  Tensor t;
+  if (init == "zeros") t = Tensor::zeros(shape, dtype, Device::cpu());
+  else if (init == "ones") t = Tensor::ones(shape, dtype, Device::cpu());
+  else if (init == "glorot_uniform") t = uniform(std::sqrt(6.0 / (fan_in + fan_out)));
+  else if (init == "glorot_normal") t = truncated(std::sqrt(2.0 / (fan_in + fan_out)));
+  else if (init == "he_uniform") t = uniform(std::sqrt(6.0 / fan_in));
+  else if (init == "he_normal") t = truncated(std::sqrt(2.0 / fan_in));
+  else if (init == "lecun_uniform") t = uniform(std::sqrt(3.0 / fan_in));
+  else if (init == "lecun_normal") t = truncated(std::sqrt(1.0 / fan_in));
+  else if (init == "random_normal") t = Tensor::random_normal(shape, 0, 0.05, seed, dtype, Device::cpu());
+  else if (init == "random_uniform") t = uniform(0.05);
+  else
+    fail("initializer: unknown initializer '", init,
+         "'; valid: zeros, ones, glorot_uniform, glorot_normal, he_uniform, he_normal, lecun_uniform, "
+         "lecun_normal, random_normal, random_uniform");
+  return t.to(default_device());
+}
+
+std::string batch_shape_string(const Shape& per_example) {
+  std::string out = "(None";
+  for (auto d : per_example) out += ", " + std::to_string(d);
+  return out + ")";
+}
+
+std::string to_snake_case(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (std::isupper(static_cast<unsigned char>(c))) {
+      bool boundary = i > 0 && (std::islower(static_cast<unsigned char>(s[i - 1])) ||
+                                (i + 1 < s.size() && std::islower(static_cast<unsigned char>(s[i + 1])) &&
+                                 std::isupper(static_cast<unsigned char>(s[i - 1]))));
+      if (boundary) out += '_';
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+Layer::Layer(std::string class_name, std::optional<mixed_precision::Policy> dtype, std::string name)
+    : class_name_(std::move(class_name)),
+      name_(name.empty() ? to_snake_case(class_name_) : name),
+      user_name_(!name.empty()),
+      policy_(dtype ? *dtype : mixed_precision::global_policy()) {}
+
+void Layer::set_name(const std::string& name) {
+  name_ = name;
+  for (auto& v : variables_) v.set_path(name_ + "/" + v.name());
+}
+
+void Layer::set_trainable(bool on) {
+  trainable_ = on;
+  for (auto& v : variables_) v.set_trainable(on);
+}
+
+Tensor Layer::cast_input(const Tensor& x) const {
+  if (!x.defined()) error("undefined input tensor");
+  return is_floating(x.dtype()) && x.dtype() != compute_dtype() ? ops::cast(x, compute_dtype()) : x;
+}
+
+Tensor Layer::operator()(const Tensor& x_in, CallOptions options) {
+  Tensor x = cast_input(x_in);
+  if (!built_) {
+    input_shape_ = x.shape();
+    build(x.shape());
+    built_ = true;
+  }
+  Tensor y = call(x, options.training);
+  output_shape_ = y.shape();
+  return y;
+}
+
+Tensor Layer::operator()(const std::vector<Tensor>& xs_in, CallOptions options) {
+  if (xs_in.size() == 1) return (*this)(xs_in[0], options);
+  std::vector<Tensor> xs;
+  std::vector<Shape> shapes;
+  for (const auto& x : xs_in) {
+    xs.push_back(cast_input(x));
+    shapes.push_back(xs.back().shape());
+  }
+  if (!built_) {
+    if (!shapes.empty()) input_shape_ = shapes[0];
+    build_multi(shapes);
+    built_ = true;
+  }
+  Tensor y = call_multi(xs, options.training);
+  output_shape_ = y.shape();
+  return y;
+}
+
+void Layer::build_multi(const std::vector<Shape>& shapes) { error("takes one input, got ", shapes.size()); }
+
+Tensor Layer::call_multi(const std::vector<Tensor>& xs, bool) { error("takes one input, got ", xs.size()); }
+
+std::vector<Variable> Layer::trainable_variables() const {
+  std::vector<Variable> out;
+  for (const auto& v : variables_)
+    if (v.trainable()) out.push_back(v);
+  return out;
+}
+
+std::vector<Variable> Layer::non_trainable_variables() const {
+  std::vector<Variable> out;
+  for (const auto& v : variables_)
+    if (!v.trainable()) out.push_back(v);
+  return out;
+}
+
+std::int64_t Layer::count_params() const {
+  std::int64_t n = 0;
+  for (const auto& v : variables_) n += v.numel();
+  return n;
+}
+
+Variable Layer::add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
+                           bool trainable) {
+  Variable v(initialize(initializer, shape, variable_dtype(), detail::next_seed()), name, trainable && trainable_);
+  v.set_path(name_ + "/" + name);
+  variables_.push_back(v);
+  return v;
+}
+
+void Layer::check_input(const Tensor& x, std::int64_t min_rank, std::int64_t last_dim) const {
+  if (x.dim() < min_rank)
+    error("expected an input of rank >= ", min_rank, " (batch dimension included), got shape ",
+          to_string(x.shape()));
+  if (last_dim >= 0 && x.shape().back() != last_dim)
+    error("expected the last input dimension to be ", last_dim, ", got input shape ", to_string(x.shape()));
+}
+
+}  // namespace mpt

@@ -1,0 +1,310 @@
+#include "mpt/model.hpp"
+
+#include <cmath>
+#include <iostream>
+#include <map>
+
+#include "mpt/autograd.hpp"
+#include "mpt/data/data.hpp"
+#include "mpt/ops.hpp"
+
+namespace mpt {
+
+Model::Model() : name_("model"), policy_(mixed_precision::global_policy()), seed_(detail::next_seed()) {}
+
+void Model::assign_layer_names() {
+  std::map<std::string, int> used;
+  for (const auto& l : layers())
+    if (l->has_user_name()) used[l->name()]++;
+  for (const auto& l : layers()) {
+    if (l->has_user_name()) continue;
+    std::string base = to_snake_case(l->class_name()), name = base;
+    for (int i = 1; used.count(name); ++i) name = base + "_" + std::to_string(i);
+    used[name]++;
+    if (l->name() != name) l->set_name(name);
+  }
+}
+
+// ---- variables ----------------------------------------------------------------------------
+std::vector<Variable> Model::variables() const {
+  std::vector<Variable> out;
+  for (const auto& l : layers())
+    for (const auto& v : l->variables()) out.push_back(v);
+  return out;
+}
+std::vector<Variable> Model::trainable_variables() const {
+  std::vector<Variable> out;
+  for (const auto& v : variables())
+    if (v.trainable()) out.push_back(v);
+  return out;
+}
+std::vector<Variable> Model::non_trainable_variables() const {
+  std::vector<Variable> out;
+  for (const auto& v : variables())
+    if (!v.trainable()) out.push_back(v);
+  return out;
+}
+std::int64_t Model::count_params() const {
+  std::int64_t n = 0;
+  for (const auto& v : variables()) n += v.numel();
+  return n;
+}
+std::vector<Tensor> Model::get_weights() const {
+  std::vector<Tensor> out;
+  for (const auto& v : variables()) out.push_back(v.value().copy());
+  return out;
+}
+void Model::set_weights(const std::vector<Tensor>& w) {
+  auto vars = variables();
+  MPT_CHECK(w.size() == vars.size(), "set_weights: model '", name_, "' has ", vars.size(), " variables, got ",
+            w.size(), " tensors");
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    MPT_CHECK(w[i].shape() == vars[i].shape(), "set_weights: variable '", vars[i].path(), "' has shape ",
+              to_string(vars[i].shape()), ", got ", to_string(w[i].shape()));
+    vars[i].assign(w[i].to(vars[i].value().device()));
+  }
+}
+
+// ---- compile ------------------------------------------------------------------------------
+optimizers::Optimizer& Model::optimizer() const {
+  MPT_CHECK(optimizer_ != nullptr, "model '", name_, "': not compiled; call compile() first");
+  return *optimizer_;
+}
+mixed_precision::LossScaleOptimizer* Model::loss_scale_optimizer() const {
+  return dynamic_cast<mixed_precision::LossScaleOptimizer*>(optimizer_.get());
+}
+const losses::Loss& Model::loss() const {
+  MPT_CHECK(loss_ != nullptr, "model '", name_, "': not compiled; call compile() first");
+  return *loss_;
+}
+
+void Model::compile(CompileOptions o) {
+  MPT_CHECK(!o.loss.empty(), "compile: a loss is required (e.g. .loss = \"sparse_categorical_crossentropy\")");
+  loss_ = o.loss.get();
+  optimizer_ = o.optimizer.empty() ? optimizers::get("rmsprop") : o.optimizer.get();
+  if (o.auto_scale_loss && policy_.name() == "mixed_float16" && !loss_scale_optimizer())
+    optimizer_ = std::make_shared<mixed_precision::LossScaleOptimizer>(optimizer_);
+  metric_args_ = o.metrics;
+  metrics_.clear(), val_metrics_.clear();
+  metrics_resolved_ = false;
+  auto ls = layers();
+  if (!ls.empty() && ls.back()->ends_in_softmax() && ls.back()->compute_dtype() != float32 &&
+      ls.back()->compute_dtype() != float64) {
+    std::cout << "mpt: compile: final softmax layer '" << ls.back()->name() << "' runs in float32 (was "
+              << ls.back()->dtype_policy().name() << ")" << std::endl;
+    ls.back()->set_dtype_policy(mixed_precision::Policy("float32"));
+  }
+}
+
+void Model::resolve_metrics(const Tensor& y, const Tensor& y_pred) {
+  if (metrics_resolved_) return;
+  for (const auto& m : metric_args_) {
+    auto metric = m.object() ? m.object() : metrics::get(m.name(), loss_->name(), y.shape(), y_pred.shape());
+    metrics_.push_back(metric);
+    auto val = metric->clone();
+    val->set_name("val_" + metric->name());
+    val_metrics_.push_back(val);
+  }
+  metrics_resolved_ = true;
+}
+
+std::map<std::string, double> Model::metric_logs(const std::vector<std::shared_ptr<metrics::Metric>>& ms) const {
+  std::map<std::string, double> logs;
+  for (const auto& m : ms) logs[m->name()] = m->result();
+  return logs;
+}
+
+// ---- steps --------------------------------------------------------------------------------
+namespace {
+/// The float32 island the loss and metrics see.
+Tensor as_loss_input(const Tensor& y_pred) {
+  return is_half(y_pred.dtype()) ? ops::cast(y_pred, float32) : y_pred;
+}
+
+void check_finite_data(const char* where, const char* what, const Tensor& t) {
+  if (!t.defined() || !is_floating(t.dtype()) || !ops::has_nonfinite(t)) return;
+  auto v = t.to_vector<double>();
+  std::size_t i = 0;
+  while (i < v.size() && std::isfinite(v[i])) ++i;
+  const std::int64_t row_size = t.dim() > 0 && t.shape()[0] > 0 ? t.numel() / t.shape()[0] : 1;
+  fail(where, ": ", what, " contains ", std::isnan(v[i]) ? "NaN" : "inf", " (element ", i, ", sample ",
+       static_cast<std::int64_t>(i) / row_size, "); clean the data before training");
+}
+}  // namespace
+
+void Model::check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const {
+  MPT_CHECK(x.defined(), where, ": x is undefined");
+  MPT_CHECK(x.dim() >= 1, where, ": x must have a batch dimension, got shape ", to_string(x.shape()));
+  MPT_CHECK(batch_size > 0, where, ": batch_size must be positive, got ", batch_size);
+  check_input(x);
+  if (y.defined()) {
+    MPT_CHECK(y.dim() >= 1 && y.shape()[0] == x.shape()[0], where, ": x and y have different numbers of samples: x ",
+              to_string(x.shape()), ", y ", to_string(y.shape()));
+  }
+  check_finite_data(where, "x", x);
+  check_finite_data(where, "y", y);
+}
+
+Model::StepResult Model::train_step(const Tensor& x, const Tensor& y) {
+  StepResult r;
+  Tensor y_pred, loss;
+  std::vector<Tensor> grads;
+  std::vector<Variable> vars;
+  auto* lso = loss_scale_optimizer();
+  {
+    GradientTape tape;
+    y_pred = as_loss_input(call(x, true));
+    vars = trainable_variables();  // after the call: the first one builds the layers
+    loss = (*loss_)(y, y_pred);
+    grads = tape.gradient(lso ? lso->get_scaled_loss(loss) : loss, vars);
+  }
+  if (lso) r.applied = lso->apply_gradients_checked(lso->get_unscaled_gradients(grads), vars).applied;
+  else optimizer_->apply_gradients(grads, vars);
+  r.loss = loss.item();
+  NoGradGuard no_grad;
+  resolve_metrics(y, y_pred);
+  for (auto& m : metrics_) m->update_state(y, y_pred.detach());
+  return r;
+}
+
+double Model::test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& ms) {
+  NoGradGuard no_grad;
+  Tensor y_pred = as_loss_input(call(x, false));
+  double loss = (*loss_)(y, y_pred).item();
+  resolve_metrics(y, y_pred);
+  for (auto& m : ms) m->update_state(y, y_pred);
+  return loss;
+}
+
+// ---- fit / evaluate / predict -------------------------------------------------------------
+History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
+  MPT_CHECK(compiled(), "fit: model '", name_, "' is not compiled; call compile() first");
+  check_fit_inputs("fit", x_all, y_all, o.batch_size);
+  MPT_CHECK(y_all.defined(), "fit: y is required");
+  MPT_CHECK(o.epochs >= 0 && o.initial_epoch >= 0, "fit: epochs and initial_epoch must be >= 0");
+  MPT_CHECK(o.validation_split >= 0.0 && o.validation_split < 1.0, "fit: validation_split must be in [0, 1), got ",
+            o.validation_split);
+  Tensor x = x_all, y = y_all, vx, vy;
+  if (o.validation_data) {
+    vx = o.validation_data->first, vy = o.validation_data->second;
+    check_fit_inputs("fit (validation_data)", vx, vy, o.batch_size);
+  } else if (o.validation_split > 0) {
+    // As Keras: the last fraction of the data, taken before any shuffling.
+    const std::int64_t n = x_all.shape()[0];
+    const auto split = static_cast<std::int64_t>(std::ceil(static_cast<double>(n) * (1.0 - o.validation_split)));
+    MPT_CHECK(split > 0 && split < n, "fit: validation_split ", o.validation_split, " leaves no training or no validation samples out of ", n);
+    x = x_all.slice(0, split), y = y_all.slice(0, split);
+    vx = x_all.slice(split, n), vy = y_all.slice(split, n);
+  }
+  const std::int64_t n = x.shape()[0];
+  MPT_CHECK(n > 0, "fit: no training samples");
+  const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
+
+  std::vector<std::shared_ptr<callbacks::Callback>> cbs;
+  for (const auto& c : o.callbacks) cbs.push_back(c.get());
+  if (o.verbose > 0) cbs.push_back(std::make_shared<callbacks::ProgbarLogger>(o.verbose, steps, o.epochs));
+  for (auto& c : cbs) c->set_model(this);
+
+  History history;
+  stop_training = false;
+  auto* lso = loss_scale_optimizer();
+  const std::uint64_t seed = o.seed ? *o.seed : seed_;
+  for (auto& c : cbs) c->on_train_begin({});
+  Logs logs;
+  for (int epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) {
+    for (auto& c : cbs) c->on_epoch_begin(epoch, {});
+    for (auto& m : metrics_) m->reset_state();
+    metrics::Mean loss_mean("loss");
+    std::int64_t skipped = 0;
+    std::vector<std::int64_t> order;
+    if (o.shuffle) order = data::permutation(n, seed + static_cast<std::uint64_t>(epoch));
+    for (std::int64_t step = 0; step < steps; ++step) {
+      const std::int64_t b = step * o.batch_size, e = std::min(n, b + o.batch_size);
+      Tensor xb, yb;
+      if (o.shuffle) {
+        std::vector<std::int64_t> idx(order.begin() + b, order.begin() + e);
+        xb = data::take_rows(x, idx), yb = data::take_rows(y, idx);
+      } else {
+        xb = x.slice(b, e), yb = y.slice(b, e);
+      }
+      for (auto& c : cbs) c->on_train_batch_begin(step, {});
+      StepResult r = train_step(xb, yb);
+      loss_mean.update(r.loss, static_cast<double>(e - b));
+      skipped += !r.applied;
+      logs = metric_logs(metrics_);
+      logs["loss"] = loss_mean.result();
+      for (auto& c : cbs) c->on_train_batch_end(step, logs);
+    }
+    if (vx.defined()) {
+      auto val = evaluate(vx, vy, {.batch_size = o.batch_size, .verbose = 0});
+      for (const auto& [k, v] : val) logs["val_" + k] = v;
+    }
+    logs["learning_rate"] = optimizer_->learning_rate();
+    logs["loss_scale"] = lso ? lso->loss_scale() : 1.0;
+    logs["skipped_steps"] = static_cast<double>(skipped);
+    for (auto& c : cbs) c->on_epoch_end(epoch, logs);
+    for (const auto& [k, v] : logs) history.history[k].push_back(v);
+    history.epoch.push_back(epoch);
+  }
+  for (auto& c : cbs) c->on_train_end(logs);
+  return history;
+}
+
+std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, EvaluateOptions o) {
+  MPT_CHECK(compiled(), "evaluate: model '", name_, "' is not compiled; call compile() first");
+  check_fit_inputs("evaluate", x, y, o.batch_size);
+  MPT_CHECK(y.defined(), "evaluate: y is required");
+  const std::int64_t n = x.shape()[0];
+  MPT_CHECK(n > 0, "evaluate: no samples");
+  // Metrics resolve on the first batch; val metrics are the evaluation copies.
+  if (!metrics_resolved_) {
+    NoGradGuard no_grad;
+    Tensor p = as_loss_input(call(x.slice(0, std::min<std::int64_t>(n, 1)), false));
+    resolve_metrics(y.slice(0, std::min<std::int64_t>(n, 1)), p);
+  }
+  for (auto& m : val_metrics_) m->reset_state();
+  metrics::Mean loss_mean("loss");
+  for (std::int64_t b = 0; b < n; b += o.batch_size) {
+    const std::int64_t e = std::min(n, b + o.batch_size);
+    loss_mean.update(test_step(x.slice(b, e), y.slice(b, e), val_metrics_), static_cast<double>(e - b));
+  }
+  std::map<std::string, double> out{{"loss", loss_mean.result()}};
+  for (std::size_t i = 0; i < val_metrics_.size(); ++i) out[metrics_[i]->name()] = val_metrics_[i]->result();
+  return out;
+}
+
+Tensor Model::predict(const Tensor& x, PredictOptions o) {
+  check_fit_inputs("predict", x, Tensor(), o.batch_size);
+  const std::int64_t n = x.shape()[0];
+  NoGradGuard no_grad;
+  std::vector<Tensor> parts;
+  for (std::int64_t b = 0; b < n; b += o.batch_size) {
+    Tensor p = call(x.slice(b, std::min(n, b + o.batch_size)), false);
+    parts.push_back(is_half(p.dtype()) ? p.to(float32) : p);
+  }
+  MPT_CHECK(!parts.empty(), "predict: no samples in x of shape ", to_string(x.shape()));
+  return parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
+}
+
+std::map<std::string, double> Model::train_on_batch(const Tensor& x, const Tensor& y) {
+  MPT_CHECK(compiled(), "train_on_batch: model '", name_, "' is not compiled; call compile() first");
+  check_fit_inputs("train_on_batch", x, y, 1);
+  for (auto& m : metrics_) m->reset_state();
+  StepResult r = train_step(x, y);
+  auto logs = metric_logs(metrics_);
+  logs["loss"] = r.loss;
+  return logs;
+}
+
+std::map<std::string, double> Model::test_on_batch(const Tensor& x, const Tensor& y) {
+  MPT_CHECK(compiled(), "test_on_batch: model '", name_, "' is not compiled; call compile() first");
+  check_fit_inputs("test_on_batch", x, y, 1);
+  if (metrics_resolved_)
+    for (auto& m : val_metrics_) m->reset_state();
+  double loss = test_step(x, y, val_metrics_);
+  std::map<std::string, double> out{{"loss", loss}};
+  for (std::size_t i = 0; i < val_metrics_.size(); ++i) out[metrics_[i]->name()] = val_metrics_[i]->result();
+  return out;
+}
+
+}  // namespace mpt

@@ -1,0 +1,202 @@
+#include "mpt/optimizers/optimizer.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <iostream>
+#include <mutex>
+#include <set>
+
+#include "mpt/autograd.hpp"
+#include "mpt/ops.hpp"
+#include "mpt/optimizers/optimizers.hpp"
+
+namespace mpt::optimizers {
+
+namespace {
+
+// Slot sets restored by set_slot before their variable was seen live under keys with this
+// bit set (tensor ids never reach it); slot() adopts them by path.
+constexpr std::uint64_t kPendingKey = std::uint64_t{1} << 63;
+
+void check_clip(const std::string& name, const char* what, const std::optional<double>& v) {
+  MPT_CHECK(!v || (*v > 0 && std::isfinite(*v)), "optimizer '", name, "': ", what,
+            " must be a positive number, got ", v ? *v : 0.0);
+}
+
+Tensor clip_by_norm(const Tensor& g, double clipnorm) {
+  Tensor c = Tensor::scalar(clipnorm, float32, g.device());
+  Tensor norm = ops::sqrt(ops::sum(ops::square(g)));
+  return ops::div(ops::mul(g, c), ops::maximum(norm, c));
+}
+
+void clip_by_global_norm(std::vector<Tensor>& grads, double clipnorm) {
+  Tensor total;
+  for (const auto& g : grads) {
+    Tensor s = ops::sum(ops::square(g));
+    total = total.defined() ? ops::add(total, s.to(total.device())) : s;
+  }
+  const double norm = std::sqrt(total.item());
+  // As Keras: a non-finite norm turns every gradient into NaN.
+  const double factor = std::isfinite(norm) ? clipnorm / std::max(norm, clipnorm) : NAN;
+  if (factor == 1.0) return;
+  for (auto& g : grads) g = ops::mul(g, Tensor::scalar(factor, float32, g.device()));
+}
+
+Tensor clip_by_value(const Tensor& g, double v) {
+  return ops::minimum(ops::maximum(g, Tensor::scalar(-v, float32, g.device())),
+                      Tensor::scalar(v, float32, g.device()));
+}
+
+/// Warns once per optimizer name and variable path, as Keras does once per call site.
+void warn_missing(const std::string& name, const std::vector<std::string>& paths) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::string list;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& p : paths)
+      if (warned.insert(name + "\n" + p).second) list += (list.empty() ? "" : ", ") + p;
+  }
+  if (!list.empty())
+    std::cerr << "mpt: optimizer '" << name << "': gradients do not exist for variables [" << list
+              << "]; they are left unchanged\n";
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::string name, CommonOptions options)
+    : name_(std::move(name)), options_(std::move(options)) {
+  check_clip(name_, "clipnorm", options_.clipnorm);
+  check_clip(name_, "clipvalue", options_.clipvalue);
+  check_clip(name_, "global_clipnorm", options_.global_clipnorm);
+  MPT_CHECK(!(options_.clipnorm && options_.global_clipnorm), "optimizer '", name_,
+            "': only one of clipnorm and global_clipnorm can be set");
+}
+
+void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
+  MPT_CHECK(grads.size() == vars.size(), "optimizer '", name_, "': apply_gradients got ",
+            grads.size(), " gradients for ", vars.size(), " variables");
+  if (grads.empty()) return;
+  NoGradGuard no_grad;
+  std::vector<Tensor> g;
+  std::vector<Variable> v;
+  std::vector<std::string> missing;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    MPT_CHECK(vars[i].defined(), "optimizer '", name_, "': variable ", i, " is undefined");
+    const Variable& var = vars[i];
+    if (!grads[i].defined()) {
+      missing.push_back(var.path());
+      continue;
+    }
+    const Tensor& gi = grads[i];
+    MPT_CHECK(is_floating(var.dtype()), "optimizer '", name_, "': variable '", var.path(),
+              "' is ", to_string(var.dtype()), "; only floating-point variables can be trained");
+    MPT_CHECK(is_floating(gi.dtype()), "optimizer '", name_, "': gradient for '", var.path(),
+              "' is ", to_string(gi.dtype()), "; expected a floating-point gradient");
+    MPT_CHECK(gi.shape() == var.shape(), "optimizer '", name_, "': gradient for '", var.path(),
+              "' has shape ", to_string(gi.shape()), ", expected ", to_string(var.shape()));
+    MPT_CHECK(gi.device() == var.value().device(), "optimizer '", name_, "': gradient for '",
+              var.path(), "' is on ", gi.device().str(), ", the variable on ",
+              var.value().device().str());
+    g.push_back(gi.dtype() == float32 ? gi.detach() : gi.to(float32));
+    v.push_back(var);
+  }
+  MPT_CHECK(!g.empty(), "optimizer '", name_, "': no gradients provided for any variable");
+  if (!missing.empty()) warn_missing(name_, missing);
+
+  // Keras's precedence: clipnorm, else global_clipnorm, else clipvalue.
+  if (options_.clipnorm) {
+    for (auto& gi : g) gi = clip_by_norm(gi, *options_.clipnorm);
+  } else if (options_.global_clipnorm) {
+    clip_by_global_norm(g, *options_.global_clipnorm);
+  } else if (options_.clipvalue) {
+    for (auto& gi : g) gi = clip_by_value(gi, *options_.clipvalue);
+  }
+
+  const double lr = learning_rate();
+  for (std::size_t i = 0; i < g.size(); ++i) update_step(g[i], v[i], lr);
+  ++iterations_;
+}
+
+Tensor& Optimizer::slot(const Variable& var, const std::string& slot_name) {
+  auto it = slots_.find(var.id());
+  if (it == slots_.end()) {
+    SlotSet set;
+    set.path = var.path();
+    for (auto p = slots_.begin(); p != slots_.end(); ++p) {
+      if ((p->first & kPendingKey) && p->second.path == set.path) {
+        for (auto& [n, t] : p->second.tensors) {
+          MPT_CHECK(t.shape() == var.shape(), "optimizer '", name_, "': restored slot '", n,
+                    "' of '", set.path, "' has shape ", to_string(t.shape()),
+                    ", the variable has ", to_string(var.shape()));
+          set.tensors[n] = t.to(var.value().device());
+        }
+        slots_.erase(p);
+        break;
+      }
+    }
+    it = slots_.emplace(var.id(), std::move(set)).first;
+  } else if (it->second.path != var.path()) {
+    it->second.path = var.path();
+  }
+  auto& tensors = it->second.tensors;
+  auto t = tensors.find(slot_name);
+  if (t == tensors.end()) {
+    NoGradGuard no_grad;
+    t = tensors.emplace(slot_name, Tensor::zeros(var.shape(), float32, var.value().device())).first;
+  }
+  return t->second;
+}
+
+std::map<std::string, std::map<std::string, Tensor>> Optimizer::slots_by_path() const {
+  std::map<std::string, std::map<std::string, Tensor>> out;
+  for (const auto& [id, set] : slots_) out[set.path] = set.tensors;
+  return out;
+}
+
+void Optimizer::set_slot(const std::string& var_path, const std::string& slot_name,
+                         const Tensor& value) {
+  MPT_CHECK(value.defined(), "optimizer '", name_, "': set_slot('", var_path, "', '", slot_name,
+            "') got an undefined tensor");
+  NoGradGuard no_grad;
+  SlotSet* set = nullptr;
+  for (auto& [id, s] : slots_)
+    if (s.path == var_path) set = &s;
+  if (!set) {
+    std::uint64_t key = kPendingKey;
+    while (slots_.count(key)) ++key;
+    set = &slots_[key];
+    set->path = var_path;
+  }
+  auto t = set->tensors.find(slot_name);
+  if (t != set->tensors.end()) {
+    MPT_CHECK(value.shape() == t->second.shape(), "optimizer '", name_, "': slot '", slot_name,
+              "' of '", var_path, "' has shape ", to_string(t->second.shape()), ", got ",
+              to_string(value.shape()));
+    t->second.assign(value.to(t->second.device()));
+  } else {
+    Tensor copy = value.to(float32);
+    set->tensors[slot_name] = copy.data_ptr() == value.data_ptr() ? copy.copy() : copy;
+  }
+}
+
+std::shared_ptr<Optimizer> OptimizerArg::get() const {
+  if (ptr_) return ptr_;
+  MPT_CHECK(!name_.empty(), "optimizer: none given (pass an optimizer or one of the names sgd, "
+                            "adam, adamw, rmsprop)");
+  return optimizers::get(name_);
+}
+
+std::shared_ptr<Optimizer> get(const std::string& name) {
+  std::string key = name;
+  std::transform(key.begin(), key.end(), key.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (key == "sgd") return std::make_shared<SGD>();
+  if (key == "adam") return std::make_shared<Adam>();
+  if (key == "adamw") return std::make_shared<AdamW>();
+  if (key == "rmsprop") return std::make_shared<RMSprop>();
+  fail("optimizers::get: unknown optimizer '", name, "'; valid names: sgd, adam, adamw, rmsprop");
+}
+
+}  // namespace mpt::optimizers

@@ -1,0 +1,412 @@
+// Losses against host references computed in double with std::log, by object and by name,
+// under 16-bit predictions, their gradients, and their error messages.
+#include <algorithm>
+#include <cmath>
+
+#include "test_util.hpp"
+
+using namespace mpt;
+using mpt::test::check_close;
+using mpt::test::check_gradients;
+using mpt::test::for_each_device;
+using mpt::test::tolerance;
+
+namespace {
+
+// The clip bounds as Keras has them in float32: 1 - 1e-7 rounds to 1 - 2^-23.
+const double kLo = static_cast<double>(1e-7f), kHi = static_cast<double>(1.0f - 1e-7f);
+constexpr std::int64_t kRows = 4, kClasses = 3;
+
+// Hand-made logits and probabilities (rows of 3 classes) and their sparse labels.
+const std::vector<double> kLogits = {2.0, 1.0, 0.1, 0.5, 2.5, -1.0, -0.3, 0.2, 0.8, 1.5, -0.5, 0.0};
+// Row 3 does not sum to 1 (normalised first); row 4 gives the true class probability 0 (clipped).
+const std::vector<double> kProbs = {0.7, 0.2, 0.1, 0.1, 0.8, 0.1, 0.4, 0.6, 1.0, 0.5, 0.0, 0.5};
+const std::vector<std::int32_t> kLabels = {0, 1, 2, 1};
+
+std::vector<double> one_hot(const std::vector<std::int32_t>& labels, std::int64_t classes) {
+  std::vector<double> y(labels.size() * classes, 0.0);
+  for (std::size_t i = 0; i < labels.size(); ++i) y[i * classes + labels[i]] = 1.0;
+  return y;
+}
+
+/// -sum(y * log q) per row, q = softmax(x) or the normalised, clipped probabilities.
+std::vector<double> ref_crossentropy(const std::vector<double>& x, const std::vector<double>& y,
+                                     std::int64_t classes, bool from_logits) {
+  const std::size_t rows = x.size() / classes;
+  std::vector<double> out(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const double* xr = &x[r * classes];
+    const double* yr = &y[r * classes];
+    std::vector<double> logq(classes);
+    if (from_logits) {
+      double m = *std::max_element(xr, xr + classes), s = 0;
+      for (std::int64_t i = 0; i < classes; ++i) s += std::exp(xr[i] - m);
+      for (std::int64_t i = 0; i < classes; ++i) logq[i] = xr[i] - m - std::log(s);
+    } else {
+      double s = 0;
+      for (std::int64_t i = 0; i < classes; ++i) s += xr[i];
+      for (std::int64_t i = 0; i < classes; ++i) logq[i] = std::log(std::clamp(xr[i] / s, kLo, kHi));
+    }
+    double l = 0;
+    for (std::int64_t i = 0; i < classes; ++i) l -= yr[i] * logq[i];
+    out[r] = l;
+  }
+  return out;
+}
+
+/// Binary crossentropy averaged over the last axis of `width` elements.
+std::vector<double> ref_binary(const std::vector<double>& x, std::vector<double> z, std::int64_t width,
+                               bool from_logits, double smoothing = 0.0) {
+  for (auto& v : z) v = v * (1 - smoothing) + 0.5 * smoothing;
+  std::vector<double> out(x.size() / width, 0.0);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double l;
+    if (from_logits) {
+      l = std::max(x[i], 0.0) - x[i] * z[i] + std::log1p(std::exp(-std::abs(x[i])));
+    } else {
+      double p = std::clamp(x[i], kLo, kHi);
+      l = -(z[i] * std::log(p) + (1 - z[i]) * std::log(1 - p));
+    }
+    out[i / width] += l / static_cast<double>(width);
+  }
+  return out;
+}
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+Tensor f32(const std::vector<double>& v, const Shape& s, Device d) {
+  return Tensor::from_vector(v, s, d).to(float32);
+}
+
+/// The per-example values and the scalar mean of `loss`, both checked against `expected`.
+void check_loss(const losses::Loss& loss, const Tensor& y_true, const Tensor& y_pred,
+                const std::vector<double>& expected, const std::string& what) {
+  Tensor per = loss.call(y_true, y_pred);
+  CHECK(per.dtype() == float32);
+  check_close(per, expected, tolerance(float32), what + " per example");
+  Tensor l = loss(y_true, y_pred);
+  CHECK(l.dtype() == float32);
+  CHECK(l.dim() == 0);
+  check_close(l, {mean_of(expected)}, tolerance(float32), what + " mean");
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no mpt::Error)";
+}
+
+}  // namespace
+
+TEST_CASE("sparse_categorical_crossentropy from logits and probabilities") {
+  for_each_device([](Device dev) {
+    const auto y = one_hot(kLabels, kClasses);
+    for (bool logits : {true, false}) {
+      CAPTURE(logits);
+      const auto& x = logits ? kLogits : kProbs;
+      Tensor y_pred = f32(x, {kRows, kClasses}, dev);
+      const auto expected = ref_crossentropy(x, y, kClasses, logits);
+      losses::SparseCategoricalCrossentropy loss({.from_logits = logits});
+      CHECK(loss.name() == "sparse_categorical_crossentropy");
+      CHECK(loss.from_logits() == logits);
+      Tensor labels = Tensor::from_vector(kLabels, {kRows}, dev);
+      check_loss(loss, labels, y_pred, expected, "int32 [N]");
+      check_loss(loss, labels.to(int64).reshape({kRows, 1}), y_pred, expected, "int64 [N,1]");
+      // Float labels holding class ids are cast to int, as Keras does.
+      check_loss(loss, labels.to(float32), y_pred, expected, "float32 [N]");
+      check_loss(loss, labels.to(float32).reshape({kRows, 1}), y_pred, expected, "float32 [N,1]");
+    }
+    // By name: from_logits = false, Keras's default.
+    auto by_name = losses::get("sparse_categorical_crossentropy");
+    REQUIRE(by_name);
+    check_close(by_name->operator()(Tensor::from_vector(kLabels, {kRows}, dev), f32(kProbs, {kRows, kClasses}, dev)),
+                {mean_of(ref_crossentropy(kProbs, y, kClasses, false))}, tolerance(float32), "by name");
+    // The clipped row: -log(1e-7).
+    CHECK(ref_crossentropy(kProbs, y, kClasses, false)[3] == doctest::Approx(-std::log(kLo)));
+  });
+}
+
+TEST_CASE("categorical_crossentropy from logits, probabilities and with label smoothing") {
+  for_each_device([](Device dev) {
+    const auto y = one_hot(kLabels, kClasses);
+    Tensor y_true = f32(y, {kRows, kClasses}, dev);
+    for (bool logits : {true, false}) {
+      for (double ls : {0.0, 0.1, 0.3}) {
+        CAPTURE(logits);
+        CAPTURE(ls);
+        const auto& x = logits ? kLogits : kProbs;
+        std::vector<double> smoothed = y;
+        for (auto& v : smoothed) v = v * (1 - ls) + ls / kClasses;
+        losses::CategoricalCrossentropy loss({.from_logits = logits, .label_smoothing = ls});
+        CHECK(loss.name() == "categorical_crossentropy");
+        check_loss(loss, y_true, f32(x, {kRows, kClasses}, dev), ref_crossentropy(x, smoothed, kClasses, logits),
+                   "categorical");
+      }
+    }
+    // Integer one-hot labels are distributions too, not class ids.
+    check_loss(losses::CategoricalCrossentropy({.from_logits = true}), y_true.to(int32),
+               f32(kLogits, {kRows, kClasses}, dev), ref_crossentropy(kLogits, y, kClasses, true), "int one-hot");
+    // A soft target distribution.
+    const std::vector<double> soft = {0.5, 0.5, 0, 0.2, 0.3, 0.5, 0, 0, 1, 0.1, 0.8, 0.1};
+    check_loss(losses::CategoricalCrossentropy({.from_logits = true}), f32(soft, {kRows, kClasses}, dev),
+               f32(kLogits, {kRows, kClasses}, dev), ref_crossentropy(kLogits, soft, kClasses, true), "soft");
+    auto by_name = losses::get("categorical_crossentropy");
+    check_close(by_name->operator()(y_true, f32(kProbs, {kRows, kClasses}, dev)),
+                {mean_of(ref_crossentropy(kProbs, y, kClasses, false))}, tolerance(float32), "by name");
+  });
+}
+
+TEST_CASE("binary_crossentropy from logits, probabilities and with label smoothing") {
+  for_each_device([](Device dev) {
+    // Two outputs per example; logits include 0 and large magnitudes (the stable form).
+    const std::vector<double> logits = {0.0, 2.0, -1.5, 30.0, -30.0, 0.7, 3.0, -0.2};
+    const std::vector<double> probs = {0.9, 0.2, 0.0, 1.0, 0.5, 0.3, 0.999, 0.01};
+    const std::vector<double> z = {1, 0, 1, 1, 1, 0, 0, 1};
+    Tensor y_true = f32(z, {4, 2}, dev);
+    for (bool from_logits : {true, false}) {
+      for (double ls : {0.0, 0.2}) {
+        CAPTURE(from_logits);
+        CAPTURE(ls);
+        const auto& x = from_logits ? logits : probs;
+        losses::BinaryCrossentropy loss({.from_logits = from_logits, .label_smoothing = ls});
+        CHECK(loss.name() == "binary_crossentropy");
+        check_loss(loss, y_true, f32(x, {4, 2}, dev), ref_binary(x, z, 2, from_logits, ls), "binary");
+      }
+    }
+    // The clip: p = 0 with z = 1 costs -log(1e-7).
+    CHECK(ref_binary({0.0}, {1.0}, 1, false)[0] == doctest::Approx(-std::log(kLo)));
+    // Labels [N] against a single-unit output [N, 1] (Keras expands the labels), int labels.
+    const std::vector<double> x1 = {0.8, 0.3, 0.6, 0.1};
+    const std::vector<double> z1 = {1, 0, 0, 1};
+    Tensor labels = Tensor::from_vector<std::int32_t>({1, 0, 0, 1}, {4}, dev);
+    for (const char* name : {"binary_crossentropy", "bce", "BinaryCrossentropy"}) {
+      CAPTURE(name);
+      auto loss = losses::get(name);
+      check_loss(*loss, labels, f32(x1, {4, 1}, dev), ref_binary(x1, z1, 1, false), name);
+    }
+  });
+}
+
+TEST_CASE("mean_squared_error and mean_absolute_error average the last axis") {
+  for_each_device([](Device dev) {
+    const std::vector<double> t = {1.0, 2.0, 3.0, -1.0, 0.5, 0.0};
+    const std::vector<double> p = {1.5, 1.0, 3.0, 1.0, -0.5, 0.25};
+    std::vector<double> mse(2, 0.0), mae(2, 0.0);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      mse[i / 3] += (t[i] - p[i]) * (t[i] - p[i]) / 3;
+      mae[i / 3] += std::abs(t[i] - p[i]) / 3;
+    }
+    CHECK(mse[0] == doctest::Approx((0.25 + 1.0 + 0.0) / 3));
+    Tensor yt = f32(t, {2, 3}, dev), yp = f32(p, {2, 3}, dev);
+    check_loss(losses::MeanSquaredError(), yt, yp, mse, "mse object");
+    check_loss(losses::MeanAbsoluteError(), yt, yp, mae, "mae object");
+    for (const char* name : {"mean_squared_error", "mse", "MSE", "MeanSquaredError"})
+      check_loss(*losses::get(name), yt, yp, mse, name);
+    for (const char* name : {"mean_absolute_error", "mae", "MAE", "MeanAbsoluteError"})
+      check_loss(*losses::get(name), yt, yp, mae, name);
+    CHECK(losses::get("mse")->name() == "mean_squared_error");
+    // Labels [N] against [N, 1]: one value per example, no broadcasting to [N, N].
+    Tensor per = losses::MeanSquaredError().call(f32({1, 2, 3}, {3}, dev), f32({1.5, 2, 1}, {3, 1}, dev));
+    CHECK(per.shape() == Shape{3});
+    check_close(per, {0.25, 0.0, 4.0}, tolerance(float32), "mse [N] vs [N,1]");
+  });
+}
+
+TEST_CASE("16-bit predictions give float32 losses close to the float32 ones") {
+  const auto y = one_hot(kLabels, kClasses);
+  struct Case {
+    std::string what;
+    std::shared_ptr<losses::Loss> loss;
+    Tensor y_true;
+    std::vector<double> x;
+    Shape shape;
+  };
+  const std::vector<double> bin_x = {0.9, 0.2, 0.1, 0.7, 0.5, 0.3, 0.95, 0.05};
+  const std::vector<Case> cases = {
+      {"scce logits", std::make_shared<losses::SparseCategoricalCrossentropy>(losses::CrossentropyOptions{true}),
+       Tensor::from_vector(kLabels, {kRows}), kLogits, {kRows, kClasses}},
+      {"scce probs", std::make_shared<losses::SparseCategoricalCrossentropy>(), Tensor::from_vector(kLabels, {kRows}),
+       {0.7, 0.2, 0.1, 0.1, 0.8, 0.1, 0.2, 0.3, 0.5, 0.3, 0.4, 0.3}, {kRows, kClasses}},
+      {"cce logits smoothed",
+       std::make_shared<losses::CategoricalCrossentropy>(losses::CrossentropyOptions{true, 0.1}),
+       f32(y, {kRows, kClasses}, default_device()), kLogits, {kRows, kClasses}},
+      {"cce probs", std::make_shared<losses::CategoricalCrossentropy>(), f32(y, {kRows, kClasses}, default_device()),
+       {0.7, 0.2, 0.1, 0.1, 0.8, 0.1, 0.2, 0.3, 0.5, 0.3, 0.4, 0.3}, {kRows, kClasses}},
+      {"bce logits", std::make_shared<losses::BinaryCrossentropy>(losses::CrossentropyOptions{true}),
+       f32({1, 0, 1, 1, 1, 0, 0, 1}, {4, 2}, default_device()), {0.0, 2.0, -1.5, 3.0, -3.0, 0.7, 3.0, -0.2}, {4, 2}},
+      {"bce probs", std::make_shared<losses::BinaryCrossentropy>(),
+       f32({1, 0, 1, 1, 1, 0, 0, 1}, {4, 2}, default_device()), bin_x, {4, 2}},
+      {"mse", std::make_shared<losses::MeanSquaredError>(), f32({1, 2, 3, -1, 0.5, 0}, {2, 3}, default_device()),
+       {1.5, 1.0, 3.0, 1.0, -0.5, 0.25}, {2, 3}},
+      {"mae", std::make_shared<losses::MeanAbsoluteError>(), f32({1, 2, 3, -1, 0.5, 0}, {2, 3}, default_device()),
+       {1.5, 1.0, 3.0, 1.0, -0.5, 0.25}, {2, 3}},
+  };
+  for (const auto& c : cases) {
+    const double reference = (*c.loss)(c.y_true, f32(c.x, c.shape, default_device())).item();
+    for (DType d : {float16, bfloat16}) {
+      CAPTURE(c.what);
+      CAPTURE(to_string(d));
+      Tensor y_pred = Tensor::from_vector(c.x, c.shape).to(d);
+      Tensor per = c.loss->call(c.y_true, y_pred);
+      CHECK(per.dtype() == float32);
+      Tensor l = (*c.loss)(c.y_true, y_pred);
+      CHECK(l.dtype() == float32);
+      check_close(l, {reference}, tolerance(d), c.what + " in " + to_string(d));
+    }
+  }
+}
+
+TEST_CASE("loss gradients w.r.t. y_pred match finite differences in float64") {
+  for_each_device([](Device dev) {
+    Tensor labels = Tensor::from_vector(kLabels, {kRows}, dev);
+    Tensor onehot = Tensor::from_vector(one_hot(kLabels, kClasses), {kRows, kClasses}, dev);
+    Tensor logits = Tensor::from_vector(kLogits, {kRows, kClasses}, dev);
+    // Positive and not normalised, away from the clip bounds.
+    Tensor probs = Tensor::random_uniform({kRows, kClasses}, 0.1, 1.0, 7, float64, dev);
+    Tensor bin_t = Tensor::from_vector<double>({1, 0, 1, 1, 1, 0, 0, 1}, {4, 2}, dev);
+    Tensor bin_logits = Tensor::from_vector<double>({0.0, 2.0, -1.5, 3.0, -3.0, 0.7, 3.0, -0.2}, {4, 2}, dev);
+    Tensor bin_probs = Tensor::random_uniform({4, 2}, 0.05, 0.95, 8, float64, dev);
+    struct Case {
+      std::string what;
+      std::shared_ptr<losses::Loss> loss;
+      Tensor y_true, y_pred;
+    };
+    using losses::CrossentropyOptions;
+    const std::vector<Case> cases = {
+        {"scce logits", std::make_shared<losses::SparseCategoricalCrossentropy>(CrossentropyOptions{true}), labels,
+         logits},
+        {"scce probs", std::make_shared<losses::SparseCategoricalCrossentropy>(), labels, probs},
+        {"cce logits", std::make_shared<losses::CategoricalCrossentropy>(CrossentropyOptions{true, 0.1}), onehot,
+         logits},
+        {"cce probs", std::make_shared<losses::CategoricalCrossentropy>(CrossentropyOptions{false, 0.1}), onehot,
+         probs},
+        {"bce logits", std::make_shared<losses::BinaryCrossentropy>(CrossentropyOptions{true, 0.2}), bin_t,
+         bin_logits},
+        {"bce probs", std::make_shared<losses::BinaryCrossentropy>(CrossentropyOptions{false, 0.2}), bin_t,
+         bin_probs},
+        {"mse", std::make_shared<losses::MeanSquaredError>(), bin_t, bin_logits},
+        {"mae", std::make_shared<losses::MeanAbsoluteError>(), bin_t, bin_logits + 0.1},
+    };
+    for (const auto& c : cases) {
+      CHECK(c.loss->operator()(c.y_true, c.y_pred).dtype() == float64);
+      check_gradients(c.what, [&](const std::vector<Tensor>& in) { return (*c.loss)(c.y_true, in[0]); },
+                      {c.y_pred});
+    }
+    // The stable binary form has the right slope at logit 0: (sigmoid(0) - z) / n.
+    GradientTape tape;
+    Tensor x = Tensor::from_vector<double>({0.0, 0.0}, {2, 1}, dev);
+    tape.watch(x);
+    Tensor l = losses::BinaryCrossentropy({.from_logits = true})(
+        Tensor::from_vector<double>({1.0, 0.0}, {2, 1}, dev), x);
+    check_close(tape.gradient(l, {x})[0], {-0.25, 0.25}, tolerance(float64), "bce slope at 0");
+  });
+}
+
+TEST_CASE("gradients of 16-bit predictions come back in their dtype") {
+  const auto y = one_hot(kLabels, kClasses);
+  for (DType d : {float16, bfloat16}) {
+    CAPTURE(to_string(d));
+    std::vector<std::pair<std::string, std::shared_ptr<losses::Loss>>> cases = {
+        {"scce", std::make_shared<losses::SparseCategoricalCrossentropy>(losses::CrossentropyOptions{true})},
+        {"cce", std::make_shared<losses::CategoricalCrossentropy>(losses::CrossentropyOptions{true})},
+        {"bce", std::make_shared<losses::BinaryCrossentropy>(losses::CrossentropyOptions{true})},
+        {"mse", std::make_shared<losses::MeanSquaredError>()},
+        {"mae", std::make_shared<losses::MeanAbsoluteError>()}};
+    for (auto& [what, loss] : cases) {
+      CAPTURE(what);
+      Tensor y_true = what == "scce" ? Tensor::from_vector(kLabels, {kRows}) : f32(y, {kRows, kClasses}, default_device());
+      auto grad_in = [&](DType dt) {
+        Tensor x = Tensor::from_vector(kLogits, {kRows, kClasses}).to(dt);
+        GradientTape tape;
+        tape.watch(x);
+        Tensor l = (*loss)(y_true, x);
+        CHECK(l.dtype() == float32);
+        return tape.gradient(l, {x})[0];
+      };
+      Tensor g16 = grad_in(d);
+      REQUIRE(g16.defined());
+      CHECK(g16.dtype() == d);
+      // Against the float32 gradient at the same (rounded) points.
+      Tensor x32 = Tensor::from_vector(kLogits, {kRows, kClasses}).to(d).to(float32);
+      GradientTape tape;
+      tape.watch(x32);
+      Tensor g32 = tape.gradient((*loss)(y_true, x32), {x32})[0];
+      check_close(g16, g32.to_vector<double>(), tolerance(d), what + " gradient");
+    }
+  }
+}
+
+TEST_CASE("loss errors name the loss") {
+  Tensor logits = Tensor::from_vector(kLogits, {kRows, kClasses}).to(float32);
+  // Unknown names list the valid ones.
+  std::string msg = error_of([] { losses::get("sparse_crossentropy"); });
+  CHECK(msg.find("sparse_crossentropy") != std::string::npos);
+  CHECK(msg.find("valid names") != std::string::npos);
+  CHECK(msg.find("sparse_categorical_crossentropy") != std::string::npos);
+  CHECK(msg.find("mean_absolute_error") != std::string::npos);
+  CHECK_THROWS_AS(losses::LossArg("nope").get(), Error);
+
+  // Batch sizes differ: the loss and both shapes are named.
+  msg = error_of([&] { losses::SparseCategoricalCrossentropy()(Tensor::from_vector<std::int32_t>({0, 1, 2}), logits); });
+  CHECK(msg.find("sparse_categorical_crossentropy") != std::string::npos);
+  CHECK(msg.find("(3,)") != std::string::npos);
+  CHECK(msg.find("(4, 3)") != std::string::npos);
+  msg = error_of([&] { losses::MeanSquaredError()(Tensor::zeros({5, 3}), logits); });
+  CHECK(msg.find("mean_squared_error") != std::string::npos);
+  CHECK(msg.find("(5, 3)") != std::string::npos);
+
+  // Labels out of range, above and below.
+  for (std::int32_t bad : {3, -1}) {
+    CAPTURE(bad);
+    Tensor labels = Tensor::from_vector<std::int32_t>({0, 1, bad, 1}, {kRows});
+    msg = error_of([&] { losses::SparseCategoricalCrossentropy({.from_logits = true})(labels, logits); });
+    CHECK(msg.find("sparse_categorical_crossentropy") != std::string::npos);
+    CHECK(msg.find("out of range") != std::string::npos);
+    msg = error_of([&] { losses::SparseCategoricalCrossentropy({.from_logits = true}).call(labels, logits); });
+    CHECK(msg.find("sparse_categorical_crossentropy") != std::string::npos);
+    msg = error_of([&] { losses::SparseCategoricalCrossentropy()(labels.to(float32), logits); });
+    CHECK(msg.find("out of range") != std::string::npos);
+  }
+
+  // Shapes that do not fit.
+  msg = error_of([&] { losses::CategoricalCrossentropy()(Tensor::zeros({kRows, 4}), logits); });
+  CHECK(msg.find("categorical_crossentropy") != std::string::npos);
+  CHECK(msg.find("(4, 4)") != std::string::npos);
+  msg = error_of([&] { losses::SparseCategoricalCrossentropy()(Tensor::zeros({kRows, 2}, int32), logits); });
+  CHECK(msg.find("sparse_categorical_crossentropy") != std::string::npos);
+  msg = error_of([&] { losses::BinaryCrossentropy()(Tensor::zeros({kRows, 2}), logits); });
+  CHECK(msg.find("binary_crossentropy") != std::string::npos);
+
+  // Options out of range.
+  CHECK_THROWS_AS(losses::CategoricalCrossentropy({.label_smoothing = 1.5}), Error);
+  CHECK_THROWS_AS(losses::BinaryCrossentropy({.label_smoothing = -0.1}), Error);
+  CHECK_THROWS_AS(losses::SparseCategoricalCrossentropy({.label_smoothing = 0.1}), Error);
+
+  // NaN inputs are fit's business, not the loss's.
+  Tensor nan_pred = Tensor::full({2, 3}, std::nan(""));
+  Tensor nan_loss;
+  CHECK_NOTHROW(nan_loss = losses::MeanSquaredError()(Tensor::zeros({2, 3}), nan_pred));
+  CHECK(std::isnan(nan_loss.item()));
+}
+
+TEST_CASE("LossArg resolves names and objects") {
+  CHECK(losses::LossArg().empty());
+  CHECK(losses::LossArg().get() == nullptr);
+  losses::LossArg by_name("categorical_crossentropy");
+  CHECK_FALSE(by_name.empty());
+  CHECK(dynamic_cast<losses::CategoricalCrossentropy*>(by_name.get().get()) != nullptr);
+  losses::LossArg by_object(losses::SparseCategoricalCrossentropy({.from_logits = true}));
+  auto scce = std::dynamic_pointer_cast<losses::SparseCategoricalCrossentropy>(by_object.get());
+  REQUIRE(scce);
+  CHECK(scce->from_logits());
+  auto shared = std::make_shared<losses::MeanAbsoluteError>();
+  CHECK(losses::LossArg(shared).get() == shared);
+  CHECK(losses::LossArg(std::string("mse")).get()->name() == "mean_squared_error");
+}

@@ -1,0 +1,145 @@
+#include "layer_harness.hpp"
+
+using namespace mpt;
+namespace layers = mpt::layers;
+using test::LayerCase;
+using test::run_layer_test;
+
+TEST_CASE("core layers through the layer harness") {
+  const std::vector<LayerCase> cases = {
+      {"Dense linear", [] { return layers::Dense(5); }, {4, 3}, {4, 5}},
+      {"Dense relu", [] { return layers::Dense(5, {.activation = "relu", .bias_initializer = "ones"}); }, {4, 3}, {4, 5}},
+      {"Dense tanh no bias", [] { return layers::Dense(2, {.activation = "tanh", .use_bias = false}); }, {3, 2, 3}, {3, 2, 2}},
+      {"Dense gelu he_normal", [] { return layers::Dense(4, {.activation = "gelu", .kernel_initializer = "he_normal"}); }, {3, 5}, {3, 4}},
+      {"Dense softmax", [] { return layers::Dense(4, {.activation = "softmax"}); }, {3, 5}, {3, 4}},
+      {"Activation sigmoid", [] { return layers::Activation("sigmoid"); }, {3, 4}, {3, 4}},
+      {"Activation silu", [] { return layers::Activation("silu"); }, {3, 4}, {3, 4}},
+      {"Softmax", [] { return layers::Softmax(); }, {3, 4}, {3, 4}},
+      {"Softmax axis 1", [] { return layers::Softmax({.axis = 1}); }, {2, 3, 4}, {2, 3, 4}},
+      {"ReLU", [] { return layers::ReLU(); }, {3, 4}, {3, 4}, 0.1, 2},
+      {"Flatten", [] { return layers::Flatten(); }, {2, 3, 4, 1}, {2, 12}},
+      {"Reshape", [] { return layers::Reshape({4, -1}); }, {2, 3, 4}, {2, 4, 3}},
+      {"Dropout inference", [] { return layers::Dropout(0.5); }, {3, 4}, {3, 4}},
+      // A new mask per call defeats finite differences; its gradient is checked directly below.
+      {"Dropout training", [] { return layers::Dropout(0.3, {.seed = 7}); }, {8, 8}, {8, 8}, -1.5, 1.5, true, false},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    run_layer_test(c);
+  }
+}
+
+TEST_CASE("Dense computes x.W + b with its variables") {
+  mixed_precision::set_global_policy("float32");
+  auto d = layers::Dense(2, {.activation = "relu"});
+  Tensor x = Tensor::from_vector<float>({1, -2, 3, 0.5f, 1, -1}, {2, 3});
+  Tensor y = d(x);
+  auto vars = d->variables();
+  REQUIRE(vars.size() == 2);
+  CHECK(vars[0].path() == "dense/kernel");
+  CHECK(vars[1].path() == "dense/bias");
+  auto w = vars[0].value().to_vector<double>(), xv = x.to_vector<double>();
+  auto yv = y.to_vector<double>();
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      double z = 0;
+      for (int k = 0; k < 3; ++k) z += xv[i * 3 + k] * w[k * 2 + j];
+      CHECK(yv[i * 2 + j] == doctest::Approx(std::max(z, 0.0)).epsilon(1e-5));
+    }
+  CHECK(d->count_params() == 3 * 2 + 2);
+  // A second call with a different feature size is an error that names the layer.
+  try {
+    d(Tensor::zeros({2, 4}));
+    FAIL("expected mpt::Error");
+  } catch (const mpt::Error& e) {
+    CHECK(std::string(e.what()).find("Dense 'dense'") != std::string::npos);
+    CHECK(std::string(e.what()).find("(2, 4)") != std::string::npos);
+  }
+}
+
+TEST_CASE("policies: casts, variable reads and overrides") {
+  using mixed_precision::Policy;
+  CHECK(Policy("mixed_float16").compute_dtype() == float16);
+  CHECK(Policy("mixed_float16").variable_dtype() == float32);
+  CHECK(Policy("mixed_bfloat16").compute_dtype() == bfloat16);
+  CHECK(Policy("bfloat16").variable_dtype() == bfloat16);
+  CHECK(Policy().name() == "float32");
+  try {
+    Policy bad("mixed_float8");
+    FAIL("expected mpt::Error");
+  } catch (const mpt::Error& e) {
+    std::string m = e.what();
+    CHECK(m.find("mixed_float8") != std::string::npos);
+    CHECK(m.find("mixed_bfloat16") != std::string::npos);  // lists the valid names
+  }
+  mixed_precision::set_global_policy("mixed_bfloat16");
+  CHECK(mixed_precision::global_policy().name() == "mixed_bfloat16");
+  auto d = layers::Dense(3);
+  auto d32 = layers::Dense(3, {.dtype = "float32"});
+  auto dp = layers::Dense(3, {.dtype = Policy("mixed_float16")});
+  mixed_precision::set_global_policy("float32");
+  CHECK(d->dtype_policy().name() == "mixed_bfloat16");
+  CHECK(d32->dtype_policy().name() == "float32");
+  CHECK(dp->compute_dtype() == float16);
+  Tensor x = Tensor::ones({2, 4});
+  CHECK(d(x).dtype() == bfloat16);       // float input cast to the compute dtype
+  CHECK(d32(x.to(bfloat16)).dtype() == float32);
+  // Integer inputs are not cast.
+  auto flat = layers::Flatten({.dtype = "mixed_float16"});
+  CHECK(flat(Tensor::zeros({2, 3}, int32)).dtype() == int32);
+  // The cached cast is reused until the variable is written.
+  auto v = d->variables()[0];
+  Tensor r1 = v.read(bfloat16), r2 = v.read(bfloat16);
+  CHECK(r1.data_ptr() == r2.data_ptr());
+  v.assign(Tensor::ones(v.shape()));
+  Tensor r3 = v.read(bfloat16);
+  CHECK(r3.data_ptr() != r1.data_ptr());
+  CHECK(r3.to_vector<float>()[0] == 1.0f);
+}
+
+TEST_CASE("a user-defined layer overrides build and call only") {
+  class Scale : public Layer {
+   public:
+    Scale() : Layer("Scale") {}
+    void build(const Shape& s) override { w_ = add_weight("w", {s.back()}, "ones"); }
+    Tensor call(const Tensor& x, bool) override { return ops::mul(x, read(w_)); }
+
+   private:
+    Variable w_;
+  };
+  test::LayerCase c{"Scale", [] { return LayerRef(std::make_shared<Scale>()); }, {3, 4}, {3, 4}};
+  run_layer_test(c);
+  mixed_precision::set_global_policy("mixed_float16");
+  LayerRef s = std::make_shared<Scale>();
+  CHECK(s->name() == "scale");
+  Tensor y = s(Tensor::ones({2, 4}));
+  CHECK(y.dtype() == float16);
+  CHECK(s->variables()[0].dtype() == float32);
+  mixed_precision::set_global_policy("float32");
+}
+
+TEST_CASE("Dropout is seeded, scales, and is inactive in inference") {
+  auto d = layers::Dropout(0.25, {.seed = 3});
+  Tensor x = Tensor::ones({100, 100});
+  CHECK(d(x).to_vector<float>() == x.to_vector<float>());
+  auto y = d(x, {.training = true}).to_vector<float>();
+  std::size_t zeros = 0;
+  for (float v : y) {
+    CHECK((v == 0.0f || v == doctest::Approx(1 / 0.75)));
+    zeros += v == 0.0f;
+  }
+  CHECK(zeros > 2200);
+  CHECK(zeros < 2800);
+  auto d2 = layers::Dropout(0.25, {.seed = 3});
+  CHECK(d2(x, {.training = true}).to_vector<float>() == y);  // same seed, same first mask
+  CHECK(d2(x, {.training = true}).to_vector<float>() != y);  // a new mask per call
+  CHECK_THROWS_AS(layers::Dropout(1.0), mpt::Error);
+  // The gradient is the mask scaled by 1/(1-rate): g = y / x for the same call.
+  Tensor xr = Tensor::random_uniform({20, 20}, 0.5, 1.5, 4);
+  GradientTape tape;
+  tape.watch(xr);
+  Tensor yr = d(xr, {.training = true});
+  auto g = tape.gradient(ops::sum(yr), {xr})[0].to_vector<double>();
+  auto yv = yr.to_vector<double>(), xv = xr.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(yv[i] / xv[i]).epsilon(1e-5));
+}

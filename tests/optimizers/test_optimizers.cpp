@@ -1,0 +1,462 @@
+// Optimizers against float64 references written here from Keras 3's update rules, the fused
+// update ops on every device, clipping, learning-rate schedules and the Optimizer base.
+#include <cmath>
+
+#include <mpt/optim_ops.hpp>
+
+#include "test_util.hpp"
+
+using namespace mpt;
+using mpt::test::check_close;
+using mpt::test::for_each_device;
+using mpt::test::tolerance;
+namespace opt = mpt::optimizers;
+namespace sched = mpt::optimizers::schedules;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+const Vec kW0 = {0.5, -1.25, 2.0, 0.0, -0.3, 1.5};
+// Three steps of gradients, with signs flipping and a large-then-small pattern (amsgrad).
+const std::vector<Vec> kGrads = {{0.4, -0.8, 1.5, 0.0, 2.0, -0.05},
+                                 {-0.2, -0.6, 0.01, 0.3, 0.1, -0.5},
+                                 {0.1, 0.9, -0.02, -0.7, 0.05, 0.25}};
+const Shape kShape = {2, 3};
+
+Tensor f32(const Vec& v, const Shape& s = kShape) { return Tensor::from_vector(v, s).to(float32); }
+
+/// Runs `o` for the three kGrads steps on a fresh variable; after each step compares the
+/// variable with `ref` advanced by one step (ref(w, g, t) updates w in place, t from 1).
+void run_three_steps(opt::Optimizer& o, const std::function<void(Vec&, const Vec&, int)>& ref,
+                     const std::string& what) {
+  Variable w(f32(kW0), "w");
+  Vec wr = kW0;
+  for (int t = 1; t <= 3; ++t) {
+    o.apply_gradients({f32(kGrads[t - 1])}, {w});
+    ref(wr, kGrads[t - 1], t);
+    CHECK(o.iterations() == t);
+    check_close(w.value(), wr, tolerance(float32), what + " step " + std::to_string(t));
+  }
+}
+
+// ---- float64 references of Keras's rules -----------------------------------------------------
+
+struct SgdRef {
+  double lr, mu;
+  bool nesterov;
+  Vec m = Vec(6, 0.0);
+  void operator()(Vec& w, const Vec& g, int) {
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (mu == 0) {
+        w[i] -= lr * g[i];
+        continue;
+      }
+      m[i] = mu * m[i] - lr * g[i];
+      w[i] += nesterov ? mu * m[i] - lr * g[i] : m[i];
+    }
+  }
+};
+
+struct AdamRef {
+  double lr, b1, b2, eps;
+  bool amsgrad = false;
+  double weight_decay = 0;
+  Vec m = Vec(6, 0.0), v = Vec(6, 0.0), vhat = Vec(6, 0.0);
+  void operator()(Vec& w, const Vec& g, int t) {
+    const double step = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      w[i] *= 1 - weight_decay * lr;
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      vhat[i] = std::max(vhat[i], v[i]);
+      const double second = amsgrad ? vhat[i] : v[i];
+      w[i] -= step * m[i] / (std::sqrt(second) + eps);
+    }
+  }
+};
+
+struct RmsRef {
+  double lr, rho, mu, eps;
+  bool centered;
+  Vec vel = Vec(6, 0.0), avg = Vec(6, 0.0), mom = Vec(6, 0.0);
+  void operator()(Vec& w, const Vec& g, int) {
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      vel[i] = rho * vel[i] + (1 - rho) * g[i] * g[i];
+      double denom = vel[i] + eps;
+      if (centered) {
+        avg[i] = rho * avg[i] + (1 - rho) * g[i];
+        denom = vel[i] - avg[i] * avg[i] + eps;
+      }
+      const double inc = lr * g[i] / std::sqrt(denom);
+      if (mu > 0) {
+        mom[i] = mu * mom[i] + inc;
+        w[i] -= mom[i];
+      } else {
+        w[i] -= inc;
+      }
+    }
+  }
+};
+
+double l2(const Vec& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+TEST_CASE("SGD: plain, momentum and nesterov match Keras's rule for three steps") {
+  {
+    opt::SGD o({.learning_rate = 0.1});
+    run_three_steps(o, SgdRef{0.1, 0.0, false}, "SGD");
+  }
+  {
+    opt::SGD o({.learning_rate = 0.1, .momentum = 0.9});
+    SgdRef ref{0.1, 0.9, false};
+    run_three_steps(o, std::ref(ref), "SGD momentum");
+    auto slots = o.slots_by_path();
+    REQUIRE(slots.count("w") == 1);
+    check_close(slots["w"].at("momentum"), ref.m, tolerance(float32), "SGD momentum slot");
+  }
+  {
+    opt::SGD o({.learning_rate = 0.05, .momentum = 0.8, .nesterov = true});
+    run_three_steps(o, SgdRef{0.05, 0.8, true}, "SGD nesterov");
+  }
+  CHECK_THROWS_AS(opt::SGD({.momentum = 1.5}), Error);
+}
+
+TEST_CASE("Adam and AMSGrad match Keras's rule for three steps") {
+  {
+    opt::Adam o({.learning_rate = 0.01});
+    AdamRef ref{0.01, 0.9, 0.999, 1e-7};
+    run_three_steps(o, std::ref(ref), "Adam");
+    auto slots = o.slots_by_path()["w"];
+    check_close(slots.at("m"), ref.m, tolerance(float32), "Adam m");
+    check_close(slots.at("v"), ref.v, tolerance(float32), "Adam v");
+    CHECK(slots.count("vhat") == 0);
+  }
+  {
+    opt::Adam o({.learning_rate = 0.02, .beta_1 = 0.5, .beta_2 = 0.6, .epsilon = 1e-3, .amsgrad = true});
+    AdamRef ref{0.02, 0.5, 0.6, 1e-3, true};
+    run_three_steps(o, std::ref(ref), "AMSGrad");
+    // The large-then-small gradients make vhat differ from v: the amsgrad branch mattered.
+    auto slots = o.slots_by_path()["w"];
+    check_close(slots.at("vhat"), ref.vhat, tolerance(float32), "AMSGrad vhat");
+    CHECK(ref.vhat[4] > ref.v[4] * 2);
+  }
+}
+
+TEST_CASE("AdamW applies decoupled weight decay before the Adam step") {
+  opt::AdamW o({.learning_rate = 0.01, .weight_decay = 0.5});
+  AdamRef ref{0.01, 0.9, 0.999, 1e-7, false, 0.5};
+  run_three_steps(o, std::ref(ref), "AdamW");
+
+  // The decay moves a variable even with zero gradients; plain Adam does not.
+  Variable w(f32({1, -2, 3, -4, 5, -6}), "w");
+  opt::AdamW decay({.learning_rate = 0.1, .weight_decay = 0.2});
+  decay.apply_gradients({Tensor::zeros(kShape)}, {w});
+  check_close(w.value(), {0.98, -1.96, 2.94, -3.92, 4.9, -5.88}, tolerance(float32), "AdamW decay");
+  CHECK_THROWS_AS(opt::AdamW({.weight_decay = -1}), Error);
+}
+
+TEST_CASE("RMSprop: plain, momentum, centered match Keras's rule for three steps") {
+  {
+    opt::RMSprop o({.learning_rate = 0.01});
+    run_three_steps(o, RmsRef{0.01, 0.9, 0.0, 1e-7, false}, "RMSprop");
+  }
+  {
+    opt::RMSprop o({.learning_rate = 0.01, .rho = 0.8, .momentum = 0.5});
+    run_three_steps(o, RmsRef{0.01, 0.8, 0.5, 1e-7, false}, "RMSprop momentum");
+  }
+  {
+    opt::RMSprop o({.learning_rate = 0.01, .rho = 0.7, .epsilon = 1e-4, .centered = true});
+    RmsRef ref{0.01, 0.7, 0.0, 1e-4, true};
+    run_three_steps(o, std::ref(ref), "RMSprop centered");
+    check_close(o.slots_by_path()["w"].at("average_gradient"), ref.avg, tolerance(float32),
+                "RMSprop average_gradient");
+  }
+  {
+    opt::RMSprop o({.learning_rate = 0.01, .rho = 0.7, .momentum = 0.9, .epsilon = 1e-4, .centered = true});
+    run_three_steps(o, RmsRef{0.01, 0.7, 0.9, 1e-4, true}, "RMSprop centered momentum");
+  }
+  // Keras's docstring example: var 10, loss var^2/2, lr 0.1, one step -> 9.683772.
+  Variable v(Tensor::scalar(10.0), "v");
+  opt::RMSprop o({.learning_rate = 0.1});
+  o.apply_gradients({Tensor::scalar(10.0)}, {v});
+  CHECK(v.value().item() == doctest::Approx(9.683772).epsilon(1e-6));
+}
+
+TEST_CASE("clipnorm clips each gradient, global_clipnorm all jointly, clipvalue elementwise") {
+  const Vec ga = {3, 4, 0, 0, 0, 0};      // norm 5
+  const Vec gb = {0.3, 0, 0, -0.4, 0, 0};  // norm 0.5
+  auto run = [&](opt::CommonOptions c) {
+    opt::SGD o({.learning_rate = 1.0, .clipnorm = c.clipnorm, .clipvalue = c.clipvalue,
+                .global_clipnorm = c.global_clipnorm});
+    Variable a(Tensor::zeros(kShape), "a"), b(Tensor::zeros(kShape), "b");
+    o.apply_gradients({f32(ga), f32(gb)}, {a, b});
+    // w = -clipped g
+    auto neg = [](Vec v) {
+      for (auto& x : v) x = -x;
+      return v;
+    };
+    return std::pair{neg(a.value().to_vector<double>()), neg(b.value().to_vector<double>())};
+  };
+  {
+    auto [a, b] = run({.clipnorm = 1.0});
+    check_close(a, {0.6, 0.8, 0, 0, 0, 0}, tolerance(float32), "clipnorm large");
+    check_close(b, gb, tolerance(float32), "clipnorm small (untouched)");
+  }
+  {
+    auto [a, b] = run({.global_clipnorm = 1.0});
+    const double norm = std::sqrt(25 + 0.25);
+    Vec ea = ga, eb = gb;
+    for (auto& x : ea) x /= norm;
+    for (auto& x : eb) x /= norm;
+    check_close(a, ea, tolerance(float32), "global_clipnorm a");
+    check_close(b, eb, tolerance(float32), "global_clipnorm b");
+    CHECK(l2(a) * l2(a) + l2(b) * l2(b) == doctest::Approx(1.0).epsilon(1e-5));
+  }
+  {
+    auto [a, b] = run({.global_clipnorm = 100.0});
+    check_close(a, ga, tolerance(float32), "global_clipnorm above the norm");
+  }
+  {
+    auto [a, b] = run({.clipvalue = 0.35});
+    check_close(a, {0.35, 0.35, 0, 0, 0, 0}, tolerance(float32), "clipvalue a");
+    check_close(b, {0.3, 0, 0, -0.35, 0, 0}, tolerance(float32), "clipvalue b");
+  }
+  CHECK_THROWS_AS(opt::SGD({.clipnorm = 1.0, .global_clipnorm = 1.0}), Error);
+  CHECK_THROWS_AS(opt::Adam({.clipvalue = -1.0}), Error);
+}
+
+TEST_CASE("schedules give Keras's values") {
+  sched::ExponentialDecay exp_decay({.initial_learning_rate = 0.1, .decay_steps = 10, .decay_rate = 0.5});
+  CHECK(exp_decay(0) == doctest::Approx(0.1));
+  CHECK(exp_decay(5) == doctest::Approx(0.1 * std::pow(0.5, 0.5)));
+  CHECK(exp_decay(20) == doctest::Approx(0.025));
+  sched::ExponentialDecay stairs({.initial_learning_rate = 0.1, .decay_steps = 10, .decay_rate = 0.5,
+                                  .staircase = true});
+  CHECK(stairs(9) == doctest::Approx(0.1));
+  CHECK(stairs(10) == doctest::Approx(0.05));
+  CHECK(stairs(25) == doctest::Approx(0.025));
+  CHECK_THROWS_AS(sched::ExponentialDecay({.decay_steps = 0}), Error);
+
+  sched::PiecewiseConstantDecay pw({10, 20}, {1.0, 0.5, 0.1});
+  CHECK(pw(0) == 1.0);
+  CHECK(pw(10) == 1.0);  // step <= boundaries[0]
+  CHECK(pw(11) == 0.5);
+  CHECK(pw(20) == 0.5);
+  CHECK(pw(21) == 0.1);
+  CHECK(pw(1000) == 0.1);
+  CHECK_THROWS_AS(sched::PiecewiseConstantDecay({10, 20}, {1.0, 0.5}), Error);
+  CHECK_THROWS_AS(sched::PiecewiseConstantDecay({20, 10}, {1.0, 0.5, 0.1}), Error);
+
+  sched::CosineDecay cosine({.initial_learning_rate = 0.1, .decay_steps = 100, .alpha = 0.1});
+  CHECK(cosine(0) == doctest::Approx(0.1));
+  CHECK(cosine(50) == doctest::Approx(0.1 * (0.9 * 0.5 + 0.1)));
+  CHECK(cosine(100) == doctest::Approx(0.01));
+  CHECK(cosine(500) == doctest::Approx(0.01));
+
+  sched::CosineDecay warm({.initial_learning_rate = 0.0, .decay_steps = 100, .warmup_steps = 10,
+                           .warmup_target = 0.2});
+  CHECK(warm(0) == doctest::Approx(0.0));
+  CHECK(warm(5) == doctest::Approx(0.1));
+  CHECK(warm(10) == doctest::Approx(0.2));
+  CHECK(warm(60) == doctest::Approx(0.1));  // halfway through the decay
+  CHECK(warm(110) == doctest::Approx(0.0));
+  CHECK(warm(1000) == doctest::Approx(0.0));
+}
+
+TEST_CASE("learning_rate() follows a schedule of iterations(); steps use it") {
+  opt::SGD o({.learning_rate = sched::PiecewiseConstantDecay({1}, {0.5, 0.25})});
+  Variable w(f32({0, 0, 0, 0, 0, 0}), "w");
+  const Tensor g = Tensor::ones(kShape);
+  CHECK(o.iterations() == 0);
+  CHECK(o.learning_rate() == 0.5);
+  o.apply_gradients({g}, {w});  // step 0 -> 0.5
+  CHECK(o.learning_rate() == 0.5);
+  o.apply_gradients({g}, {w});  // step 1 -> 0.5
+  CHECK(o.iterations() == 2);
+  CHECK(o.learning_rate() == 0.25);
+  o.apply_gradients({g}, {w});  // step 2 -> 0.25
+  check_close(w.value(), Vec(6, -1.25), tolerance(float32), "scheduled SGD");
+  o.set_iterations(0);
+  CHECK(o.learning_rate() == 0.5);
+}
+
+TEST_CASE("get() and OptimizerArg build optimizers by Keras name") {
+  CHECK(dynamic_cast<opt::Adam*>(opt::get("adam").get()) != nullptr);
+  CHECK(dynamic_cast<opt::SGD*>(opt::get("sgd").get()) != nullptr);
+  CHECK(dynamic_cast<opt::AdamW*>(opt::get("AdamW").get()) != nullptr);
+  CHECK(dynamic_cast<opt::RMSprop*>(opt::get("rmsprop").get()) != nullptr);
+  CHECK(opt::get("adam")->learning_rate() == doctest::Approx(0.001));
+  CHECK(opt::get("sgd")->learning_rate() == doctest::Approx(0.01));
+  CHECK_THROWS_AS(opt::get("adagrad_typo"), Error);
+  try {
+    opt::get("nope");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("sgd, adam, adamw, rmsprop") != std::string::npos);
+  }
+  CHECK(dynamic_cast<opt::RMSprop*>(opt::OptimizerArg("rmsprop").get().get()) != nullptr);
+  auto shared = std::make_shared<opt::SGD>();
+  CHECK(opt::OptimizerArg(shared).get() == shared);
+  CHECK(dynamic_cast<opt::Adam*>(opt::OptimizerArg(opt::Adam({.learning_rate = 0.1})).get().get()) != nullptr);
+  CHECK(opt::OptimizerArg().empty());
+  CHECK_THROWS_AS(opt::OptimizerArg().get(), Error);
+  CHECK_THROWS_AS(opt::OptimizerArg("bogus").get(), Error);
+}
+
+namespace {
+class MySGD : public opt::Optimizer {
+ public:
+  MySGD() : Optimizer("my_sgd", {.learning_rate = 0.1}) {}
+  std::shared_ptr<Optimizer> clone() const override { return std::make_shared<MySGD>(); }
+  void update_step(const Tensor& g, const Variable& v, double lr) override {
+    Tensor& count = slot(v, "count");  // a slot of its own
+    count.assign(ops::add(count, Tensor::scalar(1.0)));
+    v.assign(ops::sub(v.value(), ops::mul(g, Tensor::scalar(lr))));
+  }
+};
+}  // namespace
+
+TEST_CASE("a user-defined optimizer gets clipping, iterations and slots from the base") {
+  MySGD o;
+  Variable w(f32({1, 2, 3, 4, 5, 6}), "w");
+  o.apply_gradients({f32({10, 0, 0, 0, 0, 0})}, {w});
+  check_close(w.value(), {0, 2, 3, 4, 5, 6}, tolerance(float32), "MySGD");
+  CHECK(o.iterations() == 1);
+  CHECK(o.name() == "my_sgd");
+  check_close(o.slots_by_path()["w"].at("count"), Vec(6, 1.0), tolerance(float32), "MySGD slot");
+  auto c = o.clone();
+  CHECK(c->iterations() == 0);
+  CHECK(c->slots_by_path().empty());
+}
+
+TEST_CASE("apply_gradients: casts, skips missing gradients, rejects bad ones, records nothing") {
+  Variable a(f32({1, 1, 1, 1, 1, 1}), "a"), b(f32({2, 2, 2, 2, 2, 2}), "b");
+  opt::SGD o({.learning_rate = 1.0});
+  // float16 and bfloat16 gradients are cast to float32 first.
+  o.apply_gradients({Tensor::full(kShape, 0.5, float16), Tensor::full(kShape, 0.25, bfloat16)}, {a, b});
+  check_close(a.value(), Vec(6, 0.5), tolerance(float32), "float16 gradient");
+  check_close(b.value(), Vec(6, 1.75), tolerance(float32), "bfloat16 gradient");
+  // An undefined gradient leaves its variable alone (Keras warns and ignores it).
+  o.apply_gradients({Tensor(), Tensor::ones(kShape)}, {a, b});
+  check_close(a.value(), Vec(6, 0.5), tolerance(float32), "skipped variable");
+  check_close(b.value(), Vec(6, 0.75), tolerance(float32), "updated variable");
+  CHECK_THROWS_AS(o.apply_gradients({Tensor(), Tensor()}, {a, b}), Error);
+  CHECK_THROWS_AS(o.apply_gradients({Tensor::ones({3, 2})}, {a}), Error);
+  CHECK_THROWS_AS(o.apply_gradients({Tensor::ones(kShape)}, {a, b}), Error);
+  CHECK_THROWS_AS(o.apply_gradients({Tensor::ones(kShape, int32)}, {a}), Error);
+  CHECK(o.iterations() == 2);
+
+  // Inside a live tape the update is not recorded and the variable stays a leaf.
+  GradientTape tape;
+  Tensor y = ops::sum(ops::square(a.value()));
+  CHECK(y.impl()->grad_fn != nullptr);
+  o.apply_gradients({Tensor::ones(kShape)}, {a});
+  CHECK(a.value().impl()->grad_fn == nullptr);
+  CHECK(a.value().requires_grad());
+}
+
+TEST_CASE("an optimizer step invalidates the variable's cached 16-bit cast") {
+  Variable w(f32({1, 2, 3, 4, 5, 6}), "w");
+  check_close(w.read(float16), {1, 2, 3, 4, 5, 6}, tolerance(float16), "before");
+  const auto version = w.version();
+  opt::Adam o({.learning_rate = 0.5});
+  o.apply_gradients({Tensor::ones(kShape)}, {w});
+  CHECK(w.version() > version);
+  check_close(w.read(float16), {0.5, 1.5, 2.5, 3.5, 4.5, 5.5}, tolerance(float16), "after");
+}
+
+TEST_CASE("slots: set_slot restores before the first step; clone starts fresh") {
+  Variable w(f32({0, 0, 0, 0, 0, 0}), "dense/kernel");
+  opt::SGD o({.learning_rate = 0.1, .momentum = 0.5});
+  o.set_slot("dense/kernel", "momentum", f32({1, 1, 1, 1, 1, 1}));
+  o.apply_gradients({Tensor::zeros(kShape)}, {w});
+  // m = 0.5 * 1 - 0.1 * 0 = 0.5; w += m
+  check_close(w.value(), Vec(6, 0.5), tolerance(float32), "restored momentum used");
+  check_close(o.slots_by_path().at("dense/kernel").at("momentum"), Vec(6, 0.5), tolerance(float32),
+              "momentum after step");
+  o.set_slot("dense/kernel", "momentum", f32(Vec(6, 2.0)));
+  check_close(o.slots_by_path().at("dense/kernel").at("momentum"), Vec(6, 2.0), tolerance(float32),
+              "momentum overwritten");
+  CHECK_THROWS_AS(o.set_slot("dense/kernel", "momentum", Tensor::zeros({2})), Error);
+
+  opt::SGD o2({.momentum = 0.5});
+  o2.set_slot("other", "momentum", Tensor::zeros({5}));
+  Variable other(Tensor::zeros({6}), "other");
+  CHECK_THROWS_AS(o2.apply_gradients({Tensor::zeros({6})}, {other}), Error);
+
+  auto c = o.clone();
+  CHECK(c->slots_by_path().empty());
+  CHECK(c->iterations() == 0);
+  CHECK(dynamic_cast<opt::SGD&>(*c).options().momentum == 0.5);
+}
+
+TEST_CASE("fused update ops on every device, 16-bit variables, and their validation") {
+  for_each_device([](Device dev) {
+    for (DType dt : {float32, float16, bfloat16}) {
+      CAPTURE(to_string(dt));
+      Tensor var = Tensor::from_vector(kW0, kShape, dev).to(dt);
+      const Vec w0 = var.to_vector<double>();  // as rounded to dt
+      Tensor g = Tensor::from_vector(kGrads[0], kShape, dev).to(float32);
+      Tensor m = Tensor::zeros(kShape, float32, dev), v = Tensor::zeros(kShape, float32, dev);
+      // alpha = 0.1 given directly, decay 0.01: w = w0 * 0.99 - 0.1 * m / (sqrt(v) + eps)
+      ops::adam_update(var, g, m, v, nullptr, 0.1, 0.9, 0.999, 1e-7, 0.01);
+      Vec w = w0, em(6), ev(6);
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        em[i] = 0.1 * kGrads[0][i];
+        ev[i] = 0.001 * kGrads[0][i] * kGrads[0][i];
+        w[i] = w[i] * 0.99 - 0.1 * em[i] / (std::sqrt(ev[i]) + 1e-7);
+      }
+      CHECK(var.dtype() == dt);
+      check_close(var, w, tolerance(dt), "adam_update var");
+      check_close(m, em, tolerance(float32), "adam_update m");
+      check_close(v, ev, tolerance(float32), "adam_update v");
+
+      Tensor var2 = Tensor::from_vector(kW0, kShape, dev).to(dt);
+      Tensor mom = Tensor::zeros(kShape, float32, dev);
+      ops::sgd_update(var2, g, &mom, 0.5, 0.9, false);
+      Vec w2 = w0;
+      for (std::size_t i = 0; i < w2.size(); ++i) w2[i] -= 0.5 * kGrads[0][i];
+      check_close(var2, w2, tolerance(dt), "sgd_update var");
+
+      Tensor var3 = Tensor::from_vector(kW0, kShape, dev).to(dt);
+      Tensor vel = Tensor::zeros(kShape, float32, dev);
+      ops::rmsprop_update(var3, g, vel, nullptr, nullptr, 0.01, 0.9, 0.0, 1e-7);
+      Vec w3 = w0;
+      RmsRef rref{0.01, 0.9, 0.0, 1e-7, false};
+      rref(w3, kGrads[0], 1);
+      check_close(var3, w3, tolerance(dt), "rmsprop_update var");
+    }
+    Tensor var = Tensor::zeros(kShape, float32, dev), g = Tensor::zeros(kShape, float32, dev);
+    Tensor m = Tensor::zeros(kShape, float32, dev), v = Tensor::zeros(kShape, float32, dev);
+    Tensor m16 = Tensor::zeros(kShape, float16, dev), bad = Tensor::zeros({3}, float32, dev);
+    CHECK_THROWS_AS(ops::adam_update(var, g, m16, v, nullptr, 0.1, 0.9, 0.999, 1e-7), Error);
+    CHECK_THROWS_AS(ops::adam_update(var, bad, m, v, nullptr, 0.1, 0.9, 0.999, 1e-7), Error);
+    CHECK_THROWS_AS(ops::sgd_update(var, g, &bad, 0.1, 0.9, false), Error);
+    Tensor var64 = Tensor::zeros(kShape, float64, dev);
+    CHECK_THROWS_AS(ops::sgd_update(var64, g, nullptr, 0.1, 0.0, false), Error);
+  });
+}
+
+TEST_CASE("Adam learns a least-squares fit through the tape") {
+  // y = x . w_true; Adam recovers w_true.
+  Tensor x = Tensor::random_uniform({64, 3}, -1, 1, 7);
+  Tensor w_true = Tensor::from_vector(Vec{1.5, -2.0, 0.5}, {3, 1}).to(float32);
+  Tensor y = ops::matmul(x, w_true);
+  Variable w(Tensor::zeros({3, 1}), "w");
+  opt::Adam o({.learning_rate = 0.05});
+  double first = 0, last = 0;
+  for (int step = 0; step < 300; ++step) {
+    GradientTape tape;
+    Tensor loss = ops::mean(ops::square(ops::sub(ops::matmul(x, w.value()), y)));
+    auto grads = tape.gradient(loss, std::vector<Variable>{w});
+    o.apply_gradients(grads, {w});
+    (step == 0 ? first : last) = loss.item();
+  }
+  CHECK(last < first * 1e-3);
+  check_close(w.value(), {1.5, -2.0, 0.5}, {1e-2, 1e-2}, "recovered weights");
+}
