@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mpt/callbacks.hpp"
+#include "mpt/functional.hpp"
 #include "mpt/layers/layer.hpp"
 #include "mpt/losses/losses.hpp"
 #include "mpt/metrics/metrics.hpp"
@@ -61,21 +62,32 @@ struct History {
   std::vector<int> epoch;
 };
 
+/// A model: the functional one (a graph of layer calls from mpt::Input to outputs) and the
+/// base of Sequential.
 class Model {
  public:
-  Model();
+  /// A functional model from symbolic inputs to outputs.
+  Model(const KerasTensor& inputs, const KerasTensor& outputs, const std::string& name = "functional");
+  Model(const std::vector<KerasTensor>& inputs, const std::vector<KerasTensor>& outputs,
+        const std::string& name = "functional");
   virtual ~Model() = default;
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   /// Runs the model; records on an active tape. Floating outputs keep the last layer's dtype.
-  virtual Tensor call(const Tensor& x, bool training) = 0;
+  virtual Tensor call(const Tensor& x, bool training);
+  /// Several inputs and outputs (functional models).
+  virtual std::vector<Tensor> call(const std::vector<Tensor>& xs, bool training);
+  std::vector<Tensor> operator()(const std::vector<Tensor>& xs, CallOptions options = {}) {
+    return call(xs, options.training);
+  }
   Tensor operator()(const Tensor& x, CallOptions options = {}) { return call(x, options.training); }
   /// Builds every layer for inputs shaped `input_shape` (batch dimension included or not).
-  virtual void build(const Shape& input_shape) = 0;
-  virtual std::vector<LayerRef> layers() const = 0;
+  virtual void build(const Shape& input_shape);
+  /// Layers in execution order, each once (shared layers included once).
+  virtual std::vector<LayerRef> layers() const;
   /// Checks a whole input tensor against the model's input spec (mpt::Error naming the model).
-  virtual void check_input(const Tensor& x) const {}
+  virtual void check_input(const Tensor& x) const;
 
   void compile(CompileOptions options);
   History fit(const Tensor& x, const Tensor& y, FitOptions options = {});
@@ -110,6 +122,7 @@ class Model {
   bool stop_training = false;
 
  protected:
+  Model();  // for subclasses (Sequential)
   /// Gives unnamed layers unique Keras-style names ("dense", "dense_1").
   void assign_layer_names();
   std::string name_;
@@ -126,6 +139,10 @@ class Model {
   void resolve_metrics(const Tensor& y, const Tensor& y_pred);
   std::map<std::string, double> metric_logs(const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
 
+  void summary_functional(std::ostream& os) const;
+  // Functional graph: input nodes, output tensors, nodes in execution order.
+  std::vector<KerasTensor> inputs_, outputs_;
+  std::vector<std::shared_ptr<FunctionalNode>> nodes_;
   std::shared_ptr<optimizers::Optimizer> optimizer_;
   std::shared_ptr<losses::Loss> loss_;
   std::vector<metrics::MetricArg> metric_args_;

@@ -21,5 +21,6 @@
 #include "mpt/data/data.hpp"
 #include "mpt/layers/layer.hpp"
 #include "mpt/layers/core.hpp"
+#include "mpt/functional.hpp"
 #include "mpt/model.hpp"
 #include "mpt/callbacks.hpp"

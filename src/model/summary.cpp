@@ -52,11 +52,30 @@ std::string repeat(const std::string& s, std::size_t n) {
   return out;
 }
 
+void print_totals(std::ostream& os, const std::vector<Variable>& vars) {
+  std::int64_t total = 0, trainable = 0;
+  double total_bytes = 0, trainable_bytes = 0;
+  for (const auto& v : vars) {
+    const double bytes = static_cast<double>(v.numel()) * static_cast<double>(itemsize(v.dtype()));
+    total += v.numel(), total_bytes += bytes;
+    if (v.trainable()) trainable += v.numel(), trainable_bytes += bytes;
+  }
+  os << " Total params: " << with_commas(total) << " (" << bytes_str(total_bytes) << ")\n";
+  os << " Trainable params: " << with_commas(trainable) << " (" << bytes_str(trainable_bytes) << ")\n";
+  os << " Non-trainable params: " << with_commas(total - trainable) << " (" << bytes_str(total_bytes - trainable_bytes)
+     << ")\n";
+}
+
 }  // namespace
 
 void Model::summary() const { summary(std::cout); }
 
 void Model::summary(std::ostream& os) const {
+  if (!nodes_.empty()) {
+    summary_functional(os);
+    print_totals(os, variables());
+    return;
+  }
   const std::vector<std::size_t> w{33, 24, 15, 16};
   auto rule = [&](const char* l, const char* m, const char* r, const char* h) {
     os << l;
@@ -81,20 +100,7 @@ void Model::summary(std::ostream& os) const {
     if (i + 1 < ls.size()) rule("├", "┼", "┤", "─");
   }
   rule("└", "┴", "┘", "─");
-  std::int64_t total = 0, trainable = 0;
-  double total_bytes = 0, trainable_bytes = 0;
-  for (const auto& v : variables()) {
-    total += v.numel();
-    total_bytes += static_cast<double>(v.numel() * static_cast<std::int64_t>(itemsize(v.dtype())));
-    if (v.trainable()) {
-      trainable += v.numel();
-      trainable_bytes += static_cast<double>(v.numel() * static_cast<std::int64_t>(itemsize(v.dtype())));
-    }
-  }
-  os << " Total params: " << with_commas(total) << " (" << bytes_str(total_bytes) << ")\n";
-  os << " Trainable params: " << with_commas(trainable) << " (" << bytes_str(trainable_bytes) << ")\n";
-  os << " Non-trainable params: " << with_commas(total - trainable) << " (" << bytes_str(total_bytes - trainable_bytes)
-     << ")\n";
+  print_totals(os, variables());
 }
 
 }  // namespace mpt

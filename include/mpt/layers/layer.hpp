@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "mpt/functional.hpp"
 #include "mpt/mixed_precision/policy.hpp"
 #include "mpt/tensor.hpp"
 #include "mpt/variable.hpp"
@@ -123,6 +124,10 @@ class LayerRef {
   LayerRef(std::shared_ptr<L> layer) : ptr_(std::move(layer)) {}  // NOLINT
   Tensor operator()(const Tensor& x, CallOptions options = {}) const { return (*ptr_)(x, options); }
   Tensor operator()(const std::vector<Tensor>& xs, CallOptions options = {}) const { return (*ptr_)(xs, options); }
+  /// Functional API: records this layer's call on symbolic inputs.
+  KerasTensor operator()(const KerasTensor& x) const;
+  KerasTensor operator()(const std::vector<KerasTensor>& xs) const;
+  KerasTensor operator()(std::initializer_list<KerasTensor> xs) const { return (*this)(std::vector<KerasTensor>(xs)); }
   Layer* operator->() const { return ptr_.get(); }
   Layer& operator*() const { return *ptr_; }
   const std::shared_ptr<Layer>& ptr() const { return ptr_; }
