@@ -40,10 +40,12 @@ struct Pool {
 };
 
 Pool& pool_for(Device device) {
-  static std::array<Pool, kMaxCudaDevices + 1> pools;
+  // Never destroyed: tensors in static storage may be freed after other statics, and the
+  // cached blocks stay reachable (not leaks) for LeakSanitizer.
+  static auto* pools = new std::array<Pool, kMaxCudaDevices + 1>;
   MPT_CHECK(device.is_cpu() || (device.index >= 0 && device.index < kMaxCudaDevices),
             "allocator: invalid device ", device.str());
-  return pools[device.is_cpu() ? 0 : device.index + 1];
+  return (*pools)[device.is_cpu() ? 0 : device.index + 1];
 }
 
 }  // namespace
