@@ -2,6 +2,7 @@
 // Dense 10 -> softmax, Adam 1e-3, batch 128, under a global dtype policy.
 //
 //   ./fashion_mnist_mlp [--policy mixed_float16|mixed_bfloat16|float32] [--epochs 3] [--batch-size 128]
+//                       [--seed 1]
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -15,16 +16,18 @@ int main(int argc, char** argv) {
   std::string policy = "mixed_float16";
   int epochs = 3;
   std::int64_t batch_size = 128;
+  std::uint64_t seed = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (i + 1 >= argc) { std::cerr << "missing value for " << a << "\n"; return 2; }
     if (a == "--policy") policy = argv[++i];
     else if (a == "--epochs") epochs = std::stoi(argv[++i]);
     else if (a == "--batch-size") batch_size = std::stoll(argv[++i]);
+    else if (a == "--seed") seed = std::stoull(argv[++i]);
     else { std::cerr << "unknown flag " << a << "\n"; return 2; }
   }
   try {
-    mpt::set_random_seed(42);
+    mpt::set_random_seed(seed);
     mpt::mixed_precision::set_global_policy(policy);
     auto data = mpt::datasets::fashion_mnist::load();
 

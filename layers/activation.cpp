@@ -26,6 +26,7 @@ class SoftmaxLayer : public Layer {
     return ops::softmax(x, axis_);
   }
   bool ends_in_softmax() const override { return true; }
+  std::vector<std::pair<std::string, std::string>> config() const override { return {{"axis", std::to_string(axis_)}}; }
 
  private:
   std::int64_t axis_;

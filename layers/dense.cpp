@@ -23,7 +23,11 @@ class DenseLayer : public Layer {
   }
   bool ends_in_softmax() const override { return o_.activation == "softmax"; }
   std::vector<std::pair<std::string, std::string>> config() const override {
-    return {{"units", std::to_string(units_)}, {"activation", o_.activation}, {"use_bias", o_.use_bias ? "true" : "false"}};
+    return {{"units", std::to_string(units_)},
+            {"activation", o_.activation},
+            {"use_bias", o_.use_bias ? "true" : "false"},
+            {"kernel_initializer", o_.kernel_initializer},
+            {"bias_initializer", o_.bias_initializer}};
   }
 
  private:

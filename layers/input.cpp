@@ -13,7 +13,9 @@ class InputLayer : public Layer {
     return x;
   }
   std::vector<std::pair<std::string, std::string>> config() const override {
-    return {{"batch_shape", batch_shape_string(shape_)}};
+    std::string s = "[null";
+    for (auto d : shape_) s += ", " + std::to_string(d);
+    return {{"batch_shape", s + "]"}};
   }
   const Shape& shape() const { return shape_; }
 

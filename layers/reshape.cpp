@@ -32,7 +32,9 @@ class ReshapeLayer : public Layer {
     return ops::reshape(x, s);
   }
   std::vector<std::pair<std::string, std::string>> config() const override {
-    return {{"target_shape", to_string(target_)}};
+    std::string s;
+    for (auto d : target_) s += (s.empty() ? "" : ", ") + std::to_string(d);
+    return {{"target_shape", "[" + s + "]"}};
   }
 
  private:

@@ -1,6 +1,6 @@
 #pragma once
-/// Callbacks for fit: EarlyStopping, LambdaCallback, CSVLogger, and the progress bar that
-/// fit adds by itself for verbose > 0.
+/// Callbacks for fit: EarlyStopping, LambdaCallback, CSVLogger, ModelCheckpoint, and the
+/// progress bar that fit adds by itself for verbose > 0.
 ///
 ///   model.fit(x, y, {.epochs = 50, .callbacks = {mpt::callbacks::EarlyStopping(
 ///                        {.monitor = "val_loss", .patience = 3, .restore_best_weights = true})}});
@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "mpt/tensor.hpp"
@@ -109,6 +110,49 @@ class CSVLogger : public Callback {
   CSVLoggerOptions o_;
   std::vector<std::string> keys_;
   bool header_written_ = false;
+};
+
+struct ModelCheckpointOptions {
+  std::string monitor = "val_loss";
+  int verbose = 0;
+  /// Save only when `monitor` improves on the best value seen (a missing value saves, as Keras).
+  bool save_best_only = false;
+  /// save_weights (".weights.h5" Keras 3 layout, ".h5" legacy) instead of a full checkpoint.
+  bool save_weights_only = false;
+  std::string mode = "auto";  ///< min, max, or auto (min for losses, max for accuracy-like names)
+  /// "epoch", or save every that many batches.
+  std::variant<std::string, std::int64_t> save_freq = std::string("epoch");
+  std::optional<double> initial_value_threshold = std::nullopt;  ///< the best value to beat at first
+};
+/// Saves the model during fit: a full checkpoint (model.save, for load_model and exact resume)
+/// or its weights. `filepath` takes {epoch} (1-based), {batch} and any log field, with Python
+/// format specs, as Keras:
+///
+///   mpt::callbacks::ModelCheckpoint("ckpt/model-{epoch:02d}-{val_loss:.2f}.h5",
+///                                   {.monitor = "val_loss", .save_best_only = true})
+///
+/// Every save is atomic (a temporary file renamed over the target).
+class ModelCheckpoint : public Callback {
+ public:
+  explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions o = {});
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_begin(int epoch, const Logs& logs) override;
+  void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  /// The best monitored value so far (NaN before the first).
+  double best() const { return best_; }
+  /// The file name for `epoch` (0-based, written 1-based), `batch` (0-based; -1 for none) and logs.
+  std::string file_path(int epoch, std::int64_t batch, const Logs& logs) const;
+
+ private:
+  void save(int epoch, std::int64_t batch, const Logs& logs);
+  std::string filepath_;
+  ModelCheckpointOptions o_;
+  bool maximize_ = false;
+  std::int64_t freq_ = 0;  ///< batches between saves; 0 = every epoch
+  std::int64_t batches_since_save_ = 0;
+  int current_epoch_ = 0;
+  double best_;
 };
 
 /// Keras's progress bar: verbose 1 = a live bar with ETA and time per step; 2 = one line per

@@ -55,6 +55,19 @@ struct PredictOptions {
   int verbose = 0;
 };
 
+/// Options of Model::save_weights.
+struct SaveWeightsOptions {
+  /// Store floating-point weights in this dtype instead of their own (float32 masters):
+  /// float16 or bfloat16 for deployment. Such exports leave the optimizer out.
+  std::optional<DType> dtype = std::nullopt;
+  /// Keras 3 layout only: also store the optimizer's variables, as Keras does.
+  bool include_optimizer = true;
+};
+
+namespace detail {
+struct CheckpointAccess;
+}
+
 /// Per-epoch logs, as keras.callbacks.History: history["loss"][epoch], "val_loss",
 /// "accuracy", "learning_rate", "loss_scale", "skipped_steps", ...
 struct History {
@@ -97,6 +110,11 @@ class Model {
   /// One training step on one batch; returns the batch's loss and metrics.
   std::map<std::string, double> train_on_batch(const Tensor& x, const Tensor& y);
   std::map<std::string, double> test_on_batch(const Tensor& x, const Tensor& y);
+  /// Tells every layer that an optimizer step was applied (or skipped, when a loss-scale overflow
+  /// made apply_gradients return false). fit and train_on_batch call it; a custom training loop
+  /// calls it after each apply_gradients so BatchNormalization's moving statistics follow only
+  /// the applied steps.
+  void finish_step(bool applied);
 
   std::vector<Variable> variables() const;
   std::vector<Variable> trainable_variables() const;
@@ -105,6 +123,20 @@ class Model {
   /// Copies of every variable's values (float32 masters), in variables() order.
   std::vector<Tensor> get_weights() const;
   void set_weights(const std::vector<Tensor>& weights);
+
+  /// Writes the weights: "*.weights.h5" in Keras 3's layout (with the optimizer's variables when
+  /// compiled), any other "*.h5" / "*.hdf5" in Keras 2's legacy layout. Atomic: a temporary file
+  /// renamed over `filepath`, so a crash leaves the previous file intact.
+  void save_weights(const std::string& filepath, SaveWeightsOptions options = {}) const;
+  /// Loads weights saved by mpt or Keras (either layout, told apart by content; 16-bit files
+  /// converted back). Every layer and shape is checked first; mpt::Error names the first
+  /// mismatch and leaves the model untouched.
+  void load_weights(const std::string& filepath);
+  /// A full checkpoint: architecture, weights, compile settings, optimizer state, loss-scale
+  /// state, epoch and random-generator state. mpt::load_model(filepath) resumes from it.
+  void save(const std::string& filepath) const;
+  /// Epochs completed by fit (restored by load_model: pass it as fit's initial_epoch).
+  int epoch() const { return epoch_; }
 
   /// Keras's table: layer (type), output shape, params, policy; totals.
   void summary(std::ostream& os) const;
@@ -149,6 +181,8 @@ class Model {
   std::vector<std::shared_ptr<metrics::Metric>> metrics_, val_metrics_;
   bool metrics_resolved_ = false;
   std::uint64_t seed_;
+  int epoch_ = 0;
+  friend struct detail::CheckpointAccess;
 };
 
 class Sequential : public Model {
@@ -171,5 +205,10 @@ class Sequential : public Model {
   std::vector<LayerRef> layers_;
   Shape input_shape_;
 };
+
+/// Rebuilds a model saved with Model::save, compiled and with its optimizer, loss-scale,
+/// epoch and random-generator state restored, so fit(..., {.initial_epoch = m->epoch()})
+/// continues exactly where the saved run stood.
+std::unique_ptr<Model> load_model(const std::string& filepath);
 
 }  // namespace mpt

@@ -20,6 +20,20 @@ enum class ReduceOp : std::uint8_t { Sum, Mean, Max, Min };
 /// Activations fused into dense/matmul epilogues and used by layers.
 enum class Activation : std::uint8_t { Linear, Relu, Sigmoid, Tanh, Gelu, Silu };
 
+/// Geometry of a 2-D convolution over NHWC activations with [kh, kw, Cin, Cout] kernels:
+/// explicit (possibly asymmetric) zero padding, strides and dilation (1 = dense).
+struct Conv2dGeometry {
+  std::int64_t stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
+  std::int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+};
+/// Max pooling, or average pooling that leaves padding out of the average (Keras 'same').
+enum class PoolKind : std::uint8_t { Max, Avg };
+struct Pool2dGeometry {
+  PoolKind kind = PoolKind::Max;
+  std::int64_t pool_h = 2, pool_w = 2, stride_h = 2, stride_w = 2;
+  std::int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -84,6 +98,46 @@ class Backend {
   /// true when any element of any out is inf or NaN.
   virtual bool unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
                                  std::vector<Tensor>& outs) = 0;
+
+  // Convolution, pooling and normalization (conv.cpp, pool.cpp, batch_norm.cpp, layer_norm.cpp).
+  // Activations are NHWC; outputs are pre-shaped by the ops (see mpt/nn_ops.hpp).
+  /// out [N,OH,OW,Cout] = act(conv(x [N,H,W,Cin], w [kh,kw,Cin,Cout]) + bias [Cout] or undefined);
+  /// act is Linear, Relu, Sigmoid or Tanh.
+  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
+                      Activation act, Tensor& out) = 0;
+  /// Gradients of conv2d for the output gradient dy [N,OH,OW,Cout], each computed only when
+  /// defined: dx [N,H,W,Cin]; dw [kh,kw,Cin,Cout] (dw's dtype, accumulated in float32); dbias
+  /// [Cout] = sum of dy over N, OH, OW. One call, so a backend can share work (conversions of dy).
+  virtual void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
+                               const Conv2dGeometry& g, Tensor& dx, Tensor& dw, Tensor& dbias) = 0;
+  /// out [N,OH,OW,C] pooled from x [N,H,W,C]. With training set, max pooling may leave in
+  /// `workspace` (a tensor the backend allocates) what its backward needs.
+  virtual void pool2d(const Tensor& x, const Pool2dGeometry& g, bool training, Tensor& out,
+                      Tensor& workspace) = 0;
+  /// dx of pool2d from dy; x and y are the forward's input and output.
+  virtual void pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                               const Tensor& workspace, const Pool2dGeometry& g, Tensor& dx) = 0;
+  /// Per-channel mean and biased variance of x viewed as [rows, C]; mean/var [C] are float32
+  /// (float64 for float64 x), accumulated in float32 blocks and float64 totals.
+  virtual void batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) = 0;
+  /// y = act((x - mean) / sqrt(var + eps) * gamma + beta) over x [rows, C]; gamma/beta/mean/var
+  /// are [C] float32 (float64 for float64), gamma/beta undefined meaning 1/0; act Linear or Relu.
+  virtual void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var,
+                                  const Tensor& gamma, const Tensor& beta, double eps,
+                                  Activation act, Tensor& y) = 0;
+  /// dx, and when defined dgamma/dbeta [C], for dy. batch_stats: mean/var were computed from x
+  /// (training), so dx includes their gradient. A fused Relu is recomputed from x, gamma, beta.
+  virtual void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean,
+                                   const Tensor& var, const Tensor& gamma, const Tensor& beta,
+                                   double eps, bool batch_stats, Activation act, Tensor& dx,
+                                   Tensor& dgamma, Tensor& dbeta) = 0;
+  /// y = (x - mean) / sqrt(var + eps) * gamma + beta over each row of x [rows, D]; saves the
+  /// per-row mean and 1/sqrt(var + eps) ([rows], float32; float64 for float64).
+  virtual void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                          Tensor& y, Tensor& mean, Tensor& rstd) = 0;
+  virtual void layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& gamma, Tensor& dx,
+                                   Tensor& dgamma, Tensor& dbeta) = 0;
 };
 
 namespace detail {

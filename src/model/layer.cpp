@@ -21,6 +21,13 @@ void set_random_seed(std::uint64_t seed) {
 
 std::uint64_t detail::next_seed() { return g_seed.load() * 1000003ull + g_seed_counter++; }
 
+std::pair<std::uint64_t, std::uint64_t> detail::seed_state() { return {g_seed.load(), g_seed_counter.load()}; }
+
+void detail::set_seed_state(std::uint64_t seed, std::uint64_t counter) {
+  g_seed = seed;
+  g_seed_counter = counter;
+}
+
 Tensor initialize(const std::string& init, const Shape& shape, DType dtype, std::uint64_t seed) {
   // Keras fans: the last two dims are (in, out); leading dims are a receptive field.
   double fan_in = 1, fan_out = 1;

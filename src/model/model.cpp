@@ -1,6 +1,7 @@
 #include "mpt/model.hpp"
 
 #include <cmath>
+#include <future>
 #include <iostream>
 #include <map>
 
@@ -145,6 +146,10 @@ void Model::check_fit_inputs(const char* where, const Tensor& x, const Tensor& y
   check_finite_data(where, "y", y);
 }
 
+void Model::finish_step(bool applied) {
+  for (const auto& l : layers()) l->finish_step(applied);
+}
+
 Model::StepResult Model::train_step(const Tensor& x, const Tensor& y) {
   StepResult r;
   Tensor y_pred, loss;
@@ -160,6 +165,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y) {
   }
   if (lso) r.applied = lso->apply_gradients_checked(lso->get_unscaled_gradients(grads), vars).applied;
   else optimizer_->apply_gradients(grads, vars);
+  finish_step(r.applied);
   r.loss = loss.item();
   NoGradGuard no_grad;
   resolve_metrics(y, y_pred);
@@ -218,15 +224,20 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
     std::int64_t skipped = 0;
     std::vector<std::int64_t> order;
     if (o.shuffle) order = data::permutation(n, seed + static_cast<std::uint64_t>(epoch));
+    auto gather = [&](std::int64_t step) {
+      const std::int64_t b = step * o.batch_size, e = std::min(n, b + o.batch_size);
+      if (!o.shuffle) return std::make_pair(x.slice(b, e), y.slice(b, e));
+      std::vector<std::int64_t> idx(order.begin() + b, order.begin() + e);
+      return std::make_pair(data::take_rows(x, idx), data::take_rows(y, idx));
+    };
+    // A shuffled batch is a gather of scattered rows (memory-latency bound): the next one is
+    // gathered on a helper thread while this step computes, as tf.data's prefetch does.
+    std::future<std::pair<Tensor, Tensor>> next;
+    if (o.shuffle) next = std::async(std::launch::async, gather, std::int64_t{0});
     for (std::int64_t step = 0; step < steps; ++step) {
       const std::int64_t b = step * o.batch_size, e = std::min(n, b + o.batch_size);
-      Tensor xb, yb;
-      if (o.shuffle) {
-        std::vector<std::int64_t> idx(order.begin() + b, order.begin() + e);
-        xb = data::take_rows(x, idx), yb = data::take_rows(y, idx);
-      } else {
-        xb = x.slice(b, e), yb = y.slice(b, e);
-      }
+      auto [xb, yb] = o.shuffle ? next.get() : gather(step);
+      if (o.shuffle && step + 1 < steps) next = std::async(std::launch::async, gather, step + 1);
       for (auto& c : cbs) c->on_train_batch_begin(step, {});
       StepResult r = train_step(xb, yb);
       loss_mean.update(r.loss, static_cast<double>(e - b));
@@ -242,6 +253,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
     logs["learning_rate"] = optimizer_->learning_rate();
     logs["loss_scale"] = lso ? lso->loss_scale() : 1.0;
     logs["skipped_steps"] = static_cast<double>(skipped);
+    epoch_ = epoch + 1;  // callbacks (ModelCheckpoint) save the epochs completed
     for (auto& c : cbs) c->on_epoch_end(epoch, logs);
     for (const auto& [k, v] : logs) history.history[k].push_back(v);
     history.epoch.push_back(epoch);

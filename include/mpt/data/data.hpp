@@ -51,6 +51,16 @@ namespace mnist {
 Dataset load(const std::string& dir);
 }  // namespace mnist
 
+namespace cifar10 {
+/// One CIFAR-10 binary batch (records of 1 label byte + 3072 bytes: 32x32 R, G, B planes):
+/// x float32 [N, 32, 32, 3] (channels-last) scaled to [0, 1], y int32 [N]. A missing file, a
+/// size that is not a whole number of records, or a label > 9 is an mpt::Error naming the file.
+std::pair<Tensor, Tensor> read_batch(const std::string& path);
+/// data_batch_1.bin ... data_batch_5.bin and test_batch.bin from `dir` (the "CIFAR-10 binary
+/// version"); the train batches present are concatenated in order.
+Dataset load(const std::string& dir);
+}  // namespace cifar10
+
 }  // namespace datasets
 
 namespace data {

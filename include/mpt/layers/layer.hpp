@@ -17,9 +17,11 @@
 ///     mpt::Variable w_;
 ///   };
 ///   model.add(std::make_shared<Scale>());
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpt/functional.hpp"
@@ -37,7 +39,10 @@ struct CallOptions {
 void set_random_seed(std::uint64_t seed);
 namespace detail {
 std::uint64_t next_seed();
-}
+/// The global seed stream (seed, draws so far), kept by full checkpoints.
+std::pair<std::uint64_t, std::uint64_t> seed_state();
+void set_seed_state(std::uint64_t seed, std::uint64_t counter);
+}  // namespace detail
 
 /// Initial values by Keras initializer name: zeros, ones, glorot_uniform, glorot_normal,
 /// he_normal, he_uniform, lecun_normal, lecun_uniform, random_normal (stddev 0.05),
@@ -66,8 +71,17 @@ class Layer {
   virtual Tensor call_multi(const std::vector<Tensor>& xs, bool training);
   /// Whether this layer ends in a softmax (compile forces such a final layer to float32).
   virtual bool ends_in_softmax() const { return false; }
+  /// Runs after each optimizer step (Model::train_step, or Model::finish_step in a custom loop);
+  /// `applied` is false when the step was skipped (a loss-scale overflow). BatchNormalization
+  /// commits the moving statistics of its last training call here, or drops them.
+  virtual void finish_step(bool applied) {}
   /// Keras config entries for summaries and checkpoints (e.g. {"units", "128"}).
+  /// Values are JSON text (128, true, [3, 3], null) or plain strings ("relu"); load_model hands
+  /// them back unchanged to the factory registered for class_name() (see register_layer).
   virtual std::vector<std::pair<std::string, std::string>> config() const { return {}; }
+  /// Random-generator state a full checkpoint keeps besides variables (Dropout: its call count).
+  virtual std::vector<std::uint64_t> rng_state() const { return {}; }
+  virtual void set_rng_state(const std::vector<std::uint64_t>& state) {}
 
   const std::string& name() const { return name_; }
   void set_name(const std::string& name);
@@ -136,6 +150,40 @@ class LayerRef {
  private:
   std::shared_ptr<Layer> ptr_;
 };
+
+/// What load_model knows about a saved layer: its class, name, policy, trainable flag and the
+/// config() pairs it was saved with. The getters raise mpt::Error naming the layer.
+struct LayerConfig {
+  std::string class_name;
+  std::string name;
+  mixed_precision::Policy dtype;
+  bool trainable = true;
+  std::vector<std::pair<std::string, std::string>> config;
+
+  bool has(const std::string& key) const;
+  std::string get(const std::string& key) const;
+  std::string get(const std::string& key, const std::string& fallback) const;
+  std::int64_t get_int(const std::string& key) const;
+  double get_double(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  /// "[2, 3]", "(2, 3)" or "[null, 8]" (null read as -1).
+  Shape get_shape(const std::string& key) const;
+  /// A list or a single number, e.g. kernel_size 3 or [3, 3].
+  std::vector<std::int64_t> get_ints(const std::string& key) const;
+};
+
+/// Rebuilds a layer of one class from its saved config (a public factory call).
+using LayerFactory = std::function<LayerRef(const LayerConfig&)>;
+/// Tells load_model how to rebuild layers of `class_name`. mpt registers its own layers; a
+/// layer file registers its classes at load time:
+///
+///   static const bool registered = (mpt::register_layer("Scale", [](const mpt::LayerConfig& c) {
+///     return mpt::LayerRef(std::make_shared<Scale>());
+///   }), true);
+void register_layer(const std::string& class_name, LayerFactory factory);
+/// A new layer from its config: the registered factory, then name, trainable flag and policy
+/// applied; mpt::Error naming the class when none is registered.
+LayerRef layer_from_config(const LayerConfig& config);
 
 /// "(None, 28, 28, 1)" for a per-example shape {28, 28, 1}.
 std::string batch_shape_string(const Shape& per_example);

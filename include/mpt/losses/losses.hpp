@@ -40,6 +40,7 @@ class SparseCategoricalCrossentropy : public Loss {
  public:
   explicit SparseCategoricalCrossentropy(CrossentropyOptions o = {});
   Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+  const CrossentropyOptions& options() const { return o_; }
   bool from_logits() const { return o_.from_logits; }
 
  private:
@@ -50,6 +51,7 @@ class CategoricalCrossentropy : public Loss {
  public:
   explicit CategoricalCrossentropy(CrossentropyOptions o = {});
   Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+  const CrossentropyOptions& options() const { return o_; }
 
  private:
   CrossentropyOptions o_;
@@ -59,6 +61,7 @@ class BinaryCrossentropy : public Loss {
  public:
   explicit BinaryCrossentropy(CrossentropyOptions o = {});
   Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+  const CrossentropyOptions& options() const { return o_; }
 
  private:
   CrossentropyOptions o_;

@@ -28,6 +28,7 @@ class ExponentialDecay : public LearningRateSchedule {
   explicit ExponentialDecay(ExponentialDecayOptions o);
   double operator()(std::int64_t step) const override;
   std::string name() const override { return "ExponentialDecay"; }
+  const ExponentialDecayOptions& options() const { return o_; }
 
  private:
   ExponentialDecayOptions o_;
@@ -40,6 +41,8 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
   PiecewiseConstantDecay(std::vector<std::int64_t> boundaries, std::vector<double> values);
   double operator()(std::int64_t step) const override;
   std::string name() const override { return "PiecewiseConstantDecay"; }
+  const std::vector<std::int64_t>& boundaries() const { return boundaries_; }
+  const std::vector<double>& values() const { return values_; }
 
  private:
   std::vector<std::int64_t> boundaries_;
@@ -58,6 +61,7 @@ class CosineDecay : public LearningRateSchedule {
   explicit CosineDecay(CosineDecayOptions o);
   double operator()(std::int64_t step) const override;
   std::string name() const override { return "CosineDecay"; }
+  const CosineDecayOptions& options() const { return o_; }
 
  private:
   CosineDecayOptions o_;

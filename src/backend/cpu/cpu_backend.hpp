@@ -1,5 +1,5 @@
 #pragma once
-// The CPU backend: oneDNN for GEMM (and later conv/pool/batch-norm), own loops elsewhere.
+// The CPU backend: oneDNN for GEMM, convolution and pooling, own loops elsewhere.
 #include "backend/backend.hpp"
 
 namespace mpt::cpu {
@@ -40,6 +40,27 @@ class CpuBackend final : public Backend {
                       double epsilon) override;
   bool unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
                          std::vector<Tensor>& outs) override;
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
+              Activation act, Tensor& out) override;
+  void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGeometry& g,
+                       Tensor& dx, Tensor& dw, Tensor& dbias) override;
+  void pool2d(const Tensor& x, const Pool2dGeometry& g, bool training, Tensor& out,
+              Tensor& workspace) override;
+  void pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace,
+                       const Pool2dGeometry& g, Tensor& dx) override;
+  void batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) override;
+  void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var,
+                          const Tensor& gamma, const Tensor& beta, double eps, Activation act,
+                          Tensor& y) override;
+  void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean,
+                           const Tensor& var, const Tensor& gamma, const Tensor& beta, double eps,
+                           bool batch_stats, Activation act, Tensor& dx, Tensor& dgamma,
+                           Tensor& dbeta) override;
+  void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& y,
+                  Tensor& mean, Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& gamma, Tensor& dx, Tensor& dgamma,
+                           Tensor& dbeta) override;
 };
 
 }  // namespace mpt::cpu

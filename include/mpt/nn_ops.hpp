@@ -1,0 +1,73 @@
+#pragma once
+/// Convolution, pooling and normalization ops over channels-last (NHWC) images, as Keras lays
+/// them out: x [batch, height, width, channels], kernels [kh, kw, in_channels, filters]. Like
+/// every op in mpt::ops they validate their inputs, record their backward on an active tape and
+/// accumulate in float32 for 16-bit inputs; normalization statistics are float32.
+///
+///   using namespace mpt;
+///   Tensor h = ops::conv2d(x, kernel, bias, {.strides = {2, 2}, .padding = "same", .activation = "relu"});
+///   Tensor p = ops::max_pool2d(h, {2, 2});                        // strides default to the pool size
+///   auto bn = ops::batch_norm(p, gamma, beta, {}, {}, {.training = true});
+///   // bn.y: normalized p; bn.mean / bn.variance: the batch statistics (float32)
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "mpt/tensor.hpp"
+
+namespace mpt::ops {
+
+/// (height, width) pairs: kernel and pool sizes, strides, dilation rates.
+using Size2 = std::array<std::int64_t, 2>;
+
+struct Conv2dOptions {
+  Size2 strides = {1, 1};
+  /// "valid" (no padding) or "same" (output = ceil(input / stride); Keras/TensorFlow padding,
+  /// the odd extra row/column at the bottom/right).
+  std::string padding = "valid";
+  Size2 dilation = {1, 1};
+  /// Fused activation: linear, relu, sigmoid, tanh, gelu, silu (as ops::dense).
+  std::string activation = "linear";
+};
+/// act(conv(x, kernel) + bias): x [N, H, W, Cin], kernel [kh, kw, Cin, Cout], bias [Cout] or
+/// undefined; one fused op with its own backward (data, weights, bias).
+Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias = {}, Conv2dOptions options = {});
+
+struct Pool2dOptions {
+  std::optional<Size2> strides = std::nullopt;  ///< default: the pool size (as Keras)
+  std::string padding = "valid";                ///< "valid" or "same"
+};
+/// Max over each window (padding never wins).
+Tensor max_pool2d(const Tensor& x, Size2 pool_size = {2, 2}, Pool2dOptions options = {});
+/// Mean over each window; with "same" padding the padded positions are left out of the mean.
+Tensor avg_pool2d(const Tensor& x, Size2 pool_size = {2, 2}, Pool2dOptions options = {});
+/// Mean over height and width: [N, H, W, C] -> [N, C] ([N, 1, 1, C] with keepdims).
+Tensor global_avg_pool2d(const Tensor& x, bool keepdims = false);
+/// Zeros around the image: [N, H, W, C] -> [N, top + H + bottom, left + W + right, C].
+Tensor zero_pad2d(const Tensor& x, std::int64_t top, std::int64_t bottom, std::int64_t left, std::int64_t right);
+
+struct BatchNormOptions {
+  /// true: normalize with the batch's statistics (and return them); false: with the given ones.
+  bool training = false;
+  double epsilon = 1e-3;
+  /// "linear" or "relu" (fused).
+  std::string activation = "linear";
+};
+struct BatchNormResult {
+  Tensor y;         ///< x's shape and dtype
+  Tensor mean;      ///< [C] batch mean (training) or the given mean; float32 (float64 for float64 x)
+  Tensor variance;  ///< [C] biased batch variance (training) or the given variance
+};
+/// Per-channel normalization over every axis but the last: y = (x - mean) / sqrt(var + eps) *
+/// gamma + beta. gamma/beta [C] may be undefined (scale 1, offset 0); mean/var [C] are used in
+/// inference and may be undefined in training. Parameters of any float dtype are cast to float32
+/// (float64 for float64 x), the dtype statistics are computed in. Differentiable in x, gamma, beta.
+BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                           const Tensor& variance, BatchNormOptions options = {});
+
+/// Normalization of each row over the last axis (statistics in float32), then * gamma + beta
+/// ([D] or undefined). Differentiable in x, gamma, beta.
+Tensor layer_norm(const Tensor& x, const Tensor& gamma = {}, const Tensor& beta = {}, double epsilon = 1e-3);
+
+}  // namespace mpt::ops

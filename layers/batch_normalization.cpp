@@ -1,0 +1,99 @@
+#include "config_text.hpp"
+#include "mpt/autograd.hpp"
+#include "mpt/layers/conv.hpp"
+#include "mpt/nn_ops.hpp"
+#include "mpt/ops.hpp"
+
+namespace mpt::layers {
+namespace {
+
+using detail::json;
+
+class BatchNormalizationLayer : public Layer {
+ public:
+  explicit BatchNormalizationLayer(BatchNormalizationOptions o) : Layer("BatchNormalization", o.dtype, o.name), o_(std::move(o)) {
+    if (!(o_.momentum >= 0.0 && o_.momentum <= 1.0)) error("momentum must be in [0, 1], got ", o_.momentum);
+    if (!(o_.epsilon > 0.0)) error("epsilon must be positive, got ", o_.epsilon);
+  }
+
+  void build(const Shape& s) override {
+    if (s.size() < 2) error("expected an input of rank >= 2 (batch, ..., channels), got shape ", to_string(s));
+    const auto rank = static_cast<std::int64_t>(s.size());
+    if (o_.axis != -1 && o_.axis != rank - 1)
+      error("axis ", o_.axis, " is not supported: mpt normalizes the last (channels) axis, axis -1, of input shape ",
+            to_string(s));
+    const Shape c{s.back()};
+    if (o_.scale) gamma_ = add_weight("gamma", c, o_.gamma_initializer);
+    if (o_.center) beta_ = add_weight("beta", c, o_.beta_initializer);
+    moving_mean_ = add_weight("moving_mean", c, o_.moving_mean_initializer, false);
+    moving_variance_ = add_weight("moving_variance", c, o_.moving_variance_initializer, false);
+  }
+
+  Tensor call(const Tensor& x, bool training) override {
+    check_input(x, 2, moving_mean_.shape()[0]);
+    commit();  // a custom loop that never calls finish_step still moves the statistics, once per call
+    // float32 statistics and normalization under every policy (float64 for float64 inputs).
+    const DType pd = x.dtype() == float64 ? float64 : float32;
+    Tensor gamma = o_.scale ? gamma_.read(pd) : Tensor(), beta = o_.center ? beta_.read(pd) : Tensor();
+    if (!(training && trainable()))
+      return ops::batch_norm(x, gamma, beta, moving_mean_.read(pd), moving_variance_.read(pd), {.epsilon = o_.epsilon}).y;
+    auto r = ops::batch_norm(x, gamma, beta, {}, {}, {.training = true, .epsilon = o_.epsilon});
+    // Keras: moving = moving * momentum + batch * (1 - momentum), with the biased batch variance.
+    NoGradGuard no_grad;
+    pending_mean_ = moving_mean_.value().to(pd) * o_.momentum + r.mean * (1.0 - o_.momentum);
+    pending_variance_ = moving_variance_.value().to(pd) * o_.momentum + r.variance * (1.0 - o_.momentum);
+    return r.y;
+  }
+
+  void finish_step(bool applied) override {
+    if (applied) commit();
+    pending_mean_ = pending_variance_ = Tensor();
+  }
+
+  std::vector<std::pair<std::string, std::string>> config() const override {
+    return {{"axis", json(o_.axis)},
+            {"momentum", json(o_.momentum)},
+            {"epsilon", json(o_.epsilon)},
+            {"center", json(o_.center)},
+            {"scale", json(o_.scale)},
+            {"beta_initializer", o_.beta_initializer},
+            {"gamma_initializer", o_.gamma_initializer},
+            {"moving_mean_initializer", o_.moving_mean_initializer},
+            {"moving_variance_initializer", o_.moving_variance_initializer}};
+  }
+
+ private:
+  void commit() {
+    if (!pending_mean_.defined()) return;
+    moving_mean_.assign(pending_mean_);
+    moving_variance_.assign(pending_variance_);
+    pending_mean_ = pending_variance_ = Tensor();
+  }
+
+  BatchNormalizationOptions o_;
+  Variable gamma_, beta_, moving_mean_, moving_variance_;
+  Tensor pending_mean_, pending_variance_;  // from the last training call, until its step is settled
+};
+
+const bool registered = [] {
+  register_layer("BatchNormalization", [](const LayerConfig& c) {
+    BatchNormalizationOptions o{.dtype = c.dtype, .name = c.name};
+    if (c.has("axis")) o.axis = c.get_ints("axis").at(0);
+    if (c.has("momentum")) o.momentum = c.get_double("momentum");
+    if (c.has("epsilon")) o.epsilon = c.get_double("epsilon");
+    if (c.has("center")) o.center = c.get_bool("center");
+    if (c.has("scale")) o.scale = c.get_bool("scale");
+    o.beta_initializer = c.get("beta_initializer", o.beta_initializer);
+    o.gamma_initializer = c.get("gamma_initializer", o.gamma_initializer);
+    o.moving_mean_initializer = c.get("moving_mean_initializer", o.moving_mean_initializer);
+    o.moving_variance_initializer = c.get("moving_variance_initializer", o.moving_variance_initializer);
+    return BatchNormalization(std::move(o));
+  });
+  return true;
+}();
+
+}  // namespace
+
+LayerRef BatchNormalization(BatchNormalizationOptions o) { return std::make_shared<BatchNormalizationLayer>(std::move(o)); }
+
+}  // namespace mpt::layers

@@ -1,0 +1,32 @@
+#pragma once
+// JSON text for config() values (see Layer::config) shared by the layer files.
+#include <cstdio>
+#include <string>
+
+#include "mpt/layers/conv.hpp"
+
+namespace mpt::layers::detail {
+
+inline std::string json(bool v) { return v ? "true" : "false"; }
+inline std::string json(std::int64_t v) { return std::to_string(v); }
+/// Shortest text that reads back as the same double for Keras-style constants (0.99, 0.001).
+inline std::string json(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+inline std::string json(const IntPair& p) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "[%lld, %lld]", static_cast<long long>(p.h), static_cast<long long>(p.w));
+  return buf;
+}
+
+/// An (h, w) pair read back from a config entry written by json(IntPair) (or a single number).
+inline IntPair pair_of(const LayerConfig& c, const std::string& key) {
+  auto v = c.get_ints(key);
+  MPT_CHECK(v.size() == 1 || v.size() == 2, "layer config of ", c.class_name, " '", c.name, "': '", key,
+            "' must hold one or two integers, got ", v.size());
+  return v.size() == 1 ? IntPair(v[0]) : IntPair(v[0], v[1]);
+}
+
+}  // namespace mpt::layers::detail

@@ -1,0 +1,65 @@
+#include "config_text.hpp"
+#include "mpt/layers/conv.hpp"
+#include "mpt/nn_ops.hpp"
+
+namespace mpt::layers {
+namespace {
+
+using detail::json;
+
+class LayerNormalizationLayer : public Layer {
+ public:
+  explicit LayerNormalizationLayer(LayerNormalizationOptions o) : Layer("LayerNormalization", o.dtype, o.name), o_(std::move(o)) {
+    if (!(o_.epsilon > 0.0)) error("epsilon must be positive, got ", o_.epsilon);
+  }
+
+  void build(const Shape& s) override {
+    if (s.empty()) error("expected an input of rank >= 1, got a scalar");
+    const auto rank = static_cast<std::int64_t>(s.size());
+    if (o_.axis != -1 && o_.axis != rank - 1)
+      error("axis ", o_.axis, " is not supported: mpt normalizes the last axis, axis -1, of input shape ", to_string(s));
+    if (o_.scale) gamma_ = add_weight("gamma", {s.back()}, o_.gamma_initializer);
+    if (o_.center) beta_ = add_weight("beta", {s.back()}, o_.beta_initializer);
+  }
+
+  Tensor call(const Tensor& x, bool) override {
+    if (x.dim() < 1) error("expected an input of rank >= 1, got a scalar");
+    const std::int64_t d = o_.scale ? gamma_.shape()[0] : o_.center ? beta_.shape()[0] : x.shape().back();
+    check_input(x, 1, d);
+    const DType pd = x.dtype() == float64 ? float64 : float32;  // float32 statistics under every policy
+    return ops::layer_norm(x, o_.scale ? gamma_.read(pd) : Tensor(), o_.center ? beta_.read(pd) : Tensor(), o_.epsilon);
+  }
+
+  std::vector<std::pair<std::string, std::string>> config() const override {
+    return {{"axis", json(o_.axis)},
+            {"epsilon", json(o_.epsilon)},
+            {"center", json(o_.center)},
+            {"scale", json(o_.scale)},
+            {"beta_initializer", o_.beta_initializer},
+            {"gamma_initializer", o_.gamma_initializer}};
+  }
+
+ private:
+  LayerNormalizationOptions o_;
+  Variable gamma_, beta_;
+};
+
+const bool registered = [] {
+  register_layer("LayerNormalization", [](const LayerConfig& c) {
+    LayerNormalizationOptions o{.dtype = c.dtype, .name = c.name};
+    if (c.has("axis")) o.axis = c.get_ints("axis").at(0);
+    if (c.has("epsilon")) o.epsilon = c.get_double("epsilon");
+    if (c.has("center")) o.center = c.get_bool("center");
+    if (c.has("scale")) o.scale = c.get_bool("scale");
+    o.beta_initializer = c.get("beta_initializer", o.beta_initializer);
+    o.gamma_initializer = c.get("gamma_initializer", o.gamma_initializer);
+    return LayerNormalization(std::move(o));
+  });
+  return true;
+}();
+
+}  // namespace
+
+LayerRef LayerNormalization(LayerNormalizationOptions o) { return std::make_shared<LayerNormalizationLayer>(std::move(o)); }
+
+}  // namespace mpt::layers

@@ -1,0 +1,25 @@
+#pragma once
+// Optimizers in checkpoints: Keras's variable order (which slot of which variable is
+// optimizer/vars/<i>) and Keras-style configs to rebuild the built-in optimizers.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/json.hpp"
+#include "mpt/optimizers/optimizer.hpp"
+
+namespace mpt::io {
+
+/// mpt slot names in Keras's order after iteration and learning_rate: each inner list is
+/// created for every trainable variable in turn, interleaved (Adam: {{"m", "v"}, {"vhat"}}).
+/// Optimizers mpt does not know list the slots they hold, sorted, as one group.
+std::vector<std::vector<std::string>> slot_layout(const optimizers::Optimizer& opt);
+/// Whether Keras keeps a learning_rate variable (a constant rate, not a schedule).
+bool has_learning_rate_variable(const optimizers::Optimizer& opt);
+
+/// {"class_name": "Adam", "config": {...}} of a built-in optimizer (LossScaleOptimizer with its
+/// inner one); mpt::Error for optimizers and schedules it cannot rebuild.
+std::string optimizer_to_json(const optimizers::Optimizer& opt);
+std::shared_ptr<optimizers::Optimizer> optimizer_from_json(const json::Value& v, const std::string& where);
+
+}  // namespace mpt::io

@@ -1,0 +1,364 @@
+// Model::save_weights / load_weights: Keras 3's .weights.h5 layout and Keras 2's legacy .h5.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <iostream>
+
+#include "io/checked_file.hpp"
+#include "io/optimizer_io.hpp"
+#include "io/weights_io.hpp"
+
+namespace mpt {
+
+namespace io {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Tensor export_value(const Variable& v, std::optional<DType> dtype) {
+  const Tensor& t = v.value();
+  return dtype && is_floating(t.dtype()) && t.dtype() != *dtype ? t.to(*dtype) : t;
+}
+
+/// One entry of Keras's optimizer variable list: what it holds and its shape.
+struct OptEntry {
+  enum Kind { Iterations, LearningRate, StepCounter, DynamicScale, Slot } kind;
+  Shape shape;
+  std::string var_path, slot;
+};
+
+std::vector<OptEntry> optimizer_entries(const optimizers::Optimizer& opt, const std::vector<Variable>& trainable) {
+  std::vector<OptEntry> out{{OptEntry::Iterations, {}, "", ""}};
+  if (has_learning_rate_variable(opt)) out.push_back({OptEntry::LearningRate, {}, "", ""});
+  for (const auto& group : slot_layout(opt))
+    for (const auto& v : trainable)
+      for (const auto& name : group) out.push_back({OptEntry::Slot, v.shape(), v.path(), name});
+  return out;
+}
+
+/// Keras's LossScaleOptimizer list: its own four variables, then the inner optimizer's.
+std::vector<OptEntry> model_optimizer_entries(const Model& model) {
+  auto trainable = model.trainable_variables();
+  if (auto* lso = model.loss_scale_optimizer()) {
+    std::vector<OptEntry> out{{OptEntry::Iterations, {}, "", ""},
+                              {OptEntry::LearningRate, {}, "", ""},
+                              {OptEntry::StepCounter, {}, "", ""},
+                              {OptEntry::DynamicScale, {}, "", ""}};
+    for (auto& e : optimizer_entries(lso->inner_optimizer(), trainable)) out.push_back(e);
+    return out;
+  }
+  return optimizer_entries(model.optimizer(), trainable);
+}
+
+void write_optimizer_entries(const h5::Group& g, const std::vector<OptEntry>& entries, std::size_t first,
+                             const Model& model) {
+  auto* lso = model.loss_scale_optimizer();
+  optimizers::Optimizer& opt = lso ? lso->inner_optimizer() : model.optimizer();
+  const auto slots = opt.slots_by_path();
+  for (std::size_t i = first; i < entries.size(); ++i) {
+    const OptEntry& e = entries[i];
+    Tensor t;
+    switch (e.kind) {
+      case OptEntry::Iterations: t = Tensor::scalar(static_cast<double>(opt.iterations()), int64, Device::cpu()); break;
+      case OptEntry::LearningRate: t = Tensor::scalar(opt.learning_rate(), float32, Device::cpu()); break;
+      case OptEntry::StepCounter: t = Tensor::scalar(static_cast<double>(lso->step_counter()), int64, Device::cpu()); break;
+      case OptEntry::DynamicScale: t = Tensor::scalar(lso->loss_scale(), float32, Device::cpu()); break;
+      case OptEntry::Slot: {
+        auto p = slots.find(e.var_path);
+        if (p != slots.end()) {
+          auto s = p->second.find(e.slot);
+          if (s != p->second.end()) t = s->second;
+        }
+        if (!t.defined()) t = Tensor::zeros(e.shape, float32, Device::cpu());  // not stepped yet: Keras's zeros
+        break;
+      }
+    }
+    g.write(std::to_string(i - first), t);
+  }
+}
+
+std::string normalized(std::string name) {
+  std::string out;
+  for (char c : name)
+    if (c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  while (!out.empty() && std::isdigit(static_cast<unsigned char>(out.back()))) out.pop_back();
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out.empty() ? "none" : out;
+}
+
+/// Reads `name` from g for variable v: shape and kind checked, converted to v's dtype and device.
+Tensor read_for(const h5::Group& g, const std::string& name, const Variable& v, const Layer& layer,
+                const std::string& file_layer) {
+  const h5::DatasetInfo info = g.info(name);
+  const std::string who = "file '" + g.file_name() + "', layer '" + layer.name() + "' (" + layer.class_name() +
+                          (file_layer != layer.name() ? ", '" + file_layer + "' in the file" : "") + "), variable '" +
+                          v.name() + "' (" + g.path() + "/" + name + ")";
+  MPT_CHECK(info.shape == v.shape(), who, ": expected shape ", to_string(v.shape()), ", found ", to_string(info.shape));
+  MPT_CHECK(is_floating(info.dtype) == is_floating(v.dtype()), who, ": expected ", to_string(v.dtype()),
+            " values, found ", to_string(info.dtype));
+  Tensor t = g.read(name);
+  if (t.dtype() != v.dtype()) t = t.to(v.dtype());
+  return t.to(v.value().device());
+}
+
+void read_optimizer(const h5::File& f, const Model& model, PendingState& st, bool required) {
+  const bool present = f.has_group("optimizer") && f.group("optimizer").has_group("vars");
+  MPT_CHECK(present || !required || !model.compiled(), "file '", f.file_name(), "': the optimizer state is missing");
+  if (!model.compiled() || !present) return;
+  h5::Group og = f.group("optimizer");
+  h5::Group vg = og.group("vars");
+  const auto entries = model_optimizer_entries(model);
+  const std::size_t found = vg.children().size();
+  const std::string opt_name = model.optimizer().name();
+  const auto file_name = vg.attr_string("name");
+  if (found != entries.size() || (file_name && normalized(*file_name) != normalized(opt_name))) {
+    MPT_CHECK(!required, "file '", f.file_name(), "': the optimizer state (", found, " variables",
+              file_name ? " of '" + *file_name + "'" : std::string(), ") does not match optimizer '", opt_name,
+              "' (", entries.size(), " variables)");
+    // As Keras: a different optimizer's state is skipped with a warning, the weights still load.
+    std::cerr << "mpt: load_weights: skipping the optimizer state in '" << f.file_name() << "': the model's optimizer '"
+              << opt_name << "' has " << entries.size() << " variables, the file's"
+              << (file_name ? " '" + *file_name + "'" : std::string()) << " has " << found << "\n";
+    return;
+  }
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string key = std::to_string(i);
+    const OptEntry& e = entries[i];
+    const std::string who = vg.where(key);
+    MPT_CHECK(vg.has_dataset(key), who, ": missing optimizer variable");
+    const h5::DatasetInfo info = vg.info(key);
+    MPT_CHECK(info.shape == e.shape, who, ": expected shape ", to_string(e.shape), ", found ", to_string(info.shape),
+              e.kind == OptEntry::Slot ? " (slot '" + e.slot + "' of '" + e.var_path + "')" : std::string());
+    Tensor t = vg.read(key);
+    switch (e.kind) {
+      case OptEntry::Iterations: {
+        const double it = t.item();
+        MPT_CHECK(it >= 0 && it < 9.0e15, who, ": bad iteration count ", it);
+        st.iterations = static_cast<std::int64_t>(it);
+        break;
+      }
+      case OptEntry::LearningRate: break;  // mpt keeps the rate in the optimizer's options
+      case OptEntry::StepCounter: {
+        const double s = t.item();
+        MPT_CHECK(s >= 0 && s < 9.0e15, who, ": bad loss-scale step counter ", s);
+        st.step_counter = static_cast<std::int64_t>(s);
+        break;
+      }
+      case OptEntry::DynamicScale:
+        st.loss_scale = t.item();
+        MPT_CHECK(st.loss_scale > 0 && std::isfinite(st.loss_scale), who, ": bad loss scale ", st.loss_scale);
+        st.has_loss_scale = true;
+        break;
+      case OptEntry::Slot:
+        MPT_CHECK(is_floating(t.dtype()), who, ": optimizer slots must be floating-point");
+        st.slots.emplace_back(e.var_path, e.slot, t.to(float32));
+        break;
+    }
+  }
+  if (auto overflow = vg.attr_int("mpt_overflow_count")) {
+    MPT_CHECK(*overflow >= 0 && *overflow < (1 << 30), vg.where(), ": bad mpt_overflow_count ", *overflow);
+    st.overflow_count = static_cast<int>(*overflow);
+  }
+  st.has_optimizer = true;
+}
+
+PendingState read_keras3(const h5::File& f, const Model& model, OptimizerState optimizer) {
+  PendingState st;
+  h5::Group lg = f.group("layers");
+  std::vector<std::string> file_layers = lg.children();
+  std::vector<std::string> used;
+  for (const auto& layer : model.layers()) {
+    const auto vars = layer->variables();
+    if (vars.empty()) continue;
+    const std::string& name = layer->name();
+    MPT_CHECK(lg.has_group(name) && lg.group(name).has_group("vars"), "file '", f.file_name(), "': layer '", name,
+              "' (", layer->class_name(), ", ", vars.size(), " variables) is not in the file; the file has layers: ",
+              join(file_layers));
+    h5::Group vg = lg.group(name).group("vars");
+    const std::size_t n = vg.children().size();
+    MPT_CHECK(n == vars.size(), "file '", f.file_name(), "': layer '", name, "' (", layer->class_name(), ") has ",
+              vars.size(), " variables, the file has ", n, " (", vg.path(), ")");
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      const std::string key = std::to_string(i);
+      MPT_CHECK(vg.has_dataset(key), vg.where(key), ": missing variable ", i, " ('", vars[i].name(), "') of layer '",
+                name, "'");
+      st.weights.emplace_back(vars[i], read_for(vg, key, vars[i], *layer, name));
+    }
+    used.push_back(name);
+  }
+  for (const auto& name : file_layers) {
+    if (std::find(used.begin(), used.end(), name) != used.end() || !lg.has_group(name)) continue;
+    h5::Group g = lg.group(name);
+    const std::size_t n = g.has_group("vars") ? g.group("vars").children().size() : 0;
+    MPT_CHECK(n == 0, "file '", f.file_name(), "': holds ", n, " variables for layer '", name,
+              "', which the model does not have (or has without variables); the model's layers: ", [&] {
+                std::vector<std::string> names;
+                for (const auto& l : model.layers()) names.push_back(l->name());
+                return join(names);
+              }());
+  }
+  if (optimizer != OptimizerState::Ignore) read_optimizer(f, model, st, optimizer == OptimizerState::Required);
+  return st;
+}
+
+PendingState read_legacy(const h5::File& f, const Model& model) {
+  PendingState st;
+  const h5::Group* root = &f;
+  std::optional<h5::Group> nested;
+  if (!f.has_attr("layer_names") && f.has_group("model_weights")) {  // a Keras full-model .h5
+    nested.emplace(f.group("model_weights"));
+    root = &*nested;
+  }
+  auto layer_names = root->attr_strings("layer_names");
+  MPT_CHECK(layer_names.has_value(), "file '", f.file_name(),
+            "': not a Keras weights file (neither a /layers group as Keras 3 writes nor a layer_names attribute "
+            "as Keras 2 writes)");
+  std::vector<std::string> file_layers;
+  std::vector<std::vector<std::string>> file_weights;
+  for (const auto& name : *layer_names) {
+    MPT_CHECK(root->has_group(name), root->where(name), ": layer group listed in layer_names is missing");
+    auto wn = root->group(name).attr_strings("weight_names").value_or(std::vector<std::string>{});
+    if (wn.empty()) continue;
+    file_layers.push_back(name);
+    file_weights.push_back(wn);
+  }
+  std::vector<LayerRef> model_layers;
+  std::vector<std::string> model_names;
+  for (const auto& l : model.layers())
+    if (!l->variables().empty()) model_layers.push_back(l), model_names.push_back(l->name());
+  MPT_CHECK(file_layers.size() == model_layers.size(), "file '", f.file_name(), "': holds weights for ",
+            file_layers.size(), " layers (", join(file_layers), "), the model has ", model_layers.size(),
+            " layers with weights (", join(model_names), ")");
+  for (std::size_t k = 0; k < model_layers.size(); ++k) {
+    const Layer& layer = *model_layers[k];
+    const auto vars = layer.variables();
+    h5::Group g = root->group(file_layers[k]);
+    MPT_CHECK(file_weights[k].size() == vars.size(), "file '", f.file_name(), "': layer '", file_layers[k],
+              "' has ", file_weights[k].size(), " weights, the model's layer '", layer.name(), "' (",
+              layer.class_name(), ") has ", vars.size());
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      MPT_CHECK(g.has_dataset(file_weights[k][i]), g.where(file_weights[k][i]),
+                ": dataset listed in weight_names is missing");
+      st.weights.emplace_back(vars[i], read_for(g, file_weights[k][i], vars[i], layer, file_layers[k]));
+    }
+  }
+  return st;
+}
+
+}  // namespace
+
+void write_keras3(const h5::Group& root, const Model& model, const SaveWeightsOptions& o) {
+  {
+    h5::Group lg = root.create_group("layers");
+    for (const auto& layer : model.layers()) {
+      MPT_CHECK(layer->name().find('/') == std::string::npos && !layer->name().empty() && layer->name() != "." &&
+                    layer->name() != "..",
+                "save_weights: layer name '", layer->name(), "' cannot be an HDF5 group name");
+      h5::Group vg = lg.create_group(layer->name()).create_group("vars");
+      vg.set_attr("name", layer->name());
+      const auto vars = layer->variables();
+      for (std::size_t i = 0; i < vars.size(); ++i) vg.write(std::to_string(i), export_value(vars[i], o.dtype));
+    }
+  }
+  if (o.include_optimizer && !o.dtype && model.compiled()) {
+    h5::Group og = root.create_group("optimizer");
+    const auto entries = model_optimizer_entries(model);
+    h5::Group vg = og.create_group("vars");
+    vg.set_attr("name", model.optimizer().name());
+    write_optimizer_entries(vg, entries, 0, model);
+    if (auto* lso = model.loss_scale_optimizer()) {
+      vg.set_attr_int("mpt_overflow_count", lso->overflow_count());  // mpt's hysteresis; Keras ignores it
+      h5::Group ig = og.create_group("inner_optimizer").create_group("vars");
+      ig.set_attr("name", lso->inner_optimizer().name());
+      write_optimizer_entries(ig, entries, 4, model);
+    }
+  }
+  root.create_group("vars").set_attr("name", model.name());
+}
+
+void write_legacy(const h5::Group& root, const Model& model, std::optional<DType> dtype) {
+  std::vector<std::string> names;
+  for (const auto& layer : model.layers()) names.push_back(layer->name());
+  root.set_attr("layer_names", names, false);
+  // The layout is TensorFlow's (kernels [in, out], channels-last); Keras 2 readers only convert
+  // for backend "theano" or keras_version "1".
+  root.set_attr("backend", "tensorflow", false);
+  root.set_attr("keras_version", "2.15.0", false);
+  root.set_attr("mpt_version", "0.1.0", false);
+  auto layers = model.layers();
+  std::sort(layers.begin(), layers.end(), [](const LayerRef& a, const LayerRef& b) { return a->name() < b->name(); });
+  for (const auto& layer : layers) {
+    MPT_CHECK(layer->name().find('/') == std::string::npos && !layer->name().empty(), "save_weights: layer name '",
+              layer->name(), "' cannot be an HDF5 group name");
+    h5::Group g = root.create_group(layer->name());
+    const auto vars = layer->variables();
+    if (vars.empty()) {
+      g.set_empty_attr("weight_names");
+      continue;
+    }
+    std::vector<std::string> weight_names;
+    h5::Group inner = g.create_group(layer->name());
+    for (const auto& v : vars) {
+      weight_names.push_back(layer->name() + "/" + v.name() + ":0");
+      inner.write(v.name() + ":0", export_value(v, dtype));
+    }
+    g.set_attr("weight_names", weight_names, false);
+  }
+}
+
+PendingState read_weights(const h5::File& f, const Model& model, OptimizerState optimizer) {
+  if (f.has_group("layers")) return read_keras3(f, model, optimizer);
+  return read_legacy(f, model);
+}
+
+void PendingState::commit(Model& model) const {
+  for (const auto& [v, t] : weights) v.assign(t);
+  if (!has_optimizer) return;
+  auto* lso = model.loss_scale_optimizer();
+  optimizers::Optimizer& opt = lso ? lso->inner_optimizer() : model.optimizer();
+  opt.set_iterations(iterations);
+  for (const auto& [path, slot, t] : slots) opt.set_slot(path, slot, t);
+  if (lso && has_loss_scale) lso->set_state(loss_scale, step_counter, overflow_count);
+}
+
+}  // namespace io
+
+void Model::save_weights(const std::string& filepath, SaveWeightsOptions o) const {
+  MPT_CHECK(!o.dtype || is_floating(*o.dtype), "save_weights: dtype must be a floating-point type (float16, "
+                                               "bfloat16, float32, float64), got ", to_string(*o.dtype));
+  const bool keras3 = io::ends_with(filepath, ".weights.h5");
+  MPT_CHECK(keras3 || io::ends_with(filepath, ".h5") || io::ends_with(filepath, ".hdf5"), "save_weights: '", filepath,
+            "': the file name must end in .weights.h5 (Keras 3 layout) or .h5 / .hdf5 (legacy Keras 2 layout)");
+  io::save_atomically(filepath, keras3 ? "keras3-weights" : "legacy-keras2-weights", [&](const std::string& tmp) {
+    io::h5::File f = io::h5::File::create(tmp, io::kUserblockSize, filepath);
+    if (keras3) io::write_keras3(f, *this, o);
+    else io::write_legacy(f, *this, o.dtype);
+    f.close();
+  });
+}
+
+void Model::load_weights(const std::string& filepath) {
+  try {
+    MPT_CHECK(!variables().empty(), "model '", name_,
+              "' has no variables yet; build it (model.build(shape)) or call it once before loading '", filepath, "'");
+    std::vector<char> bytes = io::read_verified(filepath);
+    io::PendingState st;
+    {
+      io::h5::File f = io::h5::File::open_image(bytes, filepath);
+      st = io::read_weights(f, *this, io::OptimizerState::IfMatching);
+    }
+    st.commit(*this);
+  } catch (const Error& e) {
+    throw Error(std::string("load_weights: ") + e.what());
+  }
+}
+
+}  // namespace mpt

@@ -1,0 +1,142 @@
+// Class name -> factory, for load_model. Core layers are registered here through their public
+// factories; other layer files call register_layer themselves.
+#include <map>
+#include <mutex>
+
+#include "io/json.hpp"
+#include "mpt/layers/core.hpp"
+
+namespace mpt {
+
+namespace {
+
+std::string where(const LayerConfig& c) { return "layer config of " + c.class_name + " '" + c.name + "'"; }
+
+std::map<std::string, LayerFactory> core_layers() {
+  std::map<std::string, LayerFactory> m;
+  m["InputLayer"] = [](const LayerConfig& c) {
+    Shape s = c.get_shape("batch_shape");
+    if (!s.empty()) s.erase(s.begin());  // the batch dimension
+    return layers::Input(s, {.name = c.name});
+  };
+  m["Dense"] = [](const LayerConfig& c) {
+    return layers::Dense(c.get_int("units"), {.activation = c.get("activation", "linear"),
+                                              .use_bias = c.has("use_bias") ? c.get_bool("use_bias") : true,
+                                              .kernel_initializer = c.get("kernel_initializer", "glorot_uniform"),
+                                              .bias_initializer = c.get("bias_initializer", "zeros"),
+                                              .dtype = c.dtype,
+                                              .name = c.name});
+  };
+  m["Activation"] = [](const LayerConfig& c) {
+    return layers::Activation(c.get("activation"), {.dtype = c.dtype, .name = c.name});
+  };
+  m["Softmax"] = [](const LayerConfig& c) {
+    return layers::Softmax({.axis = c.has("axis") ? c.get_int("axis") : -1, .dtype = c.dtype, .name = c.name});
+  };
+  m["ReLU"] = [](const LayerConfig& c) { return layers::ReLU({.dtype = c.dtype, .name = c.name}); };
+  m["Flatten"] = [](const LayerConfig& c) { return layers::Flatten({.dtype = c.dtype, .name = c.name}); };
+  m["Reshape"] = [](const LayerConfig& c) {
+    return layers::Reshape(c.get_shape("target_shape"), {.dtype = c.dtype, .name = c.name});
+  };
+  m["Dropout"] = [](const LayerConfig& c) {
+    std::optional<std::uint64_t> seed;
+    if (c.has("seed") && c.get("seed") != "null")
+      seed = io::json::parse(c.get("seed"), where(c)).as_uint(where(c) + ", 'seed'");
+    return layers::Dropout(c.get_double("rate"), {.seed = seed, .dtype = c.dtype, .name = c.name});
+  };
+  return m;
+}
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::map<std::string, LayerFactory>& registry() {
+  static std::map<std::string, LayerFactory> r = core_layers();
+  return r;
+}
+
+io::json::Value parse_value(const LayerConfig& c, const std::string& key) {
+  std::string text = c.get(key);
+  // Python-style tuples as older configs print them: (None, 28, 28, 1).
+  for (auto& ch : text) ch = ch == '(' ? '[' : ch == ')' ? ']' : ch;
+  for (std::size_t p; (p = text.find("None")) != std::string::npos;) text.replace(p, 4, "null");
+  return io::json::parse(text, where(c) + ", '" + key + "'");
+}
+
+}  // namespace
+
+bool LayerConfig::has(const std::string& key) const {
+  for (const auto& [k, v] : config)
+    if (k == key) return true;
+  return false;
+}
+
+std::string LayerConfig::get(const std::string& key) const {
+  for (const auto& [k, v] : config)
+    if (k == key) return v;
+  fail(where(*this), ": missing entry '", key, "'");
+}
+
+std::string LayerConfig::get(const std::string& key, const std::string& fallback) const {
+  return has(key) ? get(key) : fallback;
+}
+
+std::int64_t LayerConfig::get_int(const std::string& key) const {
+  return io::json::parse(get(key), where(*this)).as_int(where(*this) + ", '" + key + "'");
+}
+
+double LayerConfig::get_double(const std::string& key) const {
+  return io::json::parse(get(key), where(*this)).as_double(where(*this) + ", '" + key + "'");
+}
+
+bool LayerConfig::get_bool(const std::string& key) const {
+  const std::string v = get(key);
+  if (v == "true" || v == "True" || v == "1") return true;
+  if (v == "false" || v == "False" || v == "0") return false;
+  fail(where(*this), ", '", key, "': expected true or false, found '", v, "'");
+}
+
+Shape LayerConfig::get_shape(const std::string& key) const {
+  const io::json::Value v = parse_value(*this, key);
+  Shape s;
+  for (const auto& d : v.as_array(where(*this) + ", '" + key + "'"))
+    s.push_back(d.is_null() ? -1 : d.as_int(where(*this) + ", '" + key + "'"));
+  return s;
+}
+
+std::vector<std::int64_t> LayerConfig::get_ints(const std::string& key) const {
+  const io::json::Value v = parse_value(*this, key);
+  if (v.is_number()) return {v.as_int(where(*this) + ", '" + key + "'")};
+  return get_shape(key);
+}
+
+void register_layer(const std::string& class_name, LayerFactory factory) {
+  MPT_CHECK(!class_name.empty() && factory, "register_layer: needs a class name and a factory");
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry()[class_name] = std::move(factory);
+}
+
+LayerRef layer_from_config(const LayerConfig& c) {
+  LayerFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto it = registry().find(c.class_name);
+    if (it == registry().end()) {
+      std::string known;
+      for (const auto& [k, f] : registry()) known += (known.empty() ? "" : ", ") + k;
+      fail("load_model: no factory for layer class '", c.class_name, "' (layer '", c.name,
+           "'); register one with mpt::register_layer. Registered: ", known);
+    }
+    factory = it->second;
+  }
+  LayerRef layer = factory(c);
+  MPT_CHECK(static_cast<bool>(layer), "load_model: the factory for '", c.class_name, "' returned no layer");
+  if (layer->name() != c.name) layer->set_name(c.name);
+  if (!(layer->dtype_policy() == c.dtype)) layer->set_dtype_policy(c.dtype);
+  if (!c.trainable) layer->set_trainable(false);
+  return layer;
+}
+
+}  // namespace mpt

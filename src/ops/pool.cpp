@@ -1,0 +1,56 @@
+#include "mpt/nn_ops.hpp"
+#include "ops/ops_common.hpp"
+#include "ops/spatial.hpp"
+
+namespace mpt::ops {
+using namespace detail;
+
+namespace {
+
+std::string size2(const Size2& s) { return std::to_string(s[0]) + "x" + std::to_string(s[1]); }
+
+Tensor pool(const char* name, PoolKind kind, const Tensor& x, Size2 size, const Pool2dOptions& o) {
+  check_floating(name, x);
+  MPT_CHECK(x.dim() == 4, name, ": input must be 4-d [batch, height, width, channels], got ", describe(x));
+  const Size2 strides = o.strides.value_or(size);
+  MPT_CHECK(size[0] >= 1 && size[1] >= 1, name, ": pool size must be positive, got ", size2(size));
+  MPT_CHECK(strides[0] >= 1 && strides[1] >= 1, name, ": strides must be positive, got ", size2(strides));
+  const bool same = parse_padding(name, o.padding);
+  const Shape& s = x.shape();
+  MPT_CHECK(same || (size[0] <= s[1] && size[1] <= s[2]), name, ": pool size ", size2(size),
+            " is larger than the input ", size2({s[1], s[2]}), " with 'valid' padding (input ", describe(x), ")");
+  const SpatialAxis h = spatial_axis(s[1], size[0], strides[0], same), w = spatial_axis(s[2], size[1], strides[1], same);
+  Pool2dGeometry g;
+  g.kind = kind;
+  g.pool_h = size[0], g.pool_w = size[1], g.stride_h = strides[0], g.stride_w = strides[1];
+  g.pad_top = h.pad_lo, g.pad_bottom = h.pad_hi, g.pad_left = w.pad_lo, g.pad_right = w.pad_hi;
+  Tensor out = Tensor::empty({s[0], h.out, w.out, s[3]}, x.dtype(), x.device());
+  Tensor workspace;
+  const bool training = autograd::is_recording() && x.requires_grad();
+  backend_of(x).pool2d(x, g, training, out, workspace);
+  autograd::record(name, {x}, {&out}, [x = x.detach(), y = out.detach(), workspace, g](const std::vector<Tensor>& gr) {
+    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    backend_of(x).pool2d_backward(x, y, gr[0], workspace, g, dx);
+    return std::vector<Tensor>{dx};
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, Size2 pool_size, Pool2dOptions o) {
+  return pool("max_pool2d", PoolKind::Max, x, pool_size, o);
+}
+
+Tensor avg_pool2d(const Tensor& x, Size2 pool_size, Pool2dOptions o) {
+  return pool("avg_pool2d", PoolKind::Avg, x, pool_size, o);
+}
+
+Tensor global_avg_pool2d(const Tensor& x, bool keepdims) {
+  check_floating("global_avg_pool2d", x);
+  MPT_CHECK(x.dim() == 4, "global_avg_pool2d: input must be 4-d [batch, height, width, channels], got ", describe(x));
+  MPT_CHECK(x.shape()[1] > 0 && x.shape()[2] > 0, "global_avg_pool2d: empty image in ", describe(x));
+  return mean(x, {1, 2}, keepdims);
+}
+
+}  // namespace mpt::ops

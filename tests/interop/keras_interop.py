@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""mpt <-> Keras 3 checkpoint interop, run by hand (not by CTest).
+
+    pip install keras "jax[cpu]" h5py        # or tensorflow-cpu instead of jax
+    cmake --build build --target keras_interop_helper
+    KERAS_BACKEND=jax python tests/interop/keras_interop.py build/tests/keras_interop_helper
+
+1. mpt writes model.weights.h5 (Keras 3 layout, with Adam's state), a legacy Keras 2 .h5 and
+   a bfloat16 export; Keras loads each into the same MLP and predicts on the same inputs, and
+   takes one more Adam step from mpt's optimizer state, which must match mpt's own step.
+2. Keras writes .weights.h5 (float32 and bfloat16) and a legacy .h5; mpt loads each and
+   predicts. Every comparison prints its max abs difference and must stay under 1e-5.
+It also checks that h5py reads mpt's files through their 512-byte userblock.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+import h5py  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+N, IN, OUT = 64, 20, 10
+TOL = 1e-5
+
+
+def mlp(dtype=None):
+    return keras.Sequential(
+        [
+            keras.Input((IN,)),
+            keras.layers.Dense(64, activation="relu", name="dense", dtype=dtype),
+            keras.layers.Dense(32, activation="tanh", name="dense_1", dtype=dtype),
+            keras.layers.Dense(OUT, name="dense_2", dtype=dtype),
+            keras.layers.Activation("softmax", name="activation", dtype=dtype),
+        ]
+    )
+
+
+def read_f32(path, shape):
+    return np.fromfile(path, dtype="<f4").reshape(shape)
+
+
+def report(what, a, b):
+    diff = float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+    print(f"  {what:58s} max abs diff {diff:.3e}")
+    if not diff < TOL:
+        raise SystemExit(f"FAILED: {what}: {diff} >= {TOL}")
+    return diff
+
+
+def main():
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    helper = sys.argv[1]
+    print(f"keras {keras.__version__} ({keras.backend.backend()}), h5py {h5py.__version__}")
+    with tempfile.TemporaryDirectory(prefix="mpt-interop-") as d:
+        # ---- mpt writes, Keras reads -------------------------------------------------------
+        subprocess.run([helper, "export", d], check=True)
+        x = read_f32(os.path.join(d, "inputs.f32"), (N, IN))
+        mpt_preds = read_f32(os.path.join(d, "preds.f32"), (N, OUT))
+        mpt_preds_bf16 = read_f32(os.path.join(d, "preds_bf16.f32"), (N, OUT))
+        print("mpt -> Keras")
+        for name in ["mpt.weights.h5", "mpt_legacy.h5", "mpt_bf16.weights.h5"]:
+            path = os.path.join(d, name)
+            with h5py.File(path, "r") as f:
+                assert f.userblock_size == 512, f.userblock_size
+                with open(path, "rb") as raw:
+                    assert raw.read(16) == b"\x89MPT checkpoint\n"
+            m = mlp()
+            if name == "mpt.weights.h5":
+                # Compiled and built, Keras also restores the optimizer's variables.
+                m.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
+                m.optimizer.build(m.trainable_variables)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # a skipped optimizer state would warn
+                m.load_weights(path)
+            want = mpt_preds_bf16 if "bf16" in name else mpt_preds
+            report(f"Keras predict after load_weights({name})", m.predict(x, verbose=0), want)
+            if name == "mpt.weights.h5":
+                its = int(keras.ops.convert_to_numpy(m.optimizer.iterations))
+                print(f"  Keras optimizer iterations after loading: {its}")
+                assert its == 32, its
+                # One more Adam step from mpt's slots (momentum/velocity order) matches mpt's step.
+                xb = x[:32]
+                yb = ((xb[:, 0] > 0).astype("int32") + 2 * (xb[:, 1] > 0)).astype("int32")
+                m.train_on_batch(xb, yb)
+                step = read_f32(os.path.join(d, "preds_step.f32"), (N, OUT))
+                report("Keras predict after one more Adam step (vs mpt's)", m.predict(x, verbose=0), step)
+
+        # ---- Keras writes, mpt reads -------------------------------------------------------
+        print("Keras -> mpt")
+        keras.utils.set_random_seed(5)
+        k = mlp()
+        k.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        xt = np.random.default_rng(0).normal(size=(256, IN)).astype("float32")
+        k.fit(xt, (xt[:, 0] > 0).astype("int32") + 2 * (xt[:, 1] > 0), epochs=1, verbose=0)
+        want = k.predict(x, verbose=0)
+        k.save_weights(os.path.join(d, "keras.weights.h5"))
+        from keras.src.legacy.saving import legacy_h5_format
+
+        with h5py.File(os.path.join(d, "keras_legacy.h5"), "w") as f:
+            legacy_h5_format.save_weights_to_hdf5_group(f, k)
+        # A pure bfloat16 model stores opaque 2-byte bfloat16 datasets tagged dtype=bfloat16.
+        kb = mlp("bfloat16")
+        kb.set_weights([w.astype("float32") for w in k.get_weights()])
+        kb.save_weights(os.path.join(d, "keras_bf16.weights.h5"))
+        k32 = mlp()
+        k32.set_weights([np.asarray(w, dtype="float32") for w in kb.get_weights()])
+        want_bf16 = k32.predict(x, verbose=0)
+        for name, expected in [
+            ("keras.weights.h5", want),
+            ("keras_legacy.h5", want),
+            ("keras_bf16.weights.h5", want_bf16),
+        ]:
+            out = os.path.join(d, "out.f32")
+            subprocess.run([helper, "import", os.path.join(d, name), os.path.join(d, "inputs.f32"), out], check=True)
+            report(f"mpt predict after load_weights({name})", read_f32(out, (N, OUT)), expected)
+    print("interop OK")
+
+
+if __name__ == "__main__":
+    main()

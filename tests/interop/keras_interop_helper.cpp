@@ -1,0 +1,102 @@
+// The C++ half of tests/interop/keras_interop.py (run by hand, not by CTest).
+//
+//   keras_interop_helper export <dir>   trains the interop MLP briefly and writes, into <dir>:
+//       mpt.weights.h5 (Keras 3 layout, with Adam's state), mpt_legacy.h5 (Keras 2 layout),
+//       mpt_bf16.weights.h5 (bfloat16 export), inputs.f32 [64, 20], preds.f32 [64, 10] and
+//       preds_bf16.f32 (predictions of a model loaded back from the bfloat16 export) and
+//       preds_step.f32 (predictions after one more Adam step from the saved optimizer state)
+//   keras_interop_helper import <weights file> <inputs.f32> <preds.f32>
+//       loads weights written by Keras into the same MLP and writes its predictions
+//
+// .f32 files hold raw little-endian float32 values, row-major.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <mpt/mpt.hpp>
+
+namespace layers = mpt::layers;
+
+namespace {
+
+constexpr std::int64_t kSamples = 64, kIn = 20, kOut = 10;
+
+/// The interop MLP; the layer names match the Keras script's.
+std::unique_ptr<mpt::Sequential> mlp() {
+  return std::make_unique<mpt::Sequential>(std::vector<mpt::LayerRef>{
+      layers::Input({kIn}), layers::Dense(64, {.activation = "relu", .name = "dense"}),
+      layers::Dense(32, {.activation = "tanh", .name = "dense_1"}), layers::Dense(kOut, {.name = "dense_2"}),
+      layers::Activation("softmax", {.name = "activation"})});
+}
+
+void write_f32(const std::string& path, const mpt::Tensor& t) {
+  auto v = t.to(mpt::float32).to_vector<float>();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  if (!out) throw mpt::Error("cannot write " + path);
+}
+
+mpt::Tensor read_f32(const std::string& path, const mpt::Shape& shape) {
+  std::vector<float> v(static_cast<std::size_t>(mpt::numel_of(shape)));
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  if (!in) throw mpt::Error("cannot read " + std::to_string(v.size()) + " floats from " + path);
+  return mpt::Tensor::from_vector(v, shape);
+}
+
+int run(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "export" && argc == 3) {
+    const std::string dir = argv[2];
+    mpt::set_random_seed(2024);
+    auto m = mlp();
+    m->compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-2}), .loss = "sparse_categorical_crossentropy"});
+    mpt::Tensor x = mpt::Tensor::random_normal({512, kIn}, 0, 1, 7);
+    auto xv = x.to_vector<float>();
+    std::vector<std::int32_t> y(512);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int32_t>((xv[i * kIn] > 0) + 2 * (xv[i * kIn + 1] > 0));
+    m->fit(x, mpt::Tensor::from_vector(y, {512}), {.batch_size = 32, .epochs = 2, .verbose = 0});
+    m->save_weights(dir + "/mpt.weights.h5");
+    m->save_weights(dir + "/mpt_legacy.h5");
+    m->save_weights(dir + "/mpt_bf16.weights.h5", {.dtype = mpt::bfloat16});
+    mpt::Tensor inputs = mpt::Tensor::random_uniform({kSamples, kIn}, -2, 2, 11);
+    write_f32(dir + "/inputs.f32", inputs);
+    write_f32(dir + "/preds.f32", m->predict(inputs));
+    auto b = mlp();
+    b->load_weights(dir + "/mpt_bf16.weights.h5");
+    write_f32(dir + "/preds_bf16.f32", b->predict(inputs));
+    // One more Adam step from the saved optimizer state: Keras must land on the same weights.
+    auto c = mlp();
+    c->compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-2}), .loss = "sparse_categorical_crossentropy"});
+    c->load_weights(dir + "/mpt.weights.h5");
+    mpt::Tensor xb = inputs.slice(0, 32);
+    auto bv = xb.to_vector<float>();
+    std::vector<std::int32_t> yb(32);
+    for (std::size_t i = 0; i < yb.size(); ++i) yb[i] = static_cast<std::int32_t>((bv[i * kIn] > 0) + 2 * (bv[i * kIn + 1] > 0));
+    c->train_on_batch(xb, mpt::Tensor::from_vector(yb, {32}));
+    write_f32(dir + "/preds_step.f32", c->predict(inputs));
+    std::cout << "exported to " << dir << " (optimizer iterations " << m->optimizer().iterations() << ")\n";
+    return 0;
+  }
+  if (mode == "import" && argc == 5) {
+    auto m = mlp();
+    m->load_weights(argv[2]);
+    write_f32(argv[4], m->predict(read_f32(argv[3], {kSamples, kIn})));
+    return 0;
+  }
+  std::cerr << "usage: keras_interop_helper export <dir>\n"
+               "       keras_interop_helper import <weights file> <inputs.f32> <preds.f32>\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "keras_interop_helper: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,492 @@
+// Convolution, pooling and normalization ops: forward against naive float64 loops written here
+// (Keras's padding rules spelled out independently), in every float dtype; gradients against
+// finite differences in float64; invalid calls.
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "test_util.hpp"
+
+using namespace mpt;
+using mpt::test::check_close;
+using mpt::test::check_gradients;
+using mpt::test::for_each_device;
+using mpt::test::random;
+using mpt::test::tolerance;
+using Size2 = ops::Size2;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+/// Keras/TensorFlow padding of one axis: output size and the padding before it.
+void keras_axis(std::int64_t in, std::int64_t window, std::int64_t stride, bool same, std::int64_t& out,
+                std::int64_t& before) {
+  if (same) {
+    out = (in + stride - 1) / stride;
+    const std::int64_t total = std::max<std::int64_t>((out - 1) * stride + window - in, 0);
+    before = total / 2;  // the odd extra goes after (bottom / right)
+  } else {
+    out = (in - window) / stride + 1;
+    before = 0;
+  }
+}
+
+struct ConvRef {
+  Vec y;
+  Shape shape;
+  double scale = 0;  // largest sum of |terms| of one output
+};
+
+ConvRef conv_ref(const Tensor& xt, const Tensor& wt, const Tensor& bt, Size2 s, bool same, Size2 d) {
+  const Vec x = xt.to_vector<double>(), w = wt.to_vector<double>();
+  const Vec b = bt.defined() ? bt.to_vector<double>() : Vec();
+  const Shape& xs = xt.shape();
+  const Shape& ws = wt.shape();
+  const std::int64_t N = xs[0], H = xs[1], W = xs[2], C = xs[3], KH = ws[0], KW = ws[1], F = ws[3];
+  std::int64_t OH, OW, pt, pl;
+  keras_axis(H, (KH - 1) * d[0] + 1, s[0], same, OH, pt);
+  keras_axis(W, (KW - 1) * d[1] + 1, s[1], same, OW, pl);
+  ConvRef r;
+  r.shape = {N, OH, OW, F};
+  r.y.assign(N * OH * OW * F, 0.0);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t oy = 0; oy < OH; ++oy)
+      for (std::int64_t ox = 0; ox < OW; ++ox)
+        for (std::int64_t f = 0; f < F; ++f) {
+          double acc = b.empty() ? 0.0 : b[f], mag = std::abs(acc);
+          for (std::int64_t i = 0; i < KH; ++i)
+            for (std::int64_t j = 0; j < KW; ++j) {
+              const std::int64_t iy = oy * s[0] + i * d[0] - pt, ix = ox * s[1] + j * d[1] - pl;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;  // zero padding
+              for (std::int64_t c = 0; c < C; ++c) {
+                const double t = x[((n * H + iy) * W + ix) * C + c] * w[((i * KW + j) * C + c) * F + f];
+                acc += t, mag += std::abs(t);
+              }
+            }
+          r.y[((n * OH + oy) * OW + ox) * F + f] = acc;
+          r.scale = std::max(r.scale, mag);
+        }
+  return r;
+}
+
+Vec pool_ref(const Tensor& xt, Size2 k, Size2 s, bool same, bool max, Shape& shape) {
+  const Vec x = xt.to_vector<double>();
+  const Shape& xs = xt.shape();
+  const std::int64_t N = xs[0], H = xs[1], W = xs[2], C = xs[3];
+  std::int64_t OH, OW, pt, pl;
+  keras_axis(H, k[0], s[0], same, OH, pt);
+  keras_axis(W, k[1], s[1], same, OW, pl);
+  shape = {N, OH, OW, C};
+  Vec y(N * OH * OW * C);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t oy = 0; oy < OH; ++oy)
+      for (std::int64_t ox = 0; ox < OW; ++ox)
+        for (std::int64_t c = 0; c < C; ++c) {
+          double acc = max ? -std::numeric_limits<double>::infinity() : 0.0;
+          int count = 0;  // padded positions are not counted (Keras 'same' average)
+          for (std::int64_t i = 0; i < k[0]; ++i)
+            for (std::int64_t j = 0; j < k[1]; ++j) {
+              const std::int64_t iy = oy * s[0] + i - pt, ix = ox * s[1] + j - pl;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              const double v = x[((n * H + iy) * W + ix) * C + c];
+              acc = max ? std::max(acc, v) : acc + v;
+              ++count;
+            }
+          y[((n * OH + oy) * OW + ox) * C + c] = max ? acc : acc / count;
+        }
+  return y;
+}
+
+/// Runs f once with MPT_CPU_BF16_CONV unset and, for bfloat16, once more forcing each CPU path.
+void for_bf16_paths(DType dt, const std::function<void(const char*)>& f) {
+  if (dt != bfloat16) return f("default");
+  for (const char* path : {"native", "float32"}) {
+    setenv("MPT_CPU_BF16_CONV", path, 1);
+    f(path);
+  }
+  unsetenv("MPT_CPU_BF16_CONV");
+}
+
+Tensor weigh(const Tensor& y) {
+  return ops::mul(y, Tensor::random_uniform(y.shape(), 0.5, 1.5, 99, y.dtype(), y.device()));
+}
+
+double sigmoid_ref(double v) { return 1 / (1 + std::exp(-v)); }
+
+void check_message(const std::function<void()>& f, std::initializer_list<std::string> parts) {
+  std::string msg = "<nothing thrown>";
+  try {
+    f();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  for (const auto& p : parts) CHECK_MESSAGE(msg.find(p) != std::string::npos, "message \"", msg, "\" lacks \"", p, "\"");
+}
+
+}  // namespace
+
+#define CHECK_MPT_ERROR(expr, ...)                          \
+  do {                                                      \
+    CHECK_THROWS_AS((void)(expr), mpt::Error);              \
+    check_message([&] { (void)(expr); }, {__VA_ARGS__});    \
+  } while (0)
+
+TEST_CASE("conv2d matches the float64 reference: strides, padding, dilation, odd sizes, every dtype") {
+  struct Case {
+    Shape x;
+    Size2 k;
+    std::int64_t filters;
+    Size2 strides;
+    const char* padding;
+    Size2 dilation;
+  };
+  const std::vector<Case> cases = {
+      {{2, 7, 9, 3}, {3, 3}, 5, {1, 1}, "valid", {1, 1}},  {{2, 7, 9, 3}, {3, 3}, 5, {1, 1}, "same", {1, 1}},
+      {{2, 8, 7, 4}, {3, 2}, 6, {2, 2}, "same", {1, 1}},   {{2, 9, 8, 4}, {3, 3}, 6, {2, 1}, "valid", {1, 1}},
+      {{1, 9, 10, 3}, {3, 3}, 4, {1, 1}, "valid", {2, 2}}, {{1, 9, 10, 3}, {3, 3}, 4, {1, 1}, "same", {2, 1}},
+      {{3, 6, 6, 1}, {5, 5}, 8, {1, 1}, "same", {1, 1}},   {{2, 5, 5, 16}, {1, 1}, 32, {2, 2}, "same", {1, 1}},
+      {{2, 11, 11, 32}, {3, 3}, 64, {1, 1}, "valid", {1, 1}},
+  };
+  for_each_device([&](Device dev) {
+    for (DType dt : test::float_dtypes())
+      for_bf16_paths(dt, [&](const char* path) {
+        for (const auto& c : cases) {
+          const std::string what = "conv2d " + to_string(c.x) + " k" + std::to_string(c.k[0]) + "x" +
+                                   std::to_string(c.k[1]) + " s" + std::to_string(c.strides[0]) + std::to_string(c.strides[1]) +
+                                   " " + c.padding + " d" + std::to_string(c.dilation[0]) + std::to_string(c.dilation[1]) +
+                                   " " + to_string(dt) + " (" + path + ")";
+          Tensor x = random(c.x, dt, dev, 1, -1, 1);
+          Tensor w = random({c.k[0], c.k[1], c.x[3], c.filters}, dt, dev, 2, -0.5, 0.5);
+          Tensor b = random({c.filters}, dt, dev, 3);
+          Tensor y = ops::conv2d(x, w, b, {.strides = c.strides, .padding = c.padding, .dilation = c.dilation});
+          ConvRef r = conv_ref(x, w, b, c.strides, std::string(c.padding) == "same", c.dilation);
+          REQUIRE_MESSAGE(y.shape() == r.shape, what, ": shape ", to_string(y.shape()), " vs ", to_string(r.shape));
+          CHECK(y.dtype() == dt);
+          // float32 accumulation of the products, one rounding to the storage dtype.
+          check_close(y, r.y, {tolerance(dt).rtol, tolerance(dt).rtol * r.scale}, what);
+        }
+      });
+  });
+}
+
+TEST_CASE("conv2d fuses bias and activation, and works without a bias") {
+  const std::vector<std::pair<std::string, std::function<double(double)>>> acts = {
+      {"relu", [](double z) { return z > 0 ? z : 0; }},
+      {"sigmoid", sigmoid_ref},
+      {"tanh", [](double z) { return std::tanh(z); }},
+      {"gelu", [](double z) { return 0.5 * z * (1 + std::erf(z / std::sqrt(2.0))); }},
+      {"silu", [](double z) { return z * sigmoid_ref(z); }}};
+  for_each_device([&](Device dev) {
+    for (DType dt : test::float_dtypes())
+      for (const auto& [name, f] : acts)
+        for (bool bias : {true, false}) {
+          Tensor x = random({2, 6, 5, 3}, dt, dev, 4, -1, 1), w = random({3, 3, 3, 7}, dt, dev, 5, -0.5, 0.5);
+          Tensor b = bias ? random({7}, dt, dev, 6) : Tensor();
+          Tensor y = ops::conv2d(x, w, b, {.padding = "same", .activation = name});
+          ConvRef r = conv_ref(x, w, b, {1, 1}, true, {1, 1});
+          for (auto& v : r.y) v = f(v);
+          check_close(y, r.y, {tolerance(dt).rtol, tolerance(dt).rtol * (r.scale + 2)},
+                      "conv2d " + name + " " + to_string(dt) + (bias ? " bias" : ""));
+        }
+  });
+}
+
+TEST_CASE("max and average pooling match the reference; 'same' averages leave padding out") {
+  struct Case {
+    Shape x;
+    Size2 k, s;
+    const char* padding;
+  };
+  const std::vector<Case> cases = {{{2, 6, 6, 3}, {2, 2}, {2, 2}, "valid"}, {{2, 7, 5, 3}, {2, 2}, {2, 2}, "valid"},
+                                   {{2, 7, 5, 3}, {2, 2}, {2, 2}, "same"},  {{1, 9, 8, 4}, {3, 3}, {2, 2}, "same"},
+                                   {{1, 9, 8, 4}, {3, 2}, {1, 1}, "valid"}, {{2, 5, 5, 17}, {3, 3}, {1, 1}, "same"}};
+  for_each_device([&](Device dev) {
+    for (DType dt : test::float_dtypes())
+      for (const auto& c : cases)
+        for (bool max : {true, false}) {
+          const std::string what = std::string(max ? "max_pool2d " : "avg_pool2d ") + to_string(c.x) + " " + c.padding +
+                                   " " + to_string(dt);
+          Tensor x = random(c.x, dt, dev, 7);
+          ops::Pool2dOptions o{.strides = c.s, .padding = c.padding};
+          Tensor y = max ? ops::max_pool2d(x, c.k, o) : ops::avg_pool2d(x, c.k, o);
+          Shape shape;
+          Vec ref = pool_ref(x, c.k, c.s, std::string(c.padding) == "same", max, shape);
+          REQUIRE_MESSAGE(y.shape() == shape, what, ": shape ", to_string(y.shape()));
+          CHECK(y.dtype() == dt);
+          check_close(y, ref, max ? test::Tolerance{0, 0} : tolerance(dt), what);
+        }
+    // Strides default to the pool size.
+    Tensor x = random({1, 8, 8, 2}, float32, dev, 8);
+    CHECK(ops::max_pool2d(x, {4, 4}).shape() == Shape{1, 2, 2, 2});
+  });
+}
+
+TEST_CASE("global average pooling and zero padding") {
+  for_each_device([](Device dev) {
+    for (DType dt : test::float_dtypes()) {
+      Tensor x = random({2, 3, 4, 5}, dt, dev, 9);
+      Vec xv = x.to_vector<double>(), ref(2 * 5, 0.0);
+      for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t p = 0; p < 12; ++p)
+          for (std::int64_t c = 0; c < 5; ++c) ref[n * 5 + c] += xv[(n * 12 + p) * 5 + c] / 12;
+      Tensor g = ops::global_avg_pool2d(x);
+      CHECK(g.shape() == Shape{2, 5});
+      check_close(g, ref, tolerance(dt), "global_avg_pool2d " + to_string(dt));
+      CHECK(ops::global_avg_pool2d(x, true).shape() == Shape{2, 1, 1, 5});
+
+      Tensor p = ops::zero_pad2d(x, 1, 2, 0, 3);
+      REQUIRE(p.shape() == Shape{2, 6, 7, 5});
+      Vec pv = p.to_vector<double>();
+      bool ok = true;
+      for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t i = 0; i < 6; ++i)
+          for (std::int64_t j = 0; j < 7; ++j)
+            for (std::int64_t c = 0; c < 5; ++c) {
+              const bool inside = i >= 1 && i < 4 && j < 4;
+              const double e = inside ? xv[((n * 3 + i - 1) * 4 + j) * 5 + c] : 0.0;
+              ok = ok && pv[((n * 6 + i) * 7 + j) * 5 + c] == e;
+            }
+      CHECK_MESSAGE(ok, "zero_pad2d ", to_string(dt));
+    }
+  });
+}
+
+TEST_CASE("batch_norm and layer_norm compute float32 statistics and match the reference") {
+  for_each_device([](Device dev) {
+    for (DType dt : test::float_dtypes()) {
+      const std::int64_t rows = 2 * 5 * 3, ch = 6;
+      Tensor x = random({2, 5, 3, ch}, dt, dev, 10, -1, 3);
+      Tensor gamma = random({ch}, float32, dev, 11, 0.5, 1.5), beta = random({ch}, float32, dev, 12);
+      Vec xv = x.to_vector<double>(), gv = gamma.to_vector<double>(), bv = beta.to_vector<double>();
+      Vec m(ch, 0), v(ch, 0);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < ch; ++c) m[c] += xv[r * ch + c] / rows;
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < ch; ++c) v[c] += (xv[r * ch + c] - m[c]) * (xv[r * ch + c] - m[c]) / rows;
+      const double eps = 1e-3;
+      for (bool relu : {false, true}) {
+        auto r = ops::batch_norm(x, gamma, beta, {}, {}, {.training = true, .epsilon = eps, .activation = relu ? "relu" : "linear"});
+        CHECK(r.y.dtype() == dt);
+        CHECK(r.mean.dtype() == (dt == float64 ? float64 : float32));
+        Vec ref(rows * ch);
+        for (std::int64_t i = 0; i < rows * ch; ++i) {
+          const std::int64_t c = i % ch;
+          ref[i] = (xv[i] - m[c]) / std::sqrt(v[c] + eps) * gv[c] + bv[c];
+          if (relu) ref[i] = std::max(ref[i], 0.0);
+        }
+        const auto stat_tol = dt == float64 ? tolerance(float64) : tolerance(float32);
+        check_close(r.mean, m, stat_tol, "batch_norm mean " + to_string(dt));
+        check_close(r.variance, v, stat_tol, "batch_norm variance " + to_string(dt));
+        check_close(r.y, ref, tolerance(dt), "batch_norm training " + to_string(dt) + (relu ? " relu" : ""));
+      }
+      // Inference with given statistics; 16-bit parameters are accepted too.
+      Tensor mm = random({ch}, float32, dev, 13), mv = random({ch}, float32, dev, 14, 0.5, 2);
+      auto r = ops::batch_norm(x, gamma.to(dt), beta, mm, mv, {.epsilon = eps});
+      Vec mmv = mm.to_vector<double>(), mvv = mv.to_vector<double>(), g16 = gamma.to(dt).to_vector<double>(), ref(rows * ch);
+      for (std::int64_t i = 0; i < rows * ch; ++i) {
+        const std::int64_t c = i % ch;
+        ref[i] = (xv[i] - mmv[c]) / std::sqrt(mvv[c] + eps) * g16[c] + bv[c];
+      }
+      check_close(r.y, ref, tolerance(dt), "batch_norm inference " + to_string(dt));
+
+      Tensor ln = ops::layer_norm(x, gamma, beta, eps);
+      CHECK(ln.dtype() == dt);
+      Vec lref(rows * ch);
+      for (std::int64_t row = 0; row < rows; ++row) {
+        double mu = 0, var = 0;
+        for (std::int64_t c = 0; c < ch; ++c) mu += xv[row * ch + c] / ch;
+        for (std::int64_t c = 0; c < ch; ++c) var += (xv[row * ch + c] - mu) * (xv[row * ch + c] - mu) / ch;
+        for (std::int64_t c = 0; c < ch; ++c)
+          lref[row * ch + c] = (xv[row * ch + c] - mu) / std::sqrt(var + eps) * gv[c] + bv[c];
+      }
+      check_close(ln, lref, tolerance(dt), "layer_norm " + to_string(dt));
+    }
+    // Statistics of a large 16-bit batch far from zero stay accurate (float32 blocks, float64 totals).
+    Tensor big = ops::add(random({64, 32, 32, 8}, bfloat16, dev, 15, -1, 1), Tensor::scalar(100, bfloat16, dev));
+    auto r = ops::batch_norm(big, {}, {}, {}, {}, {.training = true});
+    Vec bv = big.to_vector<double>(), m(8, 0), v(8, 0);
+    const std::int64_t n = big.numel() / 8;
+    for (std::int64_t i = 0; i < big.numel(); ++i) m[i % 8] += bv[i] / n;
+    for (std::int64_t i = 0; i < big.numel(); ++i) v[i % 8] += (bv[i] - m[i % 8]) * (bv[i] - m[i % 8]) / n;
+    check_close(r.mean, m, {1e-6, 0}, "batch_norm mean of a large batch");
+    check_close(r.variance, v, {1e-4, 0}, "batch_norm variance of a large batch");
+  });
+}
+
+TEST_CASE("gradients of conv2d w.r.t. input, kernel and bias") {
+  struct Case {
+    Shape x;
+    Size2 k;
+    std::int64_t filters;
+    Size2 strides;
+    const char* padding;
+    Size2 dilation;
+    const char* activation;
+  };
+  const std::vector<Case> cases = {{{2, 5, 6, 3}, {3, 3}, 4, {1, 1}, "valid", {1, 1}, "linear"},
+                                   {{2, 5, 6, 3}, {3, 2}, 4, {2, 2}, "same", {1, 1}, "tanh"},
+                                   {{1, 7, 6, 2}, {3, 3}, 3, {1, 1}, "same", {2, 2}, "sigmoid"},
+                                   {{1, 6, 7, 2}, {2, 3}, 3, {2, 1}, "valid", {1, 2}, "gelu"}};
+  for_each_device([&](Device dev) {
+    for (const auto& c : cases) {
+      ops::Conv2dOptions o{.strides = c.strides, .padding = c.padding, .dilation = c.dilation, .activation = c.activation};
+      check_gradients(std::string("conv2d ") + c.padding + " " + c.activation,
+                      [&](const std::vector<Tensor>& in) { return weigh(ops::conv2d(in[0], in[1], in[2], o)); },
+                      {random(c.x, float64, dev, 20), random({c.k[0], c.k[1], c.x[3], c.filters}, float64, dev, 21, -0.5, 0.5),
+                       random({c.filters}, float64, dev, 22)});
+    }
+    check_gradients("conv2d without bias",
+                    [&](const std::vector<Tensor>& in) { return weigh(ops::conv2d(in[0], in[1], {}, {.padding = "same"})); },
+                    {random({1, 4, 4, 2}, float64, dev, 23), random({3, 3, 2, 3}, float64, dev, 24)});
+    // relu: keep pre-activations away from the kink by a large bias
+    check_gradients("conv2d relu",
+                    [&](const std::vector<Tensor>& in) {
+                      return weigh(ops::conv2d(in[0], in[1], in[2], {.activation = "relu"}));
+                    },
+                    {random({1, 4, 5, 2}, float64, dev, 25, 0.1, 1), random({2, 2, 2, 3}, float64, dev, 26, 0.1, 1),
+                     random({3}, float64, dev, 27, 0.5, 1)});
+  });
+}
+
+TEST_CASE("gradients of pooling, padding, batch_norm and layer_norm") {
+  for_each_device([](Device dev) {
+    for (const char* padding : {"valid", "same"}) {
+      const std::string p = padding;
+      check_gradients("max_pool2d " + p,
+                      [&](const std::vector<Tensor>& in) { return weigh(ops::max_pool2d(in[0], {2, 2}, {.padding = padding})); },
+                      {random({2, 5, 5, 3}, float64, dev, 30)});
+      check_gradients("max_pool2d 3x3/2 " + p,
+                      [&](const std::vector<Tensor>& in) {
+                        return weigh(ops::max_pool2d(in[0], {3, 3}, {.strides = Size2{2, 2}, .padding = padding}));
+                      },
+                      {random({1, 6, 7, 2}, float64, dev, 31)});
+      check_gradients("avg_pool2d " + p,
+                      [&](const std::vector<Tensor>& in) {
+                        return weigh(ops::avg_pool2d(in[0], {3, 2}, {.strides = Size2{2, 1}, .padding = padding}));
+                      },
+                      {random({2, 5, 4, 3}, float64, dev, 32)});
+    }
+    check_gradients("global_avg_pool2d", [](const std::vector<Tensor>& in) { return weigh(ops::global_avg_pool2d(in[0])); },
+                    {random({2, 3, 4, 3}, float64, dev, 33)});
+    check_gradients("zero_pad2d", [](const std::vector<Tensor>& in) { return weigh(ops::zero_pad2d(in[0], 1, 0, 2, 1)); },
+                    {random({2, 3, 2, 2}, float64, dev, 34)});
+    for (const char* act : {"linear", "relu"})
+      check_gradients(std::string("batch_norm training ") + act,
+                      [&](const std::vector<Tensor>& in) {
+                        return weigh(ops::batch_norm(in[0], in[1], in[2], {}, {}, {.training = true, .activation = act}).y);
+                      },
+                      {random({3, 2, 3, 4}, float64, dev, 35), random({4}, float64, dev, 36, 0.5, 1.5),
+                       random({4}, float64, dev, 37)});
+    Tensor mm = random({4}, float64, dev, 38), mv = random({4}, float64, dev, 39, 0.5, 2);
+    check_gradients("batch_norm inference",
+                    [&](const std::vector<Tensor>& in) { return weigh(ops::batch_norm(in[0], in[1], in[2], mm, mv).y); },
+                    {random({3, 5, 4}, float64, dev, 40), random({4}, float64, dev, 41, 0.5, 1.5), random({4}, float64, dev, 42)});
+    check_gradients("batch_norm without gamma/beta",
+                    [&](const std::vector<Tensor>& in) {
+                      return weigh(ops::batch_norm(in[0], {}, {}, {}, {}, {.training = true}).y);
+                    },
+                    {random({6, 3}, float64, dev, 43)});
+    check_gradients("layer_norm",
+                    [](const std::vector<Tensor>& in) { return weigh(ops::layer_norm(in[0], in[1], in[2])); },
+                    {random({3, 2, 7}, float64, dev, 44), random({7}, float64, dev, 45, 0.5, 1.5), random({7}, float64, dev, 46)});
+    check_gradients("layer_norm without gamma/beta", [](const std::vector<Tensor>& in) { return weigh(ops::layer_norm(in[0])); },
+                    {random({4, 5}, float64, dev, 47)});
+  });
+}
+
+TEST_CASE("16-bit conv, pooling and batch_norm gradients agree with float32") {
+  for_each_device([](Device dev) {
+    for (DType dt : {float16, bfloat16}) for_bf16_paths(dt, [&](const char* path) {
+      Tensor x = random({2, 6, 6, 4}, dt, dev, 50, -1, 1), w = random({3, 3, 4, 8}, dt, dev, 51, -0.5, 0.5);
+      Tensor b = random({8}, dt, dev, 52), gamma = random({8}, float32, dev, 53, 0.5, 1.5);
+      auto run = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+        GradientTape tape;
+        Tensor xs = xi, ws = wi, bs = bi, gs = gamma;
+        tape.watch(xs), tape.watch(ws), tape.watch(bs), tape.watch(gs);
+        Tensor h = ops::conv2d(xs, ws, bs, {.padding = "same", .activation = "relu"});
+        h = ops::batch_norm(h, gs, {}, {}, {}, {.training = true}).y;
+        h = ops::max_pool2d(h, {2, 2});
+        Tensor loss = ops::sum(ops::cast(weigh(h), float32));
+        return tape.gradient(loss, {xs, ws, bs, gs});
+      };
+      auto g16 = run(x, w, b);
+      auto g32 = run(x.to(float32), w.to(float32), b.to(float32));
+      const char* names[] = {"dx", "dkernel", "dbias", "dgamma"};
+      for (int i = 0; i < 4; ++i) {
+        CHECK(g16[i].dtype() == (i == 3 ? float32 : dt));
+        Vec ref = g32[i].to_vector<double>();
+        double scale = 0;
+        for (double v : ref) scale = std::max(scale, std::abs(v));
+        // a few 16-bit roundings along the chain, relative to the gradient's magnitude
+        check_close(g16[i], ref, {0, 8 * tolerance(dt).rtol * scale},
+                    std::string(names[i]) + " " + to_string(dt) + " (" + path + ")");
+      }
+    });
+  });
+}
+
+TEST_CASE("16-bit convolutions over several batch chunks match float32 compute") {
+  // Large enough that the CPU stages the batch through float32 in more than one chunk.
+  for_each_device([](Device dev) {
+    for (DType dt : {float16, bfloat16}) {
+      if (dt == bfloat16) setenv("MPT_CPU_BF16_CONV", "float32", 1);
+      Tensor x = random({24, 32, 32, 32}, dt, dev, 60, -1, 1), w = random({3, 3, 32, 16}, dt, dev, 61, -0.3, 0.3);
+      Tensor b = random({16}, dt, dev, 62), dyw = random({24, 32, 32, 16}, dt, dev, 63, -1, 1);
+      auto run = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+        GradientTape tape;
+        Tensor xs = xi, ws = wi, bs = bi;
+        tape.watch(xs), tape.watch(ws), tape.watch(bs);
+        Tensor y = ops::conv2d(xs, ws, bs, {.padding = "same", .activation = "tanh"});
+        Tensor loss = ops::sum(ops::cast(ops::mul(y, dyw.to(y.dtype())), float32));
+        auto g = tape.gradient(loss, {xs, ws, bs});
+        g.insert(g.begin(), y);
+        return g;
+      };
+      auto r16 = run(x, w, b), r32 = run(x.to(float32), w.to(float32), b.to(float32));
+      const char* names[] = {"y", "dx", "dkernel", "dbias"};
+      for (int i = 0; i < 4; ++i) {
+        CHECK(r16[i].dtype() == dt);
+        Vec ref = r32[i].to_vector<double>();
+        double scale = 0;
+        for (double v : ref) scale = std::max(scale, std::abs(v));
+        check_close(r16[i], ref, {tolerance(dt).rtol, 4 * tolerance(dt).rtol * scale},
+                    std::string("chunked ") + names[i] + " " + to_string(dt));
+      }
+      unsetenv("MPT_CPU_BF16_CONV");
+    }
+  });
+}
+
+TEST_CASE("conv, pooling and normalization errors name the op and the shapes") {
+  for_each_device([](Device dev) {
+    Tensor x = Tensor::ones({2, 4, 4, 3}, float32, dev);
+    Tensor w5 = Tensor::ones({5, 5, 3, 8}, float32, dev);
+    CHECK_MPT_ERROR(ops::conv2d(x, w5), "conv2d", "5x5", "4x4", "valid", "(2, 4, 4, 3)", "(5, 5, 3, 8)");
+    CHECK(ops::conv2d(x, w5, {}, {.padding = "same"}).shape() == Shape{2, 4, 4, 8});
+    CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 3, 8}, float32, dev), {}, {.dilation = {3, 3}}), "conv2d",
+                    "7x7 dilated", "4x4");
+    CHECK_MPT_ERROR(ops::conv2d(Tensor::ones({4, 4, 3}, float32, dev), Tensor::ones({3, 3, 3, 8}, float32, dev)), "conv2d",
+                    "4-d", "(4, 4, 3)");
+    CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 8}, float32, dev)), "conv2d", "kernel", "(3, 3, 8)");
+    CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 2, 8}, float32, dev)), "conv2d", "3 channels", "(2, 4, 4, 3)",
+                    "(3, 3, 2, 8)");
+    CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 3, 8}, float32, dev), Tensor::ones({4}, float32, dev)), "conv2d",
+                    "bias", "(4,)");
+    CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 3, 8}, bfloat16, dev)), "conv2d", "float32", "bfloat16");
+    CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 3, 8}, float32, dev), {}, {.padding = "full"}), "conv2d", "full");
+    CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 3, 8}, float32, dev), {}, {.strides = {0, 1}}), "conv2d", "strides");
+    CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 3, 8}, float32, dev), {}, {.activation = "softplus"}), "conv2d",
+                    "softplus");
+    CHECK_MPT_ERROR(ops::max_pool2d(x, {5, 5}), "max_pool2d", "5x5", "4x4", "(2, 4, 4, 3)");
+    CHECK_MPT_ERROR(ops::avg_pool2d(Tensor::ones({4, 4}, float32, dev)), "avg_pool2d", "4-d", "(4, 4)");
+    CHECK_MPT_ERROR(ops::global_avg_pool2d(Tensor::ones({2, 3}, float32, dev)), "global_avg_pool2d", "(2, 3)");
+    CHECK_MPT_ERROR(ops::zero_pad2d(x, -1, 0, 0, 0), "zero_pad2d", "-1");
+    CHECK_MPT_ERROR(ops::batch_norm(x, Tensor::ones({4}, float32, dev), {}, {}, {}, {.training = true}), "batch_norm",
+                    "gamma", "(4,)", "(2, 4, 4, 3)");
+    CHECK_MPT_ERROR(ops::batch_norm(x, {}, {}, {}, {}), "batch_norm", "mean and variance");
+    CHECK_MPT_ERROR(ops::batch_norm(Tensor::ones({0, 3}, float32, dev), {}, {}, {}, {}, {.training = true}), "batch_norm",
+                    "(0, 3)");
+    CHECK_MPT_ERROR(ops::layer_norm(x, Tensor::ones({4}, float32, dev)), "layer_norm", "gamma", "(4,)");
+  });
+}
