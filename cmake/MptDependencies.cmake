@@ -6,6 +6,15 @@ find_package(dnnl REQUIRED)  # Debian's config also wants OpenCL (ocl-icd-opencl
 find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(cereal REQUIRED)
 find_package(ZLIB REQUIRED)
+# Optional: the .keras (zip) checkpoint format. Found by hand: Debian's libzip CMake config
+# insists on the zipcmp/zipmerge/ziptool programs, which libzip-dev does not install.
+find_path(MPT_LIBZIP_INCLUDE_DIR zip.h)
+find_library(MPT_LIBZIP_LIBRARY zip)
+if(MPT_LIBZIP_INCLUDE_DIR AND MPT_LIBZIP_LIBRARY AND NOT TARGET mpt_libzip)
+  add_library(mpt_libzip INTERFACE)
+  target_include_directories(mpt_libzip INTERFACE ${MPT_LIBZIP_INCLUDE_DIR})
+  target_link_libraries(mpt_libzip INTERFACE ${MPT_LIBZIP_LIBRARY})
+endif()
 
 if(NOT TARGET hdf5::hdf5)
   add_library(hdf5::hdf5 INTERFACE IMPORTED)

@@ -12,7 +12,10 @@ class ActivationLayer : public Layer {
   }
   Tensor call(const Tensor& x, bool) override { return ops::activation(x, activation_); }
   bool ends_in_softmax() const override { return activation_ == "softmax"; }
-  std::vector<std::pair<std::string, std::string>> config() const override { return {{"activation", activation_}}; }
+  std::vector<std::pair<std::string, std::string>> config() const override {
+    if (class_name() == "ReLU") return {{"max_value", "null"}, {"negative_slope", "0.0"}, {"threshold", "0.0"}};  // Keras's
+    return {{"activation", activation_}};
+  }
 
  private:
   std::string activation_;

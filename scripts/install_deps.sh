@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libxtensor-dev libxsimd-dev libhdf5-dev libcereal-dev doctest-dev
-      libdnnl-dev ocl-icd-opencl-dev zlib1g-dev dataset-fashion-mnist)
+      libdnnl-dev ocl-icd-opencl-dev zlib1g-dev dataset-fashion-mnist
+      libzip-dev)  # libzip: the optional .keras checkpoint format
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,7 +11,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
+#include "io/keras_zip.hpp"
 #include "mpt/error.hpp"
 
 namespace mpt::io {
@@ -137,31 +140,86 @@ std::uint32_t crc32_of(const void* data, std::size_t n, std::uint32_t crc) {
   return static_cast<std::uint32_t>(c);
 }
 
-void save_atomically(const std::string& path, const std::string& kind,
-                     const std::function<void(const std::string&)>& write_hdf5) {
+namespace {
+
+/// A fresh temporary name in the folder of `path` (so that rename stays on one file system).
+std::string temp_path_for(const std::string& path) {
   MPT_CHECK(!path.empty(), "save: empty file path");
   MPT_CHECK(path.back() != '/', "save: '", path, "' names a folder, not a file");
   static std::atomic<std::uint64_t> counter{0};
-  const std::string dir = dir_of(path);
-  const std::string base = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
-  const std::string tmp = (dir == "." && path.find('/') == std::string::npos ? "" : dir + "/") + "." + base + ".tmp-" +
-                          std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  try {
-    write_hdf5(tmp);
-    stamp(tmp, path, kind);
-    MPT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "saving '", path, "': rename failed: ", errno_text());
-  } catch (...) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::string prefix = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return prefix + "." + base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+/// Renames the finished temporary file over `path` and makes the rename durable.
+void commit(const std::string& tmp, const std::string& path) {
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = errno_text();
     ::unlink(tmp.c_str());
-    throw;
+    fail("saving '", path, "': rename failed: ", why);
   }
-  // Make the rename itself durable; file systems that cannot sync folders say EINVAL.
+  // File systems that cannot sync folders say EINVAL.
+  const std::string dir = dir_of(path);
   Fd d;
   d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (d.fd >= 0 && ::fsync(d.fd) != 0 && errno != EINVAL && errno != EROFS)
     fail("saving '", path, "': fsync of folder '", dir, "' failed: ", errno_text());
 }
 
-std::vector<char> read_verified(const std::string& path) {
+}  // namespace
+
+void save_atomically(const std::string& path, const std::string& kind,
+                     const std::function<void(const std::string&)>& write_hdf5) {
+  const std::string tmp = temp_path_for(path);
+  try {
+    write_hdf5(tmp);
+    stamp(tmp, path, kind);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  commit(tmp, path);
+}
+
+std::vector<char> stamped_image(const std::string& path, const std::string& kind,
+                                const std::function<void(const std::string&)>& write_hdf5) {
+  const std::string tmp = temp_path_for(path);
+  std::vector<char> bytes;
+  try {
+    write_hdf5(tmp);
+    stamp(tmp, path, kind);
+    std::ifstream in(tmp, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+    MPT_CHECK(in.good() || in.eof(), "saving '", path, "': reading back the temporary file failed");
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::unlink(tmp.c_str());
+  return bytes;
+}
+
+void write_atomically(const std::string& path, const std::vector<char>& bytes) {
+  const std::string tmp = temp_path_for(path);
+  try {
+    Fd f;
+    f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    MPT_CHECK(f.fd >= 0, "cannot create '", path, "' (temporary file): ", errno_text());
+    write_all(f.fd, bytes.data(), bytes.size(), 0, "saving '" + path + "'");
+    MPT_CHECK(::fsync(f.fd) == 0, "saving '", path, "': fsync failed: ", errno_text());
+    const int fd = f.fd;
+    f.fd = -1;
+    MPT_CHECK(::close(fd) == 0, "saving '", path, "': close failed: ", errno_text());
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  commit(tmp, path);
+}
+
+std::vector<char> read_verified(const std::string& path, std::string* keras_config) {
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   MPT_CHECK(f.fd >= 0, "cannot open '", path, "': ", errno_text());
@@ -181,6 +239,22 @@ std::vector<char> read_verified(const std::string& path) {
   }
   bytes.resize(got);
   MPT_CHECK(!bytes.empty(), "'", path, "' is empty (0 bytes): not a checkpoint");
+  if (is_zip(bytes)) {
+    verify_zip_stamp(bytes, path);
+    // Read every entry through: libzip checks their CRCs.
+    std::vector<char> config = zip_entry(bytes, "config.json", path);
+    zip_entry(bytes, "metadata.json", path);
+    if (keras_config) keras_config->assign(config.begin(), config.end());
+    std::vector<char> inner = zip_entry(bytes, "model.weights.h5", path);
+    verify_image(inner, path + " (model.weights.h5)");
+    return inner;
+  }
+  verify_image(bytes, path);
+  return bytes;
+}
+
+void verify_image(const std::vector<char>& bytes, const std::string& path) {
+  MPT_CHECK(!bytes.empty(), "'", path, "' is empty (0 bytes): not a checkpoint");
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   const std::size_t n = bytes.size();
 
@@ -199,14 +273,13 @@ std::vector<char> read_verified(const std::string& path) {
               kUserblockSize + want, " bytes expected, ", n, " found)");
     MPT_CHECK(crc32_of(p + kUserblockSize, have) == get_u32(p + 28), "'", path,
               "': corrupt mpt checkpoint (CRC32 mismatch: the data was damaged after saving)");
-    return bytes;
+    return;
   }
   // Not written by mpt (Keras, h5py): HDF5 looks for its signature at 0, 512, 1024, ...
   bool hdf5 = false;
   for (std::size_t off = 0; off + 8 <= n && !hdf5; off = off ? off * 2 : 512)
     hdf5 = std::memcmp(p + off, kHdf5Signature, 8) == 0;
   MPT_CHECK(hdf5, "'", path, "' is not an HDF5 file (no HDF5 signature; ", n, " bytes)");
-  return bytes;
 }
 
 }  // namespace mpt::io

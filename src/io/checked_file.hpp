@@ -22,10 +22,21 @@ inline constexpr std::size_t kUserblockSize = 512;
 void save_atomically(const std::string& path, const std::string& kind,
                      const std::function<void(const std::string& tmp_path)>& write_hdf5);
 
-/// The whole file at `path`, verified: when it carries mpt's stamp (even a damaged one), its
-/// length and CRC must match; otherwise it must at least look like HDF5. mpt::Error names the
-/// file and what is wrong (missing, empty, truncated, corrupt, not HDF5).
-std::vector<char> read_verified(const std::string& path);
+/// Like save_atomically, but returns the stamped HDF5 file's bytes instead of keeping the file
+/// (a temporary file next to `path` is written and removed).
+std::vector<char> stamped_image(const std::string& path, const std::string& kind,
+                                const std::function<void(const std::string& tmp_path)>& write_hdf5);
+/// Writes `bytes` to a temporary file next to `path`, fsyncs it and renames it over `path`.
+void write_atomically(const std::string& path, const std::vector<char>& bytes);
+
+/// The HDF5 bytes of the checkpoint at `path`, verified: when they carry mpt's stamp (even a
+/// damaged one), length and CRC must match; otherwise they must at least look like HDF5. A
+/// .keras zip is opened and its model.weights.h5 verified. mpt::Error names the file and what
+/// is wrong (missing, empty, truncated, corrupt, not HDF5). For a .keras archive,
+/// `keras_config` (when given) receives its config.json.
+std::vector<char> read_verified(const std::string& path, std::string* keras_config = nullptr);
+/// The same checks on bytes already in memory; `display` names them in messages.
+void verify_image(const std::vector<char>& bytes, const std::string& display);
 
 /// zlib's CRC32 of `n` bytes, for any length.
 std::uint32_t crc32_of(const void* data, std::size_t n, std::uint32_t crc = 0);

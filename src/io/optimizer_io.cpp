@@ -154,7 +154,7 @@ bool has_learning_rate_variable(const Optimizer& opt) {
   return true;
 }
 
-std::string optimizer_to_json(const Optimizer& opt) {
+std::string optimizer_to_json(const Optimizer& opt, bool keras_only) {
   ObjectWriter c;
   std::string cls;
   if (auto* s = exactly<SGD>(opt)) {
@@ -184,18 +184,24 @@ std::string optimizer_to_json(const Optimizer& opt) {
     const auto& o = l->options();
     auto& inner = const_cast<LossScaleOptimizer*>(l)->inner_optimizer();
     c.str("name", opt.name())
-        .raw("inner_optimizer", optimizer_to_json(inner))
+        .raw("inner_optimizer", optimizer_to_json(inner, keras_only))
         .raw("initial_scale", number(o.initial_scale))
-        .raw("dynamic_growth_steps", number(o.dynamic_growth_steps))
-        .raw("dynamic", json::boolean(o.dynamic))
-        .raw("hysteresis", number(o.hysteresis))
-        .raw("min_scale", number(o.min_scale))
-        .raw("max_scale", number(o.max_scale));
+        .raw("dynamic_growth_steps", number(o.dynamic_growth_steps));
+    if (!keras_only)
+      c.raw("dynamic", json::boolean(o.dynamic))
+          .raw("hysteresis", number(o.hysteresis))
+          .raw("min_scale", number(o.min_scale))
+          .raw("max_scale", number(o.max_scale));
   } else {
     fail("save: optimizer '", opt.name(), "' is not one mpt can rebuild (SGD, Adam, AdamW, RMSprop, "
          "LossScaleOptimizer); save its weights with save_weights instead");
   }
-  return ObjectWriter().str("module", "keras.optimizers").str("class_name", cls).raw("config", c.done()).done();
+  return ObjectWriter()
+      .str("module", "keras.optimizers")
+      .str("class_name", cls)
+      .raw("config", c.done())
+      .raw("registered_name", "null")
+      .done();
 }
 
 std::shared_ptr<Optimizer> optimizer_from_json(const json::Value& v, const std::string& where) {

@@ -19,7 +19,8 @@ bool has_learning_rate_variable(const optimizers::Optimizer& opt);
 
 /// {"class_name": "Adam", "config": {...}} of a built-in optimizer (LossScaleOptimizer with its
 /// inner one); mpt::Error for optimizers and schedules it cannot rebuild.
-std::string optimizer_to_json(const optimizers::Optimizer& opt);
+/// `keras_only` leaves out mpt's own LossScaleOptimizer options (for Keras's config.json).
+std::string optimizer_to_json(const optimizers::Optimizer& opt, bool keras_only = false);
 std::shared_ptr<optimizers::Optimizer> optimizer_from_json(const json::Value& v, const std::string& where);
 
 }  // namespace mpt::io

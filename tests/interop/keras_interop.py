@@ -8,8 +8,10 @@
 1. mpt writes model.weights.h5 (Keras 3 layout, with Adam's state), a legacy Keras 2 .h5 and
    a bfloat16 export; Keras loads each into the same MLP and predicts on the same inputs, and
    takes one more Adam step from mpt's optimizer state, which must match mpt's own step.
-2. Keras writes .weights.h5 (float32 and bfloat16) and a legacy .h5; mpt loads each and
-   predicts. Every comparison prints its max abs difference and must stay under 1e-5.
+   Keras also rebuilds the whole model from mpt's .keras archive (load_model).
+2. Keras writes .weights.h5 (float32 and bfloat16), a legacy .h5 and a .keras archive; mpt
+   loads each (load_weights, load_model) and predicts. Every comparison prints its max abs
+   difference and must stay under 1e-5.
 It also checks that h5py reads mpt's files through their 512-byte userblock.
 """
 import os
@@ -44,11 +46,11 @@ def read_f32(path, shape):
     return np.fromfile(path, dtype="<f4").reshape(shape)
 
 
-def report(what, a, b):
+def report(what, a, b, tol=TOL):
     diff = float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
     print(f"  {what:58s} max abs diff {diff:.3e}")
-    if not diff < TOL:
-        raise SystemExit(f"FAILED: {what}: {diff} >= {TOL}")
+    if not diff < tol:
+        raise SystemExit(f"FAILED: {what}: {diff} >= {tol}")
     return diff
 
 
@@ -91,6 +93,23 @@ def main():
                 step = read_f32(os.path.join(d, "preds_step.f32"), (N, OUT))
                 report("Keras predict after one more Adam step (vs mpt's)", m.predict(x, verbose=0), step)
 
+        # A whole model: Keras rebuilds mpt's .keras from its config.json and weights.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            km = keras.saving.load_model(os.path.join(d, "mpt.keras"))
+        print(f"  Keras load_model(mpt.keras): {type(km).__name__} of {len(km.layers)} layers, "
+              f"optimizer {type(km.optimizer).__name__}, iterations "
+              f"{int(keras.ops.convert_to_numpy(km.optimizer.iterations))}")
+        report("Keras predict after load_model(mpt.keras)", km.predict(x, verbose=0), mpt_preds)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kc = keras.saving.load_model(os.path.join(d, "mpt_core.keras"))
+        print("  Keras load_model(mpt_core.keras): " + ", ".join(
+            f"{type(l).__name__}[{l.dtype_policy.name}]" for l in kc.layers))
+        x8 = read_f32(os.path.join(d, "inputs8.f32"), (N, 8))
+        report("Keras predict after load_model(mpt_core.keras) (bfloat16)", kc.predict(x8, verbose=0),
+               read_f32(os.path.join(d, "preds_core.f32"), (N, 4)), tol=2e-2)
+
         # ---- Keras writes, mpt reads -------------------------------------------------------
         print("Keras -> mpt")
         keras.utils.set_random_seed(5)
@@ -100,6 +119,7 @@ def main():
         k.fit(xt, (xt[:, 0] > 0).astype("int32") + 2 * (xt[:, 1] > 0), epochs=1, verbose=0)
         want = k.predict(x, verbose=0)
         k.save_weights(os.path.join(d, "keras.weights.h5"))
+        k.save(os.path.join(d, "keras.keras"))
         from keras.src.legacy.saving import legacy_h5_format
 
         with h5py.File(os.path.join(d, "keras_legacy.h5"), "w") as f:
@@ -119,6 +139,10 @@ def main():
             out = os.path.join(d, "out.f32")
             subprocess.run([helper, "import", os.path.join(d, name), os.path.join(d, "inputs.f32"), out], check=True)
             report(f"mpt predict after load_weights({name})", read_f32(out, (N, OUT)), expected)
+        out = os.path.join(d, "out.f32")
+        subprocess.run([helper, "import_model", os.path.join(d, "keras.keras"), os.path.join(d, "inputs.f32"), out],
+                       check=True)
+        report("mpt predict after load_model(keras.keras)", read_f32(out, (N, OUT)), want)
     print("interop OK")
 
 

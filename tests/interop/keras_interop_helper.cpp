@@ -2,11 +2,14 @@
 //
 //   keras_interop_helper export <dir>   trains the interop MLP briefly and writes, into <dir>:
 //       mpt.weights.h5 (Keras 3 layout, with Adam's state), mpt_legacy.h5 (Keras 2 layout),
-//       mpt_bf16.weights.h5 (bfloat16 export), inputs.f32 [64, 20], preds.f32 [64, 10] and
+//       mpt_bf16.weights.h5 (bfloat16 export), mpt.keras (full model), inputs.f32 [64, 20],
+//       preds.f32 [64, 10],
 //       preds_bf16.f32 (predictions of a model loaded back from the bfloat16 export) and
 //       preds_step.f32 (predictions after one more Adam step from the saved optimizer state)
 //   keras_interop_helper import <weights file> <inputs.f32> <preds.f32>
 //       loads weights written by Keras into the same MLP and writes its predictions
+//   keras_interop_helper import_model <model.keras> <inputs.f32> <preds.f32>
+//       rebuilds a whole model saved by Keras (mpt::load_model) and writes its predictions
 //
 // .f32 files hold raw little-endian float32 values, row-major.
 #include <cstdio>
@@ -60,6 +63,7 @@ int run(int argc, char** argv) {
     m->save_weights(dir + "/mpt.weights.h5");
     m->save_weights(dir + "/mpt_legacy.h5");
     m->save_weights(dir + "/mpt_bf16.weights.h5", {.dtype = mpt::bfloat16});
+    m->save(dir + "/mpt.keras");
     mpt::Tensor inputs = mpt::Tensor::random_uniform({kSamples, kIn}, -2, 2, 11);
     write_f32(dir + "/inputs.f32", inputs);
     write_f32(dir + "/preds.f32", m->predict(inputs));
@@ -76,6 +80,21 @@ int run(int argc, char** argv) {
     for (std::size_t i = 0; i < yb.size(); ++i) yb[i] = static_cast<std::int32_t>((bv[i * kIn] > 0) + 2 * (bv[i * kIn + 1] > 0));
     c->train_on_batch(xb, mpt::Tensor::from_vector(yb, {32}));
     write_f32(dir + "/preds_step.f32", c->predict(inputs));
+    // Every core layer type, under mixed_bfloat16, as a .keras archive.
+    mpt::mixed_precision::set_global_policy("mixed_bfloat16");
+    mpt::Sequential core({layers::Input({8}), layers::Reshape({2, 4}), layers::Flatten(),
+                          layers::Dense(16, {.kernel_initializer = "he_uniform", .bias_initializer = "random_normal"}),
+                          layers::ReLU(), layers::Dropout(0.25), layers::Dense(12, {.activation = "tanh", .use_bias = false}),
+                          layers::Activation("sigmoid"), layers::Dense(4), layers::Softmax()});
+    mpt::mixed_precision::set_global_policy("float32");
+    core.compile({.optimizer = mpt::optimizers::RMSprop({.momentum = 0.5}), .loss = "sparse_categorical_crossentropy",
+                  .metrics = {"accuracy"}});
+    core.fit(mpt::Tensor::random_normal({256, 8}, 0, 1, 3), mpt::Tensor::from_vector(std::vector<std::int32_t>(256, 1), {256}),
+             {.batch_size = 64, .epochs = 1, .verbose = 0});
+    core.save(dir + "/mpt_core.keras");
+    mpt::Tensor inputs8 = mpt::Tensor::random_uniform({kSamples, 8}, -2, 2, 12);
+    write_f32(dir + "/inputs8.f32", inputs8);
+    write_f32(dir + "/preds_core.f32", core.predict(inputs8));
     std::cout << "exported to " << dir << " (optimizer iterations " << m->optimizer().iterations() << ")\n";
     return 0;
   }
@@ -85,8 +104,19 @@ int run(int argc, char** argv) {
     write_f32(argv[4], m->predict(read_f32(argv[3], {kSamples, kIn})));
     return 0;
   }
+  if (mode == "import_model" && argc == 5) {
+    auto m = mpt::load_model(argv[2]);
+    std::cout << "loaded " << argv[2] << ": " << m->layers().size() << " layers, "
+              << (m->compiled() ? "compiled with " + m->optimizer().name() + ", iterations " +
+                                      std::to_string(m->optimizer().iterations())
+                                : std::string("not compiled"))
+              << "\n";
+    write_f32(argv[4], m->predict(read_f32(argv[3], {kSamples, kIn})));
+    return 0;
+  }
   std::cerr << "usage: keras_interop_helper export <dir>\n"
-               "       keras_interop_helper import <weights file> <inputs.f32> <preds.f32>\n";
+               "       keras_interop_helper import <weights file> <inputs.f32> <preds.f32>\n"
+               "       keras_interop_helper import_model <model.keras or .h5> <inputs.f32> <preds.f32>\n";
   return 2;
 }
 

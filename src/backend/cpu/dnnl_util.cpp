@@ -4,21 +4,50 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
+
+#if defined(__linux__) && defined(__x86_64__)
+#include <dlfcn.h>
+
+// oneDNN 2.6 takes the AMX palette id from CPUID leaf 0x1D, which some hypervisors (Firecracker
+// caps the basic CPUID range at 0x1C) do not expose: every tile config it loads then has
+// palette_id 0, LDTILECFG leaves the tiles unconfigured and the first TILEZERO raises #UD (SIGILL).
+// oneDNN calls this exported function through its PLT, so this definition replaces its own and
+// loads palette 1 (the only one AMX has) where oneDNN wrote 0.
+// (Inline asm with a 64-byte memory operand: GCC 12's _tile_loadconfig lets it drop most of the copy.)
+namespace dnnl::impl::cpu::x64 {
+void amx_tile_configure(const char palette[64]) {
+  struct TileConfig {
+    unsigned char bytes[64];
+  } cfg;
+  std::memcpy(cfg.bytes, palette, sizeof cfg.bytes);
+  if (cfg.bytes[0] == 0) cfg.bytes[0] = 1;
+  asm volatile("ldtilecfg %0" : : "m"(cfg));
+}
+}  // namespace dnnl::impl::cpu::x64
+// The definition above by a name that cannot be preempted, to check which one oneDNN binds to.
+extern "C" void mpt_amx_tile_configure(const char*)
+    __attribute__((alias("_ZN4dnnl4impl3cpu3x6418amx_tile_configureEPKc"), visibility("hidden")));
+#endif
 
 namespace mpt::cpu {
 namespace {
 
-// oneDNN 2.6 picks AMX on CPUs that report it, but AMX tile state is not usable on every
-// Linux guest (seen here: SIGILL inside oneDNN's AMX kernels even after ARCH_REQ_XCOMP_PERM
-// succeeds). AVX-512 BF16 is the default ceiling; MPT_ONEDNN_AMX=1 (after requesting tile
-// permission) or an explicit ONEDNN_MAX_CPU_ISA lifts it.
+// oneDNN 2.6 picks AMX on CPUs that report it; without the amx_tile_configure fix above its AMX
+// kernels die with SIGILL on guests that hide CPUID leaf 0x1D. AMX is used when the fix is in
+// effect and tile permission is granted; otherwise (or with MPT_ONEDNN_AMX=0) oneDNN is capped at
+// AVX-512 BF16. An explicit ONEDNN_MAX_CPU_ISA wins over both.
 void prepare_cpu_isa() {
   if (std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA")) return;
   const char* amx = std::getenv("MPT_ONEDNN_AMX");
 #if defined(__linux__) && defined(__x86_64__)
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtileData = 18;
-  if (amx && std::string(amx) == "1" && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0)
+  // Only where oneDNN binds to the amx_tile_configure above (not when its own comes first in lookup).
+  const bool palette_fixed = dlsym(RTLD_DEFAULT, "_ZN4dnnl4impl3cpu3x6418amx_tile_configureEPKc") ==
+                             reinterpret_cast<void*>(&mpt_amx_tile_configure);
+  if (!(amx && std::string(amx) == "0") && palette_fixed &&
+      syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0)
     return;
 #endif
   try {

@@ -1,0 +1,21 @@
+#pragma once
+// The private Model state that checkpoints save and restore (a friend of Model).
+#include <memory>
+#include <vector>
+
+#include "mpt/model.hpp"
+
+namespace mpt::detail {
+
+struct CheckpointAccess {
+  static std::uint64_t& seed(Model& m) { return m.seed_; }
+  static std::uint64_t seed(const Model& m) { return m.seed_; }
+  static int& epoch(Model& m) { return m.epoch_; }
+  static mixed_precision::Policy& policy(Model& m) { return m.policy_; }
+  static const std::vector<metrics::MetricArg>& metric_args(const Model& m) { return m.metric_args_; }
+  static const std::vector<KerasTensor>& inputs(const Model& m) { return m.inputs_; }
+  static const std::vector<KerasTensor>& outputs(const Model& m) { return m.outputs_; }
+  static const std::vector<std::shared_ptr<FunctionalNode>>& nodes(const Model& m) { return m.nodes_; }
+};
+
+}  // namespace mpt::detail
