@@ -5,7 +5,7 @@
 
 namespace mpt::optimizers {
 
-AdamW::AdamW(AdamWOptions o)
+AdamWOptimizer::AdamWOptimizer(AdamWOptions o)
     : Optimizer("adamw", {o.learning_rate, o.clipnorm, o.clipvalue, o.global_clipnorm}), o_(o) {
   MPT_CHECK(o_.weight_decay >= 0, "AdamW: weight_decay must be >= 0, got ", o_.weight_decay);
   MPT_CHECK(o_.beta_1 >= 0 && o_.beta_1 < 1 && o_.beta_2 >= 0 && o_.beta_2 < 1,
@@ -13,9 +13,9 @@ AdamW::AdamW(AdamWOptions o)
   MPT_CHECK(o_.epsilon >= 0, "AdamW: epsilon must be >= 0, got ", o_.epsilon);
 }
 
-std::shared_ptr<Optimizer> AdamW::clone() const { return std::make_shared<AdamW>(o_); }
+std::shared_ptr<Optimizer> AdamWOptimizer::clone() const { return std::make_shared<AdamWOptimizer>(o_); }
 
-void AdamW::update_step(const Tensor& grad, const Variable& var, double lr) {
+void AdamWOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
   const double t = static_cast<double>(iterations() + 1);
   const double alpha = lr * std::sqrt(1 - std::pow(o_.beta_2, t)) / (1 - std::pow(o_.beta_1, t));
   Tensor value = var.value();
@@ -27,5 +27,7 @@ void AdamW::update_step(const Tensor& grad, const Variable& var, double lr) {
                    o_.weight_decay * lr);
   var.mark_modified();
 }
+
+std::shared_ptr<AdamWOptimizer> AdamW(AdamWOptions options) { return std::make_shared<AdamWOptimizer>(std::move(options)); }
 
 }  // namespace mpt::optimizers

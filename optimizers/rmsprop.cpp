@@ -3,16 +3,16 @@
 
 namespace mpt::optimizers {
 
-RMSprop::RMSprop(RMSpropOptions o)
+RMSpropOptimizer::RMSpropOptimizer(RMSpropOptions o)
     : Optimizer("rmsprop", {o.learning_rate, o.clipnorm, o.clipvalue, o.global_clipnorm}), o_(o) {
   MPT_CHECK(o_.rho >= 0 && o_.rho <= 1, "RMSprop: rho must be in [0, 1], got ", o_.rho);
   MPT_CHECK(o_.momentum >= 0, "RMSprop: momentum must be >= 0, got ", o_.momentum);
   MPT_CHECK(o_.epsilon >= 0, "RMSprop: epsilon must be >= 0, got ", o_.epsilon);
 }
 
-std::shared_ptr<Optimizer> RMSprop::clone() const { return std::make_shared<RMSprop>(o_); }
+std::shared_ptr<Optimizer> RMSpropOptimizer::clone() const { return std::make_shared<RMSpropOptimizer>(o_); }
 
-void RMSprop::update_step(const Tensor& grad, const Variable& var, double lr) {
+void RMSpropOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
   Tensor value = var.value();
   Tensor& velocity = slot(var, "velocity");
   Tensor* average = o_.centered ? &slot(var, "average_gradient") : nullptr;
@@ -21,5 +21,7 @@ void RMSprop::update_step(const Tensor& grad, const Variable& var, double lr) {
                       o_.epsilon);
   var.mark_modified();
 }
+
+std::shared_ptr<RMSpropOptimizer> RMSprop(RMSpropOptions options) { return std::make_shared<RMSpropOptimizer>(std::move(options)); }
 
 }  // namespace mpt::optimizers

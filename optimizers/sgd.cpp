@@ -3,19 +3,21 @@
 
 namespace mpt::optimizers {
 
-SGD::SGD(SGDOptions o)
+SGDOptimizer::SGDOptimizer(SGDOptions o)
     : Optimizer("SGD", {o.learning_rate, o.clipnorm, o.clipvalue, o.global_clipnorm}), o_(o) {
   MPT_CHECK(o_.momentum >= 0 && o_.momentum <= 1, "SGD: momentum must be in [0, 1], got ",
             o_.momentum);
 }
 
-std::shared_ptr<Optimizer> SGD::clone() const { return std::make_shared<SGD>(o_); }
+std::shared_ptr<Optimizer> SGDOptimizer::clone() const { return std::make_shared<SGDOptimizer>(o_); }
 
-void SGD::update_step(const Tensor& grad, const Variable& var, double lr) {
+void SGDOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
   Tensor value = var.value();
   Tensor* m = o_.momentum != 0 ? &slot(var, "momentum") : nullptr;
   ops::sgd_update(value, grad, m, lr, o_.momentum, o_.nesterov);
   var.mark_modified();
 }
+
+std::shared_ptr<SGDOptimizer> SGD(SGDOptions options) { return std::make_shared<SGDOptimizer>(std::move(options)); }
 
 }  // namespace mpt::optimizers

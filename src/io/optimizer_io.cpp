@@ -122,18 +122,18 @@ void read_common(Options& o, const json::Value& c, const std::string& w) {
 }  // namespace
 
 std::vector<std::vector<std::string>> slot_layout(const Optimizer& opt) {
-  if (auto* s = exactly<SGD>(opt)) return s->options().momentum != 0 ? std::vector<std::vector<std::string>>{{"momentum"}} : std::vector<std::vector<std::string>>{};
-  if (auto* a = exactly<Adam>(opt)) {
+  if (auto* s = exactly<SGDOptimizer>(opt)) return s->options().momentum != 0 ? std::vector<std::vector<std::string>>{{"momentum"}} : std::vector<std::vector<std::string>>{};
+  if (auto* a = exactly<AdamOptimizer>(opt)) {
     std::vector<std::vector<std::string>> l{{"m", "v"}};
     if (a->options().amsgrad) l.push_back({"vhat"});
     return l;
   }
-  if (auto* a = exactly<AdamW>(opt)) {
+  if (auto* a = exactly<AdamWOptimizer>(opt)) {
     std::vector<std::vector<std::string>> l{{"m", "v"}};
     if (a->options().amsgrad) l.push_back({"vhat"});
     return l;
   }
-  if (auto* r = exactly<RMSprop>(opt)) {
+  if (auto* r = exactly<RMSpropOptimizer>(opt)) {
     std::vector<std::vector<std::string>> l{{"velocity"}};
     if (r->options().momentum > 0) l.push_back({"momentum"});
     if (r->options().centered) l.push_back({"average_gradient"});
@@ -147,33 +147,33 @@ std::vector<std::vector<std::string>> slot_layout(const Optimizer& opt) {
 }
 
 bool has_learning_rate_variable(const Optimizer& opt) {
-  if (auto* s = exactly<SGD>(opt)) return !s->options().learning_rate.is_schedule();
-  if (auto* a = exactly<Adam>(opt)) return !a->options().learning_rate.is_schedule();
-  if (auto* a = exactly<AdamW>(opt)) return !a->options().learning_rate.is_schedule();
-  if (auto* r = exactly<RMSprop>(opt)) return !r->options().learning_rate.is_schedule();
+  if (auto* s = exactly<SGDOptimizer>(opt)) return !s->options().learning_rate.is_schedule();
+  if (auto* a = exactly<AdamOptimizer>(opt)) return !a->options().learning_rate.is_schedule();
+  if (auto* a = exactly<AdamWOptimizer>(opt)) return !a->options().learning_rate.is_schedule();
+  if (auto* r = exactly<RMSpropOptimizer>(opt)) return !r->options().learning_rate.is_schedule();
   return true;
 }
 
 std::string optimizer_to_json(const Optimizer& opt, bool keras_only) {
   ObjectWriter c;
   std::string cls;
-  if (auto* s = exactly<SGD>(opt)) {
+  if (auto* s = exactly<SGDOptimizer>(opt)) {
     cls = "SGD";
     common(c, s->options(), opt.name());
     c.raw("momentum", number(s->options().momentum)).raw("nesterov", json::boolean(s->options().nesterov));
-  } else if (auto* a = exactly<Adam>(opt)) {
+  } else if (auto* a = exactly<AdamOptimizer>(opt)) {
     cls = "Adam";
     const auto& o = a->options();
     common(c, o, opt.name());
     c.raw("beta_1", number(o.beta_1)).raw("beta_2", number(o.beta_2)).raw("epsilon", number(o.epsilon));
     c.raw("amsgrad", json::boolean(o.amsgrad));
-  } else if (auto* w = exactly<AdamW>(opt)) {
+  } else if (auto* w = exactly<AdamWOptimizer>(opt)) {
     cls = "AdamW";
     const auto& o = w->options();
     common(c, o, opt.name());
     c.raw("weight_decay", number(o.weight_decay)).raw("beta_1", number(o.beta_1)).raw("beta_2", number(o.beta_2));
     c.raw("epsilon", number(o.epsilon)).raw("amsgrad", json::boolean(o.amsgrad));
-  } else if (auto* r = exactly<RMSprop>(opt)) {
+  } else if (auto* r = exactly<RMSpropOptimizer>(opt)) {
     cls = "RMSprop";
     const auto& o = r->options();
     common(c, o, opt.name());
@@ -213,7 +213,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const json::Value& v, const std::
     read_common(o, c, w);
     o.momentum = get_double(c, "momentum", o.momentum, w);
     o.nesterov = get_bool(c, "nesterov", o.nesterov, w);
-    return std::make_shared<SGD>(o);
+    return std::make_shared<SGDOptimizer>(o);
   }
   if (cls == "Adam") {
     AdamOptions o;
@@ -222,7 +222,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const json::Value& v, const std::
     o.beta_2 = get_double(c, "beta_2", o.beta_2, w);
     o.epsilon = get_double(c, "epsilon", o.epsilon, w);
     o.amsgrad = get_bool(c, "amsgrad", o.amsgrad, w);
-    return std::make_shared<Adam>(o);
+    return std::make_shared<AdamOptimizer>(o);
   }
   if (cls == "AdamW") {
     AdamWOptions o;
@@ -232,7 +232,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const json::Value& v, const std::
     o.beta_2 = get_double(c, "beta_2", o.beta_2, w);
     o.epsilon = get_double(c, "epsilon", o.epsilon, w);
     o.amsgrad = get_bool(c, "amsgrad", o.amsgrad, w);
-    return std::make_shared<AdamW>(o);
+    return std::make_shared<AdamWOptimizer>(o);
   }
   if (cls == "RMSprop") {
     RMSpropOptions o;
@@ -241,7 +241,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const json::Value& v, const std::
     o.momentum = get_double(c, "momentum", o.momentum, w);
     o.epsilon = get_double(c, "epsilon", o.epsilon, w);
     o.centered = get_bool(c, "centered", o.centered, w);
-    return std::make_shared<RMSprop>(o);
+    return std::make_shared<RMSpropOptimizer>(o);
   }
   if (cls == "LossScaleOptimizer") {
     mixed_precision::LossScaleOptions o;

@@ -192,10 +192,10 @@ std::shared_ptr<Optimizer> get(const std::string& name) {
   std::string key = name;
   std::transform(key.begin(), key.end(), key.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (key == "sgd") return std::make_shared<SGD>();
-  if (key == "adam") return std::make_shared<Adam>();
-  if (key == "adamw") return std::make_shared<AdamW>();
-  if (key == "rmsprop") return std::make_shared<RMSprop>();
+  if (key == "sgd") return std::make_shared<SGDOptimizer>();
+  if (key == "adam") return std::make_shared<AdamOptimizer>();
+  if (key == "adamw") return std::make_shared<AdamWOptimizer>();
+  if (key == "rmsprop") return std::make_shared<RMSpropOptimizer>();
   fail("optimizers::get: unknown optimizer '", name, "'; valid names: sgd, adam, adamw, rmsprop");
 }
 

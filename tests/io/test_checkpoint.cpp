@@ -276,13 +276,13 @@ TEST_CASE("round trip of every core layer and optimizer under every policy") {
   auto [x, y] = quadrant_data(96, 5);
   using Make = std::function<std::shared_ptr<optimizers::Optimizer>()>;
   const std::vector<std::pair<std::string, Make>> opts = {
-      {"sgd_momentum", [] { return std::make_shared<optimizers::SGD>(optimizers::SGDOptions{.learning_rate = 0.05, .momentum = 0.9, .nesterov = true}); }},
-      {"adam", [] { return std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 3e-3, .amsgrad = true}); }},
-      {"adamw", [] { return std::make_shared<optimizers::AdamW>(optimizers::AdamWOptions{.learning_rate = 2e-3, .weight_decay = 0.01, .clipnorm = 1.0}); }},
-      {"rmsprop", [] { return std::make_shared<optimizers::RMSprop>(optimizers::RMSpropOptions{.momentum = 0.2, .centered = true}); }},
+      {"sgd_momentum", [] { return std::make_shared<optimizers::SGDOptimizer>(optimizers::SGDOptions{.learning_rate = 0.05, .momentum = 0.9, .nesterov = true}); }},
+      {"adam", [] { return std::make_shared<optimizers::AdamOptimizer>(optimizers::AdamOptions{.learning_rate = 3e-3, .amsgrad = true}); }},
+      {"adamw", [] { return std::make_shared<optimizers::AdamWOptimizer>(optimizers::AdamWOptions{.learning_rate = 2e-3, .weight_decay = 0.01, .clipnorm = 1.0}); }},
+      {"rmsprop", [] { return std::make_shared<optimizers::RMSpropOptimizer>(optimizers::RMSpropOptions{.momentum = 0.2, .centered = true}); }},
       {"loss_scale", [] {
          return std::make_shared<mixed_precision::LossScaleOptimizer>(
-             std::make_shared<optimizers::Adam>(),
+             std::make_shared<optimizers::AdamOptimizer>(),
              mixed_precision::LossScaleOptions{.initial_scale = 1024, .dynamic_growth_steps = 2, .hysteresis = 2});
        }},
   };
@@ -527,6 +527,45 @@ TEST_CASE(".keras archives hold config.json, metadata.json and the checkpoint") 
   r->save(path);  // overwrite atomically
   CHECK(same_weights(*load_model(path), *r));
   for (const auto& f : dir.files()) CHECK_MESSAGE(f.find(".tmp-") == std::string::npos, f);
+}
+
+TEST_CASE("image layers: a residual CNN saves, loads and resumes exactly") {
+  ScratchDir dir("cnn");
+  Tensor x = Tensor::random_uniform({48, 8, 8, 3}, 0, 1, 3);
+  std::vector<std::int32_t> labels(48);
+  auto xv = x.to_vector<float>();
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = xv[i * 192] > 0.5f ? 1 : 0;
+  Tensor y = Tensor::from_vector(labels, {48});
+  auto make = [] {
+    auto in = mpt::Input({8, 8, 3});
+    auto h = layers::Conv2D(8, 3, {.padding = "same", .activation = "relu"})(in);
+    auto b = layers::BatchNormalization()(layers::Conv2D(8, 3, {.padding = "same"})(h));
+    auto r = layers::Add()({h, b});
+    auto p = layers::MaxPooling2D({2, 2})(layers::ZeroPadding2D({1, 1})(r));
+    auto out = layers::Dense(2, {.activation = "softmax"})(layers::GlobalAveragePooling2D()(p));
+    return std::make_unique<Model>(in, out, "cnn");
+  };
+  for (const char* policy : {"float32", "mixed_float16"}) {
+    CAPTURE(policy);
+    PolicyScope scope(policy);
+    auto fit = [&](Model& m, int initial, int epochs) {
+      m.fit(x, y, {.batch_size = 16, .epochs = epochs, .verbose = 0, .initial_epoch = initial});
+    };
+    set_random_seed(40);
+    auto straight = make();
+    straight->compile({.optimizer = optimizers::SGD({.learning_rate = 0.05, .momentum = 0.9}), .loss = "sparse_categorical_crossentropy"});
+    fit(*straight, 0, 3);
+    set_random_seed(40);
+    auto first = make();
+    first->compile({.optimizer = optimizers::SGD({.learning_rate = 0.05, .momentum = 0.9}), .loss = "sparse_categorical_crossentropy"});
+    fit(*first, 0, 1);
+    first->save(dir / "cnn.h5");
+    auto resumed = load_model(dir / "cnn.h5");
+    CHECK(same_weights(*first, *resumed));  // BatchNormalization's moving statistics included
+    CHECK(bits_of(resumed->predict(x)) == bits_of(first->predict(x)));
+    fit(*resumed, resumed->epoch(), 3);
+    CHECK(same_weights(*straight, *resumed));
+  }
 }
 
 TEST_CASE("loading checks every layer and shape and never half-loads") {

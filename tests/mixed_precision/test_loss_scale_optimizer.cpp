@@ -207,7 +207,7 @@ TEST_CASE("wraps a user-defined optimizer; Keras names and shared optimizers wor
   CHECK(by_name.inner_optimizer().name() == "adam");
   CHECK(by_name.loss_scale() == 32768.0);
   CHECK(by_name.options().dynamic_growth_steps == 2000);
-  auto shared = std::make_shared<opt::SGD>();
+  auto shared = std::make_shared<opt::SGDOptimizer>();
   LossScaleOptimizer wraps_shared(shared);
   CHECK(&wraps_shared.inner_optimizer() == shared.get());
 
@@ -346,7 +346,7 @@ TEST_CASE("float16 gradients that underflow: no learning without loss scaling, l
 
   SUBCASE("plain SGD: gradients flush to zero, the weights never change") {
     Variable w(Tensor::zeros({2, 1}), "w");
-    opt::SGD sgd({.learning_rate = 2.0});
+    opt::SGDOptimizer sgd({.learning_rate = 2.0});
     for (int i = 0; i < 10; ++i) {
       GradientTape tape;
       auto grads = tape.gradient(loss_of(w), std::vector<Variable>{w});

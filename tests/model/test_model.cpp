@@ -116,7 +116,7 @@ TEST_CASE("a custom training loop and fit give the same weights") {
     auto b = small_model();
     b->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});  // forces the softmax to float32
     b->build({8});
-    std::shared_ptr<optimizers::Optimizer> opt = std::make_shared<optimizers::Adam>();
+    std::shared_ptr<optimizers::Optimizer> opt = std::make_shared<optimizers::AdamOptimizer>();
     if (std::string(p) == "mixed_float16") opt = std::make_shared<mixed_precision::LossScaleOptimizer>(opt);
     losses::SparseCategoricalCrossentropy loss_fn;
     auto* lso = dynamic_cast<mixed_precision::LossScaleOptimizer*>(opt.get());

@@ -109,11 +109,11 @@ double l2(const Vec& v) {
 
 TEST_CASE("SGD: plain, momentum and nesterov match Keras's rule for three steps") {
   {
-    opt::SGD o({.learning_rate = 0.1});
+    opt::SGDOptimizer o({.learning_rate = 0.1});
     run_three_steps(o, SgdRef{0.1, 0.0, false}, "SGD");
   }
   {
-    opt::SGD o({.learning_rate = 0.1, .momentum = 0.9});
+    opt::SGDOptimizer o({.learning_rate = 0.1, .momentum = 0.9});
     SgdRef ref{0.1, 0.9, false};
     run_three_steps(o, std::ref(ref), "SGD momentum");
     auto slots = o.slots_by_path();
@@ -121,7 +121,7 @@ TEST_CASE("SGD: plain, momentum and nesterov match Keras's rule for three steps"
     check_close(slots["w"].at("momentum"), ref.m, tolerance(float32), "SGD momentum slot");
   }
   {
-    opt::SGD o({.learning_rate = 0.05, .momentum = 0.8, .nesterov = true});
+    opt::SGDOptimizer o({.learning_rate = 0.05, .momentum = 0.8, .nesterov = true});
     run_three_steps(o, SgdRef{0.05, 0.8, true}, "SGD nesterov");
   }
   CHECK_THROWS_AS(opt::SGD({.momentum = 1.5}), Error);
@@ -129,7 +129,7 @@ TEST_CASE("SGD: plain, momentum and nesterov match Keras's rule for three steps"
 
 TEST_CASE("Adam and AMSGrad match Keras's rule for three steps") {
   {
-    opt::Adam o({.learning_rate = 0.01});
+    opt::AdamOptimizer o({.learning_rate = 0.01});
     AdamRef ref{0.01, 0.9, 0.999, 1e-7};
     run_three_steps(o, std::ref(ref), "Adam");
     auto slots = o.slots_by_path()["w"];
@@ -138,7 +138,7 @@ TEST_CASE("Adam and AMSGrad match Keras's rule for three steps") {
     CHECK(slots.count("vhat") == 0);
   }
   {
-    opt::Adam o({.learning_rate = 0.02, .beta_1 = 0.5, .beta_2 = 0.6, .epsilon = 1e-3, .amsgrad = true});
+    opt::AdamOptimizer o({.learning_rate = 0.02, .beta_1 = 0.5, .beta_2 = 0.6, .epsilon = 1e-3, .amsgrad = true});
     AdamRef ref{0.02, 0.5, 0.6, 1e-3, true};
     run_three_steps(o, std::ref(ref), "AMSGrad");
     // The large-then-small gradients make vhat differ from v: the amsgrad branch mattered.
@@ -149,13 +149,13 @@ TEST_CASE("Adam and AMSGrad match Keras's rule for three steps") {
 }
 
 TEST_CASE("AdamW applies decoupled weight decay before the Adam step") {
-  opt::AdamW o({.learning_rate = 0.01, .weight_decay = 0.5});
+  opt::AdamWOptimizer o({.learning_rate = 0.01, .weight_decay = 0.5});
   AdamRef ref{0.01, 0.9, 0.999, 1e-7, false, 0.5};
   run_three_steps(o, std::ref(ref), "AdamW");
 
   // The decay moves a variable even with zero gradients; plain Adam does not.
   Variable w(f32({1, -2, 3, -4, 5, -6}), "w");
-  opt::AdamW decay({.learning_rate = 0.1, .weight_decay = 0.2});
+  opt::AdamWOptimizer decay({.learning_rate = 0.1, .weight_decay = 0.2});
   decay.apply_gradients({Tensor::zeros(kShape)}, {w});
   check_close(w.value(), {0.98, -1.96, 2.94, -3.92, 4.9, -5.88}, tolerance(float32), "AdamW decay");
   CHECK_THROWS_AS(opt::AdamW({.weight_decay = -1}), Error);
@@ -163,27 +163,27 @@ TEST_CASE("AdamW applies decoupled weight decay before the Adam step") {
 
 TEST_CASE("RMSprop: plain, momentum, centered match Keras's rule for three steps") {
   {
-    opt::RMSprop o({.learning_rate = 0.01});
+    opt::RMSpropOptimizer o({.learning_rate = 0.01});
     run_three_steps(o, RmsRef{0.01, 0.9, 0.0, 1e-7, false}, "RMSprop");
   }
   {
-    opt::RMSprop o({.learning_rate = 0.01, .rho = 0.8, .momentum = 0.5});
+    opt::RMSpropOptimizer o({.learning_rate = 0.01, .rho = 0.8, .momentum = 0.5});
     run_three_steps(o, RmsRef{0.01, 0.8, 0.5, 1e-7, false}, "RMSprop momentum");
   }
   {
-    opt::RMSprop o({.learning_rate = 0.01, .rho = 0.7, .epsilon = 1e-4, .centered = true});
+    opt::RMSpropOptimizer o({.learning_rate = 0.01, .rho = 0.7, .epsilon = 1e-4, .centered = true});
     RmsRef ref{0.01, 0.7, 0.0, 1e-4, true};
     run_three_steps(o, std::ref(ref), "RMSprop centered");
     check_close(o.slots_by_path()["w"].at("average_gradient"), ref.avg, tolerance(float32),
                 "RMSprop average_gradient");
   }
   {
-    opt::RMSprop o({.learning_rate = 0.01, .rho = 0.7, .momentum = 0.9, .epsilon = 1e-4, .centered = true});
+    opt::RMSpropOptimizer o({.learning_rate = 0.01, .rho = 0.7, .momentum = 0.9, .epsilon = 1e-4, .centered = true});
     run_three_steps(o, RmsRef{0.01, 0.7, 0.9, 1e-4, true}, "RMSprop centered momentum");
   }
   // Keras's docstring example: var 10, loss var^2/2, lr 0.1, one step -> 9.683772.
   Variable v(Tensor::scalar(10.0), "v");
-  opt::RMSprop o({.learning_rate = 0.1});
+  opt::RMSpropOptimizer o({.learning_rate = 0.1});
   o.apply_gradients({Tensor::scalar(10.0)}, {v});
   CHECK(v.value().item() == doctest::Approx(9.683772).epsilon(1e-6));
 }
@@ -192,7 +192,7 @@ TEST_CASE("clipnorm clips each gradient, global_clipnorm all jointly, clipvalue 
   const Vec ga = {3, 4, 0, 0, 0, 0};      // norm 5
   const Vec gb = {0.3, 0, 0, -0.4, 0, 0};  // norm 0.5
   auto run = [&](opt::CommonOptions c) {
-    opt::SGD o({.learning_rate = 1.0, .clipnorm = c.clipnorm, .clipvalue = c.clipvalue,
+    opt::SGDOptimizer o({.learning_rate = 1.0, .clipnorm = c.clipnorm, .clipvalue = c.clipvalue,
                 .global_clipnorm = c.global_clipnorm});
     Variable a(Tensor::zeros(kShape), "a"), b(Tensor::zeros(kShape), "b");
     o.apply_gradients({f32(ga), f32(gb)}, {a, b});
@@ -270,7 +270,7 @@ TEST_CASE("schedules give Keras's values") {
 }
 
 TEST_CASE("learning_rate() follows a schedule of iterations(); steps use it") {
-  opt::SGD o({.learning_rate = sched::PiecewiseConstantDecay({1}, {0.5, 0.25})});
+  opt::SGDOptimizer o({.learning_rate = sched::PiecewiseConstantDecay({1}, {0.5, 0.25})});
   Variable w(f32({0, 0, 0, 0, 0, 0}), "w");
   const Tensor g = Tensor::ones(kShape);
   CHECK(o.iterations() == 0);
@@ -287,10 +287,10 @@ TEST_CASE("learning_rate() follows a schedule of iterations(); steps use it") {
 }
 
 TEST_CASE("get() and OptimizerArg build optimizers by Keras name") {
-  CHECK(dynamic_cast<opt::Adam*>(opt::get("adam").get()) != nullptr);
-  CHECK(dynamic_cast<opt::SGD*>(opt::get("sgd").get()) != nullptr);
-  CHECK(dynamic_cast<opt::AdamW*>(opt::get("AdamW").get()) != nullptr);
-  CHECK(dynamic_cast<opt::RMSprop*>(opt::get("rmsprop").get()) != nullptr);
+  CHECK(dynamic_cast<opt::AdamOptimizer*>(opt::get("adam").get()) != nullptr);
+  CHECK(dynamic_cast<opt::SGDOptimizer*>(opt::get("sgd").get()) != nullptr);
+  CHECK(dynamic_cast<opt::AdamWOptimizer*>(opt::get("AdamW").get()) != nullptr);
+  CHECK(dynamic_cast<opt::RMSpropOptimizer*>(opt::get("rmsprop").get()) != nullptr);
   CHECK(opt::get("adam")->learning_rate() == doctest::Approx(0.001));
   CHECK(opt::get("sgd")->learning_rate() == doctest::Approx(0.01));
   CHECK_THROWS_AS(opt::get("adagrad_typo"), Error);
@@ -299,10 +299,10 @@ TEST_CASE("get() and OptimizerArg build optimizers by Keras name") {
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("sgd, adam, adamw, rmsprop") != std::string::npos);
   }
-  CHECK(dynamic_cast<opt::RMSprop*>(opt::OptimizerArg("rmsprop").get().get()) != nullptr);
-  auto shared = std::make_shared<opt::SGD>();
+  CHECK(dynamic_cast<opt::RMSpropOptimizer*>(opt::OptimizerArg("rmsprop").get().get()) != nullptr);
+  auto shared = std::make_shared<opt::SGDOptimizer>();
   CHECK(opt::OptimizerArg(shared).get() == shared);
-  CHECK(dynamic_cast<opt::Adam*>(opt::OptimizerArg(opt::Adam({.learning_rate = 0.1})).get().get()) != nullptr);
+  CHECK(dynamic_cast<opt::AdamOptimizer*>(opt::OptimizerArg(opt::Adam({.learning_rate = 0.1})).get().get()) != nullptr);
   CHECK(opt::OptimizerArg().empty());
   CHECK_THROWS_AS(opt::OptimizerArg().get(), Error);
   CHECK_THROWS_AS(opt::OptimizerArg("bogus").get(), Error);
@@ -336,7 +336,7 @@ TEST_CASE("a user-defined optimizer gets clipping, iterations and slots from the
 
 TEST_CASE("apply_gradients: casts, skips missing gradients, rejects bad ones, records nothing") {
   Variable a(f32({1, 1, 1, 1, 1, 1}), "a"), b(f32({2, 2, 2, 2, 2, 2}), "b");
-  opt::SGD o({.learning_rate = 1.0});
+  opt::SGDOptimizer o({.learning_rate = 1.0});
   // float16 and bfloat16 gradients are cast to float32 first.
   o.apply_gradients({Tensor::full(kShape, 0.5, float16), Tensor::full(kShape, 0.25, bfloat16)}, {a, b});
   check_close(a.value(), Vec(6, 0.5), tolerance(float32), "float16 gradient");
@@ -364,7 +364,7 @@ TEST_CASE("an optimizer step invalidates the variable's cached 16-bit cast") {
   Variable w(f32({1, 2, 3, 4, 5, 6}), "w");
   check_close(w.read(float16), {1, 2, 3, 4, 5, 6}, tolerance(float16), "before");
   const auto version = w.version();
-  opt::Adam o({.learning_rate = 0.5});
+  opt::AdamOptimizer o({.learning_rate = 0.5});
   o.apply_gradients({Tensor::ones(kShape)}, {w});
   CHECK(w.version() > version);
   check_close(w.read(float16), {0.5, 1.5, 2.5, 3.5, 4.5, 5.5}, tolerance(float16), "after");
@@ -372,7 +372,7 @@ TEST_CASE("an optimizer step invalidates the variable's cached 16-bit cast") {
 
 TEST_CASE("slots: set_slot restores before the first step; clone starts fresh") {
   Variable w(f32({0, 0, 0, 0, 0, 0}), "dense/kernel");
-  opt::SGD o({.learning_rate = 0.1, .momentum = 0.5});
+  opt::SGDOptimizer o({.learning_rate = 0.1, .momentum = 0.5});
   o.set_slot("dense/kernel", "momentum", f32({1, 1, 1, 1, 1, 1}));
   o.apply_gradients({Tensor::zeros(kShape)}, {w});
   // m = 0.5 * 1 - 0.1 * 0 = 0.5; w += m
@@ -384,7 +384,7 @@ TEST_CASE("slots: set_slot restores before the first step; clone starts fresh") 
               "momentum overwritten");
   CHECK_THROWS_AS(o.set_slot("dense/kernel", "momentum", Tensor::zeros({2})), Error);
 
-  opt::SGD o2({.momentum = 0.5});
+  opt::SGDOptimizer o2({.momentum = 0.5});
   o2.set_slot("other", "momentum", Tensor::zeros({5}));
   Variable other(Tensor::zeros({6}), "other");
   CHECK_THROWS_AS(o2.apply_gradients({Tensor::zeros({6})}, {other}), Error);
@@ -392,7 +392,7 @@ TEST_CASE("slots: set_slot restores before the first step; clone starts fresh") 
   auto c = o.clone();
   CHECK(c->slots_by_path().empty());
   CHECK(c->iterations() == 0);
-  CHECK(dynamic_cast<opt::SGD&>(*c).options().momentum == 0.5);
+  CHECK(dynamic_cast<opt::SGDOptimizer&>(*c).options().momentum == 0.5);
 }
 
 TEST_CASE("fused update ops on every device, 16-bit variables, and their validation") {
@@ -448,7 +448,7 @@ TEST_CASE("Adam learns a least-squares fit through the tape") {
   Tensor w_true = Tensor::from_vector(Vec{1.5, -2.0, 0.5}, {3, 1}).to(float32);
   Tensor y = ops::matmul(x, w_true);
   Variable w(Tensor::zeros({3, 1}), "w");
-  opt::Adam o({.learning_rate = 0.05});
+  opt::AdamOptimizer o({.learning_rate = 0.05});
   double first = 0, last = 0;
   for (int step = 0; step < 300; ++step) {
     GradientTape tape;

@@ -2,8 +2,12 @@
 /// The built-in optimizers. Options are declared in Keras's argument order, then the clip
 /// options shared by all.
 ///
-///   mpt::optimizers::Adam adam({.learning_rate = 1e-3});
-///   mpt::optimizers::SGD sgd({.learning_rate = 0.01, .momentum = 0.9, .nesterov = true});
+///   auto adam = mpt::optimizers::Adam({.learning_rate = 1e-3});    // std::shared_ptr<AdamOptimizer>
+///   auto sgd = mpt::optimizers::SGD({.learning_rate = 0.01, .momentum = 0.9, .nesterov = true});
+///   mpt::optimizers::AdamOptimizer direct({.learning_rate = 1e-3});  // the classes themselves
+///
+/// Adam(), SGD(), ... are functions (not the classes) so that API.md's
+/// `LossScaleOptimizer opt(mpt::optimizers::Adam());` declares an object, not a function.
 #include "mpt/optimizers/optimizer.hpp"
 
 namespace mpt::optimizers {
@@ -14,9 +18,9 @@ struct SGDOptions {
   bool nesterov = false;
   std::optional<double> clipnorm, clipvalue, global_clipnorm;
 };
-class SGD : public Optimizer {
+class SGDOptimizer : public Optimizer {
  public:
-  explicit SGD(SGDOptions o = {});
+  explicit SGDOptimizer(SGDOptions o = {});
   std::shared_ptr<Optimizer> clone() const override;
   const SGDOptions& options() const { return o_; }
 
@@ -26,6 +30,9 @@ class SGD : public Optimizer {
  private:
   SGDOptions o_;
 };
+/// Keras's SGD, as an object to hand to compile() or a LossScaleOptimizer.
+std::shared_ptr<SGDOptimizer> SGD(SGDOptions options = {});
+
 
 struct AdamOptions {
   LearningRate learning_rate = 0.001;
@@ -35,9 +42,9 @@ struct AdamOptions {
   bool amsgrad = false;
   std::optional<double> clipnorm, clipvalue, global_clipnorm;
 };
-class Adam : public Optimizer {
+class AdamOptimizer : public Optimizer {
  public:
-  explicit Adam(AdamOptions o = {});
+  explicit AdamOptimizer(AdamOptions o = {});
   std::shared_ptr<Optimizer> clone() const override;
   const AdamOptions& options() const { return o_; }
 
@@ -47,6 +54,9 @@ class Adam : public Optimizer {
  private:
   AdamOptions o_;
 };
+/// Keras's Adam, as an object to hand to compile() or a LossScaleOptimizer.
+std::shared_ptr<AdamOptimizer> Adam(AdamOptions options = {});
+
 
 struct AdamWOptions {
   LearningRate learning_rate = 0.001;
@@ -57,9 +67,9 @@ struct AdamWOptions {
   bool amsgrad = false;
   std::optional<double> clipnorm, clipvalue, global_clipnorm;
 };
-class AdamW : public Optimizer {
+class AdamWOptimizer : public Optimizer {
  public:
-  explicit AdamW(AdamWOptions o = {});
+  explicit AdamWOptimizer(AdamWOptions o = {});
   std::shared_ptr<Optimizer> clone() const override;
   const AdamWOptions& options() const { return o_; }
 
@@ -69,6 +79,9 @@ class AdamW : public Optimizer {
  private:
   AdamWOptions o_;
 };
+/// Keras's AdamW, as an object to hand to compile() or a LossScaleOptimizer.
+std::shared_ptr<AdamWOptimizer> AdamW(AdamWOptions options = {});
+
 
 struct RMSpropOptions {
   LearningRate learning_rate = 0.001;
@@ -78,9 +91,9 @@ struct RMSpropOptions {
   bool centered = false;
   std::optional<double> clipnorm, clipvalue, global_clipnorm;
 };
-class RMSprop : public Optimizer {
+class RMSpropOptimizer : public Optimizer {
  public:
-  explicit RMSprop(RMSpropOptions o = {});
+  explicit RMSpropOptimizer(RMSpropOptions o = {});
   std::shared_ptr<Optimizer> clone() const override;
   const RMSpropOptions& options() const { return o_; }
 
@@ -90,5 +103,8 @@ class RMSprop : public Optimizer {
  private:
   RMSpropOptions o_;
 };
+/// Keras's RMSprop, as an object to hand to compile() or a LossScaleOptimizer.
+std::shared_ptr<RMSpropOptimizer> RMSprop(RMSpropOptions options = {});
+
 
 }  // namespace mpt::optimizers

@@ -3,7 +3,7 @@
 ///
 ///   auto lr = mpt::optimizers::schedules::ExponentialDecay({.initial_learning_rate = 0.1,
 ///                                                           .decay_steps = 1000, .decay_rate = 0.96});
-///   mpt::optimizers::SGD opt({.learning_rate = lr});
+///   auto opt = mpt::optimizers::SGD({.learning_rate = lr});
 #include <cstdint>
 #include <string>
 #include <vector>

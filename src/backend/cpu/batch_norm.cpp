@@ -1,80 +1,157 @@
-// Batch normalization over x viewed as [rows, C] (channels last). Own kernels: they read 16-bit
-// data directly, compute in float32 (float64 for float64 data), sum per-channel blocks in float32
-// and totals in float64, and fuse an optional ReLU; two passes over x in each direction.
+// Batch normalization over x viewed as [rows, C] (channels last). Own kernels: two passes over x
+// in each direction, an optional fused ReLU, statistics in float32 blocks with float64 totals.
+// The block kernels read float32, float64 and bfloat16 storage directly (bfloat16 widened in
+// registers) and are compiled for AVX-512 as well as the baseline ISA (picked at load time);
+// float16 is staged through float32 blocks.
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/rows.hpp"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MPT_VECTOR_CLONES __attribute__((target_clones("avx512f", "default")))
+#else
+#define MPT_VECTOR_CLONES
+#endif
+
 namespace mpt::cpu {
 namespace {
 
-// Row kernels: one row of `ch` channels; restrict-qualified so that they vectorize over channels.
+using bf16_bits = std::uint16_t;
 
-template <class C>
-void stats_row(const C* __restrict x, const C* __restrict shift, C* __restrict s1, C* __restrict s2, std::int64_t ch) {
-#pragma omp simd
-  for (std::int64_t c = 0; c < ch; ++c) {
-    const C d = x[c] - shift[c];
-    s1[c] += d;
-    s2[c] += d * d;
+inline float widen(float v) { return v; }
+inline double widen(double v) { return v; }
+inline float widen(bf16_bits v) { return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16); }
+
+template <class T, class C>
+inline T narrow(C v) {
+  if constexpr (std::is_same_v<T, bf16_bits>) {  // round to nearest even; NaN stays a (quiet) NaN
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(static_cast<float>(v));
+    const std::uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return static_cast<bf16_bits>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+  } else {
+    return static_cast<T>(v);
   }
 }
 
-template <class C, bool Relu>
-void affine_row(const C* __restrict x, const C* __restrict scale, const C* __restrict shift, C* __restrict y,
-                std::int64_t ch) {
+// ---- block kernels: n rows of ch channels, vectorized over the channels ---------------------
+
+template <class T, class C>
+MPT_VECTOR_CLONES void stats_block(const T* __restrict x, std::int64_t n, std::int64_t ch, const C* __restrict shift,
+                                   C* __restrict s1, C* __restrict s2) {
+  for (std::int64_t r = 0; r < n; ++r, x += ch)
 #pragma omp simd
-  for (std::int64_t c = 0; c < ch; ++c) {
-    const C v = x[c] * scale[c] + shift[c];
-    y[c] = Relu ? (v > C(0) ? v : C(0)) : v;
-  }
+    for (std::int64_t c = 0; c < ch; ++c) {
+      const C d = static_cast<C>(widen(x[c])) - shift[c];
+      s1[c] += d;
+      s2[c] += d * d;
+    }
+}
+
+template <class T, class C, bool Relu>
+MPT_VECTOR_CLONES void affine_block(const T* __restrict x, std::int64_t n, std::int64_t ch, const C* __restrict scale,
+                                    const C* __restrict shift, T* __restrict y) {
+  for (std::int64_t r = 0; r < n; ++r, x += ch, y += ch)
+#pragma omp simd
+    for (std::int64_t c = 0; c < ch; ++c) {
+      C v = static_cast<C>(widen(x[c])) * scale[c] + shift[c];
+      if constexpr (Relu) v = v > C(0) ? v : C(0);
+      y[c] = narrow<T>(v);
+    }
 }
 
 /// Sums of dy and dy * (x - mean), dy masked by the fused ReLU (its input recomputed from x).
-template <class C, bool Relu>
-void grad_sums_row(const C* __restrict x, const C* __restrict dy, const C* __restrict scale, const C* __restrict shift,
-                   const C* __restrict mean, C* __restrict s1, C* __restrict s2, std::int64_t ch) {
+template <class T, class C, bool Relu>
+MPT_VECTOR_CLONES void grad_sums_block(const T* __restrict x, const T* __restrict dy, std::int64_t n, std::int64_t ch,
+                                       const C* __restrict scale, const C* __restrict shift, const C* __restrict mean,
+                                       C* __restrict s1, C* __restrict s2) {
+  for (std::int64_t r = 0; r < n; ++r, x += ch, dy += ch)
 #pragma omp simd
-  for (std::int64_t c = 0; c < ch; ++c) {
-    C d = dy[c];
-    if constexpr (Relu) d = x[c] * scale[c] + shift[c] > C(0) ? d : C(0);
-    s1[c] += d;
-    s2[c] += d * (x[c] - mean[c]);
-  }
+    for (std::int64_t c = 0; c < ch; ++c) {
+      const C xv = static_cast<C>(widen(x[c]));
+      C d = static_cast<C>(widen(dy[c]));
+      if constexpr (Relu) d = xv * scale[c] + shift[c] > C(0) ? d : C(0);
+      s1[c] += d;
+      s2[c] += d * (xv - mean[c]);
+    }
 }
 
 /// dx = a * dy + b * x + d0 per channel (dy masked as above).
-template <class C, bool Relu>
-void grad_input_row(const C* __restrict x, const C* __restrict dy, const C* __restrict scale, const C* __restrict shift,
-                    const C* __restrict a, const C* __restrict b, const C* __restrict d0, C* __restrict dx,
-                    std::int64_t ch) {
+template <class T, class C, bool Relu>
+MPT_VECTOR_CLONES void grad_input_block(const T* __restrict x, const T* __restrict dy, std::int64_t n, std::int64_t ch,
+                                        const C* __restrict scale, const C* __restrict shift, const C* __restrict a,
+                                        const C* __restrict b, const C* __restrict d0, T* __restrict dx) {
+  for (std::int64_t r = 0; r < n; ++r, x += ch, dy += ch, dx += ch)
 #pragma omp simd
-  for (std::int64_t c = 0; c < ch; ++c) {
-    C d = dy[c];
-    if constexpr (Relu) d = x[c] * scale[c] + shift[c] > C(0) ? d : C(0);
-    dx[c] = a[c] * d + b[c] * x[c] + d0[c];
-  }
+    for (std::int64_t c = 0; c < ch; ++c) {
+      const C xv = static_cast<C>(widen(x[c]));
+      C d = static_cast<C>(widen(dy[c]));
+      if constexpr (Relu) d = xv * scale[c] + shift[c] > C(0) ? d : C(0);
+      dx[c] = narrow<T>(a[c] * d + b[c] * xv + d0[c]);
+    }
 }
 
-/// Per-channel float64 totals of two sums over the rows of x (and dy): row(px, pd, s1, s2)
-/// accumulates one row into float32 block sums, which are added up in float64 per block.
-template <class C, class Row>
-std::vector<double> channel_sums(const Tensor& x, const Tensor* dy, std::int64_t ch, Row row) {
+// ---- storage ----------------------------------------------------------------------------------
+
+/// The dtype whose storage the kernels read as T.
+template <class T> constexpr DType storage_dtype() {
+  if constexpr (std::is_same_v<T, float>) return float32;
+  else if constexpr (std::is_same_v<T, double>) return float64;
+  else return bfloat16;
+}
+
+/// Blocks of a tensor as T: its own memory, or (float16) a float32 copy in `buf`.
+template <class T>
+struct Staged {
+  std::vector<T> buf;
+  const T* in(const Tensor& t, std::int64_t begin, std::int64_t count) {
+    if (t.dtype() == storage_dtype<T>()) return static_cast<const T*>(t.data_ptr()) + begin;
+    buf.resize(static_cast<std::size_t>(count));
+    detail::convert(static_cast<const char*>(t.data_ptr()) + begin * itemsize(t.dtype()), t.dtype(), buf.data(),
+                    storage_dtype<T>(), static_cast<std::size_t>(count));
+    return buf.data();
+  }
+  T* out(Tensor& t, std::int64_t begin, std::int64_t count) {
+    if (t.dtype() == storage_dtype<T>()) return static_cast<T*>(t.data_ptr()) + begin;
+    buf.resize(static_cast<std::size_t>(count));
+    return buf.data();
+  }
+  void commit(Tensor& t, std::int64_t begin, std::int64_t count) {
+    if (t.dtype() == storage_dtype<T>()) return;
+    detail::convert(buf.data(), storage_dtype<T>(), static_cast<char*>(t.data_ptr()) + begin * itemsize(t.dtype()),
+                    t.dtype(), static_cast<std::size_t>(count));
+  }
+};
+
+/// Calls f(T{}, C{}) with the storage type T and compute type C of a floating dtype.
+template <class F>
+void with_types(DType d, F&& f) {
+  if (d == float64) return f(double{}, double{});
+  if (d == bfloat16) return f(bf16_bits{}, float{});
+  return f(float{}, float{});  // float32, and float16 staged as float32
+}
+
+/// Per-channel float64 totals of two sums over the rows of x (and dy): block(px, pd, n, s1, s2)
+/// adds n rows into float32 block sums, which are added up in float64.
+template <class T, class C, class Block>
+std::vector<double> channel_sums(const Tensor& x, const Tensor* dy, std::int64_t ch, Block block) {
   const std::int64_t rows = x.numel() / std::max<std::int64_t>(ch, 1);
   const int chunks = row_chunks(rows, ch);
   std::vector<double> part(static_cast<std::size_t>(chunks) * 2 * ch, 0.0);
   const std::int64_t rb = block_rows(ch);
   for_row_chunks(chunks, rows, [&](int t, std::int64_t b, std::int64_t e) {
-    std::vector<C> sx(rb * ch), sd(dy ? rb * ch : 0), acc(2 * ch);
+    Staged<T> sx, sd;
+    std::vector<C> acc(2 * ch);
     double* out = part.data() + static_cast<std::size_t>(t) * 2 * ch;
     for (std::int64_t r0 = b; r0 < e; r0 += rb) {
       const std::int64_t n = std::min(rb, e - r0);
-      const C* px = load<C>(x, r0 * ch, n * ch, sx.data());
-      const C* pd = dy ? load<C>(*dy, r0 * ch, n * ch, sd.data()) : nullptr;
+      const T* px = sx.in(x, r0 * ch, n * ch);
+      const T* pd = dy ? sd.in(*dy, r0 * ch, n * ch) : nullptr;
       std::fill(acc.begin(), acc.end(), C(0));
-      for (std::int64_t r = 0; r < n; ++r) row(px + r * ch, pd ? pd + r * ch : nullptr, acc.data(), acc.data() + ch);
+      block(px, pd, n, acc.data(), acc.data() + ch);
       for (std::int64_t i = 0; i < 2 * ch; ++i) out[i] += static_cast<double>(acc[i]);
     }
   });
@@ -84,31 +161,33 @@ std::vector<double> channel_sums(const Tensor& x, const Tensor* dy, std::int64_t
   return part;
 }
 
-/// Applies row(px, pd, out) to blocks of rows of x (and dy), writing `out`, in parallel.
-template <class C, class Row>
-void map_rows(const Tensor& x, const Tensor* dy, Tensor& out, std::int64_t ch, Row row) {
+/// Applies block(px, pd, n, po) to blocks of rows of x (and dy), writing `out`, in parallel.
+template <class T, class Block>
+void map_blocks(const Tensor& x, const Tensor* dy, Tensor& out, std::int64_t ch, Block block) {
   const std::int64_t rows = x.numel() / std::max<std::int64_t>(ch, 1), rb = block_rows(ch);
   parallel_for((rows + rb - 1) / rb, std::max<std::int64_t>(1, 32768 / (rb * ch)), [&](std::int64_t b, std::int64_t e) {
-    std::vector<C> sx(rb * ch), sd(dy ? rb * ch : 0), so(rb * ch);
+    Staged<T> sx, sd, so;
     for (std::int64_t blk = b; blk < e; ++blk) {
       const std::int64_t r0 = blk * rb, n = std::min(rb, rows - r0);
-      const C* px = load<C>(x, r0 * ch, n * ch, sx.data());
-      const C* pd = dy ? load<C>(*dy, r0 * ch, n * ch, sd.data()) : nullptr;
-      C* po = store_target<C>(out, r0 * ch, so.data());
-      for (std::int64_t r = 0; r < n; ++r) row(px + r * ch, pd ? pd + r * ch : nullptr, po + r * ch);
-      store<C>(out, r0 * ch, n * ch, po);
+      const T* px = sx.in(x, r0 * ch, n * ch);
+      const T* pd = dy ? sd.in(*dy, r0 * ch, n * ch) : nullptr;
+      T* po = so.out(out, r0 * ch, n * ch);
+      block(px, pd, n, po);
+      so.commit(out, r0 * ch, n * ch);
     }
   });
 }
 
-template <class C>
+// ---- the three kernels ------------------------------------------------------------------------
+
+template <class T, class C>
 void stats(const Tensor& x, Tensor& mean, Tensor& var) {
   const std::int64_t ch = x.shape().back(), rows = x.numel() / std::max<std::int64_t>(ch, 1);
   // Sums of (x - first row) keep the float32 block sums well conditioned.
-  std::vector<C> shift(ch);
-  const C* first = load<C>(x, 0, ch, shift.data());
-  if (first != shift.data()) std::copy(first, first + ch, shift.begin());
-  auto s = channel_sums<C>(x, nullptr, ch, [&](const C* px, const C*, C* s1, C* s2) { stats_row(px, shift.data(), s1, s2, ch); });
+  const std::vector<C> shift = values_of<C>(x, ch, C(0));
+  auto s = channel_sums<T, C>(x, nullptr, ch, [&](const T* px, const T*, std::int64_t n, C* s1, C* s2) {
+    stats_block<T, C>(px, n, ch, shift.data(), s1, s2);
+  });
   std::vector<double> m(ch), v(ch);
   for (std::int64_t c = 0; c < ch; ++c) {
     const double d = s[c] / static_cast<double>(rows);
@@ -121,7 +200,7 @@ void stats(const Tensor& x, Tensor& mean, Tensor& var) {
 
 template <class C>
 struct Coefficients {
-  std::vector<C> rstd, scale, shift;  // y = x * scale + shift
+  std::vector<C> rstd, scale, shift, mean;  // normalized and scaled: y = x * scale + shift
 };
 
 template <class C>
@@ -129,39 +208,33 @@ Coefficients<C> coefficients(const Tensor& mean, const Tensor& var, const Tensor
                              std::int64_t ch, double eps) {
   auto m = values_of<double>(mean, ch, 0.0), v = values_of<double>(var, ch, 1.0);
   auto g = values_of<double>(gamma, ch, 1.0), bt = values_of<double>(beta, ch, 0.0);
-  Coefficients<C> k{std::vector<C>(ch), std::vector<C>(ch), std::vector<C>(ch)};
+  Coefficients<C> k{std::vector<C>(ch), std::vector<C>(ch), std::vector<C>(ch), std::vector<C>(ch)};
   for (std::int64_t c = 0; c < ch; ++c) {
     const double r = 1.0 / std::sqrt(v[c] + eps);
     k.rstd[c] = static_cast<C>(r);
     k.scale[c] = static_cast<C>(g[c] * r);
     k.shift[c] = static_cast<C>(bt[c] - m[c] * g[c] * r);
+    k.mean[c] = static_cast<C>(m[c]);
   }
   return k;
 }
 
-template <class C>
-void forward(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma, const Tensor& beta, double eps,
-             bool relu, Tensor& y) {
+template <class T, class C, bool Relu>
+void forward(const Tensor& x, const Coefficients<C>& k, Tensor& y) {
   const std::int64_t ch = x.shape().back();
-  const Coefficients<C> k = coefficients<C>(mean, var, gamma, beta, ch, eps);
-  const C* sc = k.scale.data();
-  const C* sf = k.shift.data();
-  if (relu) map_rows<C>(x, nullptr, y, ch, [&](const C* px, const C*, C* po) { affine_row<C, true>(px, sc, sf, po, ch); });
-  else map_rows<C>(x, nullptr, y, ch, [&](const C* px, const C*, C* po) { affine_row<C, false>(px, sc, sf, po, ch); });
+  map_blocks<T>(x, nullptr, y, ch, [&](const T* px, const T*, std::int64_t n, T* po) {
+    affine_block<T, C, Relu>(px, n, ch, k.scale.data(), k.shift.data(), po);
+  });
 }
 
-template <class C, bool Relu>
-void backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& var, const Tensor& gamma,
-              const Tensor& beta, double eps, bool batch_stats, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+template <class T, class C, bool Relu>
+void backward(const Tensor& x, const Tensor& dy, const Coefficients<C>& k, bool batch_stats, Tensor& dx, Tensor& dgamma,
+              Tensor& dbeta) {
   const std::int64_t ch = x.shape().back(), rows = x.numel() / std::max<std::int64_t>(ch, 1);
-  const Coefficients<C> k = coefficients<C>(mean, var, gamma, beta, ch, eps);
-  const auto m = values_of<C>(mean, ch, C(0));
-  const C* sc = k.scale.data();
-  const C* sf = k.shift.data();
   std::vector<double> s(2 * ch, 0.0);  // sum(dy), sum(dy * (x - mean))
   if (batch_stats || dgamma.defined() || dbeta.defined())
-    s = channel_sums<C>(x, &dy, ch, [&](const C* px, const C* pd, C* s1, C* s2) {
-      grad_sums_row<C, Relu>(px, pd, sc, sf, m.data(), s1, s2, ch);
+    s = channel_sums<T, C>(x, &dy, ch, [&](const T* px, const T* pd, std::int64_t n, C* s1, C* s2) {
+      grad_sums_block<T, C, Relu>(px, pd, n, ch, k.scale.data(), k.shift.data(), k.mean.data(), s1, s2);
     });
   if (dbeta.defined()) write_values(std::vector<double>(s.begin(), s.begin() + ch), dbeta);
   if (dgamma.defined()) {
@@ -178,10 +251,10 @@ void backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tenso
       const double r = k.rstd[c], n = static_cast<double>(rows);
       const double bc = -static_cast<double>(a[c]) * r * r * s[ch + c] / n;
       bx[c] = static_cast<C>(bc);
-      d0[c] = static_cast<C>(-static_cast<double>(a[c]) * s[c] / n - bc * static_cast<double>(m[c]));
+      d0[c] = static_cast<C>(-static_cast<double>(a[c]) * s[c] / n - bc * static_cast<double>(k.mean[c]));
     }
-  map_rows<C>(x, &dy, dx, ch, [&](const C* px, const C* pd, C* po) {
-    grad_input_row<C, Relu>(px, pd, sc, sf, a.data(), bx.data(), d0.data(), po, ch);
+  map_blocks<T>(x, &dy, dx, ch, [&](const T* px, const T* pd, std::int64_t n, T* po) {
+    grad_input_block<T, C, Relu>(px, pd, n, ch, k.scale.data(), k.shift.data(), a.data(), bx.data(), d0.data(), po);
   });
 }
 
@@ -189,20 +262,18 @@ void backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tenso
 
 void CpuBackend::batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) {
   if (x.numel() == 0) return;
-  with_compute_type(x.dtype(), [&](auto c) {
-    using C = decltype(c);
-    if constexpr (std::is_floating_point_v<C>) stats<C>(x, mean, var);
-  });
+  with_types(x.dtype(), [&](auto t, auto c) { stats<decltype(t), decltype(c)>(x, mean, var); });
 }
 
 void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma,
                                     const Tensor& beta, double eps, Activation act, Tensor& y) {
   if (x.numel() == 0) return;
-  with_compute_type(x.dtype(), [&](auto c) {
+  with_types(x.dtype(), [&](auto t, auto c) {
+    using T = decltype(t);
     using C = decltype(c);
-    if constexpr (std::is_floating_point_v<C>) {
-      forward<C>(x, mean, var, gamma, beta, eps, act == Activation::Relu, y);
-    }
+    const auto k = coefficients<C>(mean, var, gamma, beta, x.shape().back(), eps);
+    if (act == Activation::Relu) forward<T, C, true>(x, k, y);
+    else forward<T, C, false>(x, k, y);
   });
 }
 
@@ -214,12 +285,12 @@ void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& dy, const Te
     if (dbeta.defined()) fill(dbeta, 0.0);
     return;
   }
-  with_compute_type(x.dtype(), [&](auto c) {
+  with_types(x.dtype(), [&](auto t, auto c) {
+    using T = decltype(t);
     using C = decltype(c);
-    if constexpr (std::is_floating_point_v<C>) {
-      if (act == Activation::Relu) backward<C, true>(x, dy, mean, var, gamma, beta, eps, batch_stats, dx, dgamma, dbeta);
-      else backward<C, false>(x, dy, mean, var, gamma, beta, eps, batch_stats, dx, dgamma, dbeta);
-    }
+    const auto k = coefficients<C>(mean, var, gamma, beta, x.shape().back(), eps);
+    if (act == Activation::Relu) backward<T, C, true>(x, dy, k, batch_stats, dx, dgamma, dbeta);
+    else backward<T, C, false>(x, dy, k, batch_stats, dx, dgamma, dbeta);
   });
 }
 
