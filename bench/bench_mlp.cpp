@@ -2,7 +2,7 @@
 // mixed_bfloat16, measured in one run, and the fit loop's own overhead (batching with
 // shuffle, metrics, callbacks, logs) relative to the bare training step.
 //
-//   ./bench_mlp [--steps 60]
+//   ./bench_mlp [--steps 150]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -76,7 +76,7 @@ Result measure(const std::string& policy, const Tensor& x, const Tensor& y, int 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 60;
+  int steps = 150;
   for (int i = 1; i + 1 < argc; ++i)
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
   auto data = datasets::fashion_mnist::load();

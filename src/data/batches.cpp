@@ -62,7 +62,9 @@ Tensor take_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
   auto* dst = static_cast<char*>(out.data_ptr());
   const auto count = static_cast<std::int64_t>(indices.size());
   if (device.is_cpu()) {
-#pragma omp parallel for schedule(static) if (count * static_cast<std::int64_t>(row) > (std::int64_t{1} << 22))
+// Scattered rows are memory-latency bound: both threads help from a few hundred KB on (a
+    // helper thread overlapping the step would steal a core from the compute threads instead).
+#pragma omp parallel for schedule(static) if (count * static_cast<std::int64_t>(row) > (std::int64_t{1} << 17))
     for (std::int64_t k = 0; k < count; ++k)
       std::memcpy(dst + static_cast<std::size_t>(k) * row,
                   src + static_cast<std::size_t>(indices[static_cast<std::size_t>(k)]) * row, row);

@@ -1,7 +1,6 @@
 #include "mpt/model.hpp"
 
 #include <cmath>
-#include <future>
 #include <iostream>
 #include <map>
 
@@ -230,14 +229,9 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
       std::vector<std::int64_t> idx(order.begin() + b, order.begin() + e);
       return std::make_pair(data::take_rows(x, idx), data::take_rows(y, idx));
     };
-    // A shuffled batch is a gather of scattered rows (memory-latency bound): the next one is
-    // gathered on a helper thread while this step computes, as tf.data's prefetch does.
-    std::future<std::pair<Tensor, Tensor>> next;
-    if (o.shuffle) next = std::async(std::launch::async, gather, std::int64_t{0});
     for (std::int64_t step = 0; step < steps; ++step) {
       const std::int64_t b = step * o.batch_size, e = std::min(n, b + o.batch_size);
-      auto [xb, yb] = o.shuffle ? next.get() : gather(step);
-      if (o.shuffle && step + 1 < steps) next = std::async(std::launch::async, gather, step + 1);
+      auto [xb, yb] = gather(step);
       for (auto& c : cbs) c->on_train_batch_begin(step, {});
       StepResult r = train_step(xb, yb);
       loss_mean.update(r.loss, static_cast<double>(e - b));

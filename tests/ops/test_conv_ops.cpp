@@ -98,11 +98,13 @@ Vec pool_ref(const Tensor& xt, Size2 k, Size2 s, bool same, bool max, Shape& sha
   return y;
 }
 
-/// Runs f once with MPT_CPU_BF16_CONV unset and, for bfloat16, once more forcing each CPU path.
+/// Runs f once; for bfloat16 once per CPU convolution path: the automatic per-pass choice
+/// (AMX where oneDNN has it, the transposed backward-data), all native, all float32.
 void for_bf16_paths(DType dt, const std::function<void(const char*)>& f) {
   if (dt != bfloat16) return f("default");
-  for (const char* path : {"native", "float32"}) {
-    setenv("MPT_CPU_BF16_CONV", path, 1);
+  for (const char* path : {"auto", "native", "float32"}) {
+    if (std::string(path) == "auto") unsetenv("MPT_CPU_BF16_CONV");
+    else setenv("MPT_CPU_BF16_CONV", path, 1);
     f(path);
   }
   unsetenv("MPT_CPU_BF16_CONV");
@@ -301,6 +303,19 @@ TEST_CASE("batch_norm and layer_norm compute float32 statistics and match the re
           lref[row * ch + c] = (xv[row * ch + c] - mu) / std::sqrt(var + eps) * gv[c] + bv[c];
       }
       check_close(ln, lref, tolerance(dt), "layer_norm " + to_string(dt));
+    }
+    // bfloat16 storage is read and rounded in registers: exactly the float32 result rounded once.
+    {
+      Tensor xb = random({64, 8}, bfloat16, dev, 70, -3, 3);
+      Tensor g8 = random({8}, float32, dev, 71, 0.5, 1.5), b8 = random({8}, float32, dev, 72);
+      Tensor m8 = random({8}, float32, dev, 73), v8 = random({8}, float32, dev, 74, 0.5, 2);
+      for (const char* act : {"linear", "relu"}) {
+        auto y16 = ops::batch_norm(xb, g8, b8, m8, v8, {.activation = act}).y;
+        auto y32 = ops::batch_norm(xb.to(float32), g8, b8, m8, v8, {.activation = act}).y;
+        CHECK(y16.to_vector<float>() == y32.to(bfloat16).to_vector<float>());
+      }
+      auto nan = ops::batch_norm(Tensor::full({2, 8}, NAN, bfloat16, dev), g8, b8, m8, v8).y.to_vector<float>();
+      CHECK(std::isnan(nan[0]));
     }
     // Statistics of a large 16-bit batch far from zero stay accurate (float32 blocks, float64 totals).
     Tensor big = ops::add(random({64, 32, 32, 8}, bfloat16, dev, 15, -1, 1), Tensor::scalar(100, bfloat16, dev));

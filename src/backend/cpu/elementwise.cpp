@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -248,23 +249,33 @@ void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Ten
   });
 }
 
-bool CpuBackend::has_nonfinite(const Tensor& x) {
-  if (!is_floating(x.dtype())) return false;
-  bool found = false;
-  with_compute_type(x.dtype(), [&](auto c) {
-    using C = decltype(c);
-    if constexpr (std::is_floating_point_v<C>) {
-      C s[kBlock];
-      for (std::int64_t i = 0; i < x.numel() && !found; i += kBlock) {
-        std::int64_t m = std::min(kBlock, x.numel() - i);
-        const C* p = load<C>(x, i, m, s);
-        C acc = 0;
-        for (std::int64_t j = 0; j < m; ++j) acc += p[j] * C(0);  // inf*0 and NaN give NaN
-        found = acc != acc;
-      }
+namespace {
+/// True when any element's exponent bits are all ones (inf or NaN): an integer test on the raw
+/// bits, so it vectorises and needs no conversion of 16-bit data.
+template <class Bits>
+bool any_exponent_all_ones(const void* data, std::int64_t n, Bits mask) {
+  const auto* p = static_cast<const Bits*>(data);
+  std::atomic<bool> found{false};
+  parallel_for(n, std::int64_t{1} << 16, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e && !found.load(std::memory_order_relaxed); i += 4096) {
+      const std::int64_t end = std::min(e, i + 4096);
+      Bits hit = 0;
+      for (std::int64_t j = i; j < end; ++j) hit |= static_cast<Bits>((p[j] & mask) == mask);
+      if (hit) found = true;
     }
   });
   return found;
+}
+}  // namespace
+
+bool CpuBackend::has_nonfinite(const Tensor& x) {
+  switch (x.dtype()) {
+    case DType::Float32: return any_exponent_all_ones<std::uint32_t>(x.data_ptr(), x.numel(), 0x7f800000u);
+    case DType::Float64: return any_exponent_all_ones<std::uint64_t>(x.data_ptr(), x.numel(), 0x7ff0000000000000ull);
+    case DType::Float16: return any_exponent_all_ones<std::uint16_t>(x.data_ptr(), x.numel(), 0x7c00);
+    case DType::BFloat16: return any_exponent_all_ones<std::uint16_t>(x.data_ptr(), x.numel(), 0x7f80);
+    default: return false;
+  }
 }
 
 void CpuBackend::one_hot(const Tensor& indices, Tensor& out) {
