@@ -473,6 +473,92 @@ TEST_CASE("16-bit convolutions over several batch chunks match float32 compute")
   });
 }
 
+TEST_CASE("bfloat16 convolutions: every pass's path agrees with float32 compute") {
+  // Batches of 16 images, so that the passes recast as forward convolutions (backward data with
+  // the flipped kernel; weight gradient with images and channels swapped) run on AMX where it is.
+  struct Case {
+    Shape x;
+    std::int64_t filters;
+    Size2 strides;
+    const char* padding;
+    Size2 dilation;
+  };
+  const std::vector<Case> cases = {{{16, 9, 9, 16}, 32, {1, 1}, "same", {1, 1}},
+                                   {{16, 10, 9, 16}, 16, {2, 2}, "same", {1, 1}},
+                                   {{16, 11, 11, 8}, 16, {1, 1}, "valid", {2, 2}},
+                                   {{16, 9, 8, 16}, 16, {2, 1}, "valid", {1, 1}},
+                                   {{16, 8, 8, 1}, 32, {1, 1}, "valid", {1, 1}}};
+  for_each_device([&](Device dev) {
+    for_bf16_paths(bfloat16, [&](const char* path) {
+      for (const auto& c : cases) {
+        Tensor x = random(c.x, bfloat16, dev, 80, -1, 1), w = random({3, 3, c.x[3], c.filters}, bfloat16, dev, 81, -0.5, 0.5);
+        Tensor b = random({c.filters}, bfloat16, dev, 82);
+        ops::Conv2dOptions o{.strides = c.strides, .padding = c.padding, .dilation = c.dilation};
+        auto run = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+          GradientTape tape;
+          Tensor xs = xi, ws = wi, bs = bi;
+          tape.watch(xs), tape.watch(ws), tape.watch(bs);
+          Tensor y = ops::conv2d(xs, ws, bs, o);
+          Tensor loss = ops::sum(ops::cast(weigh(y), float32));
+          auto g = tape.gradient(loss, {xs, ws, bs});
+          g.insert(g.begin(), y);
+          return g;
+        };
+        auto r16 = run(x, w, b), r32 = run(x.to(float32), w.to(float32), b.to(float32));
+        const char* names[] = {"y", "dx", "dkernel", "dbias"};
+        for (int i = 0; i < 4; ++i) {
+          Vec ref = r32[i].to_vector<double>();
+          double scale = 0;
+          for (double v : ref) scale = std::max(scale, std::abs(v));
+          check_close(r16[i], ref, {tolerance(bfloat16).rtol, 2 * tolerance(bfloat16).rtol * scale},
+                      std::string("bf16 (") + path + ") " + to_string(c.x) + " " + c.padding + " " + names[i]);
+        }
+      }
+    });
+  });
+}
+
+TEST_CASE("first-layer convolutions (1 to 4 input channels) match float64, forward and gradients") {
+  struct Case {
+    Shape x;
+    std::int64_t filters;
+    Size2 strides;
+    const char* padding;
+    Size2 dilation;
+    const char* activation;
+  };
+  const std::vector<Case> cases = {{{4, 9, 8, 3}, 16, {1, 1}, "same", {1, 1}, "relu"},
+                                   {{4, 10, 9, 1}, 32, {2, 2}, "same", {1, 1}, "linear"},
+                                   {{3, 11, 11, 3}, 8, {1, 1}, "valid", {2, 2}, "linear"},
+                                   {{2, 8, 8, 4}, 16, {2, 1}, "valid", {1, 1}, "relu"}};
+  for_each_device([&](Device dev) {
+    for (DType dt : {float32, bfloat16})
+      for (const auto& c : cases) {
+        const std::string what = "first layer " + to_string(c.x) + " " + c.padding + " " + c.activation + " " + to_string(dt);
+        Tensor x = random(c.x, dt, dev, 90, -1, 1), w = random({3, 3, c.x[3], c.filters}, dt, dev, 91, -0.5, 0.5);
+        Tensor b = random({c.filters}, dt, dev, 92, 0.1, 0.5);
+        ops::Conv2dOptions o{.strides = c.strides, .padding = c.padding, .dilation = c.dilation, .activation = c.activation};
+        auto run = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+          GradientTape tape;
+          Tensor ws = wi, bs = bi;
+          tape.watch(ws), tape.watch(bs);
+          Tensor y = ops::conv2d(xi, ws, bs, o);
+          auto g = tape.gradient(ops::sum(ops::cast(weigh(y), float32)), {ws, bs});
+          g.insert(g.begin(), y);
+          return g;
+        };
+        auto r = run(x, w, b), r64 = run(x.to(float64), w.to(float64), b.to(float64));
+        const char* names[] = {"y", "dkernel", "dbias"};
+        for (int i = 0; i < 3; ++i) {
+          Vec ref = r64[i].to_vector<double>();
+          double scale = 0;
+          for (double v : ref) scale = std::max(scale, std::abs(v));
+          check_close(r[i], ref, {tolerance(dt).rtol, 2 * tolerance(dt).rtol * scale}, what + " " + names[i]);
+        }
+      }
+  });
+}
+
 TEST_CASE("conv, pooling and normalization errors name the op and the shapes") {
   for_each_device([](Device dev) {
     Tensor x = Tensor::ones({2, 4, 4, 3}, float32, dev);

@@ -3,39 +3,16 @@
 // The block kernels read float32, float64 and bfloat16 storage directly (bfloat16 widened in
 // registers) and are compiled for AVX-512 as well as the baseline ISA (picked at load time);
 // float16 is staged through float32 blocks.
-#include <bit>
 #include <cmath>
 #include <cstdint>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/rows.hpp"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MPT_VECTOR_CLONES __attribute__((target_clones("avx512f", "default")))
-#else
-#define MPT_VECTOR_CLONES
-#endif
+#include "backend/cpu/vector_types.hpp"
 
 namespace mpt::cpu {
 namespace {
-
-using bf16_bits = std::uint16_t;
-
-inline float widen(float v) { return v; }
-inline double widen(double v) { return v; }
-inline float widen(bf16_bits v) { return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16); }
-
-template <class T, class C>
-inline T narrow(C v) {
-  if constexpr (std::is_same_v<T, bf16_bits>) {  // round to nearest even; NaN stays a (quiet) NaN
-    const std::uint32_t u = std::bit_cast<std::uint32_t>(static_cast<float>(v));
-    const std::uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return static_cast<bf16_bits>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
-  } else {
-    return static_cast<T>(v);
-  }
-}
 
 // ---- block kernels: n rows of ch channels, vectorized over the channels ---------------------
 
@@ -96,13 +73,6 @@ MPT_VECTOR_CLONES void grad_input_block(const T* __restrict x, const T* __restri
 
 // ---- storage ----------------------------------------------------------------------------------
 
-/// The dtype whose storage the kernels read as T.
-template <class T> constexpr DType storage_dtype() {
-  if constexpr (std::is_same_v<T, float>) return float32;
-  else if constexpr (std::is_same_v<T, double>) return float64;
-  else return bfloat16;
-}
-
 /// Blocks of a tensor as T: its own memory, or (float16) a float32 copy in `buf`.
 template <class T>
 struct Staged {
@@ -125,14 +95,6 @@ struct Staged {
                     t.dtype(), static_cast<std::size_t>(count));
   }
 };
-
-/// Calls f(T{}, C{}) with the storage type T and compute type C of a floating dtype.
-template <class F>
-void with_types(DType d, F&& f) {
-  if (d == float64) return f(double{}, double{});
-  if (d == bfloat16) return f(bf16_bits{}, float{});
-  return f(float{}, float{});  // float32, and float16 staged as float32
-}
 
 /// Per-channel float64 totals of two sums over the rows of x (and dy): block(px, pd, n, s1, s2)
 /// adds n rows into float32 block sums, which are added up in float64.
@@ -262,13 +224,13 @@ void backward(const Tensor& x, const Tensor& dy, const Coefficients<C>& k, bool 
 
 void CpuBackend::batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) {
   if (x.numel() == 0) return;
-  with_types(x.dtype(), [&](auto t, auto c) { stats<decltype(t), decltype(c)>(x, mean, var); });
+  with_vector_types(x.dtype(), [&](auto t, auto c) { stats<decltype(t), decltype(c)>(x, mean, var); });
 }
 
 void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma,
                                     const Tensor& beta, double eps, Activation act, Tensor& y) {
   if (x.numel() == 0) return;
-  with_types(x.dtype(), [&](auto t, auto c) {
+  with_vector_types(x.dtype(), [&](auto t, auto c) {
     using T = decltype(t);
     using C = decltype(c);
     const auto k = coefficients<C>(mean, var, gamma, beta, x.shape().back(), eps);
@@ -285,7 +247,7 @@ void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& dy, const Te
     if (dbeta.defined()) fill(dbeta, 0.0);
     return;
   }
-  with_types(x.dtype(), [&](auto t, auto c) {
+  with_vector_types(x.dtype(), [&](auto t, auto c) {
     using T = decltype(t);
     using C = decltype(c);
     const auto k = coefficients<C>(mean, var, gamma, beta, x.shape().back(), eps);

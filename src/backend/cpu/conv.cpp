@@ -1,15 +1,17 @@
 // 2-D convolution through oneDNN: NHWC activations, the Keras [kh, kw, Cin, Cout] kernel
-// reordered into the layout each primitive prefers, primitives cached per shape. float64 runs
-// the reference loops (conv_reference.cpp).
+// reordered into the layout each primitive prefers, primitives cached per shape (conv_plans.cpp);
+// float64 runs the reference loops (conv_reference.cpp).
 //
-// Which compute each pass of a 16-bit convolution uses is measured, not assumed. float16 always
-// computes in float32. bfloat16 runs natively (bf16 operands, f32 accumulation) where oneDNN
-// runs that pass on AMX, else in float32: without AMX, vdpbf16ps issues at half the rate of
-// float32 FMAs on this CPU, so oneDNN's AVX512-BF16 convolutions take twice as long as float32.
-// oneDNN 2.6 has AMX forward convolutions but no AMX backward ones, so a stride-1 backward-data
-// pass runs as the forward convolution it is (dy against the flipped, transposed kernel), and
-// the weight gradient computes in float32. float32 compute with 16-bit storage goes through the
-// batch a few images at a time, so the float32 copies stay in cache.
+// Each pass of a 16-bit convolution uses the compute measured fastest on this CPU. float16
+// computes in float32. bfloat16 runs natively (bf16 operands, f32 accumulation) where oneDNN runs
+// the pass on AMX, and in float32 otherwise: without AMX, vdpbf16ps issues at half the rate of
+// float32 FMAs here (101 vs 216 GFLOP/s per core), so AVX512-BF16 convolutions take twice as long
+// as float32 ones. oneDNN 2.6 has AMX forward convolutions only, so a stride-1 backward-data pass
+// runs as the forward convolution it is (dy against the flipped, transposed kernel), and the
+// weight gradient computes in float32 (recast as a forward convolution it runs on AMX but
+// re-reads dy as an OHxOW kernel for every tap: 14 ms against 6 ms in float32 for a
+// [128, 32, 32, 32] layer). float32 compute of 16-bit data goes through the batch a few images
+// at a time, so that the float32 copies stay in cache.
 // MPT_CPU_BF16_CONV=native|float32 forces one bfloat16 path for every pass (tests, benchmarks).
 #include <omp.h>
 
@@ -22,22 +24,13 @@
 #include "backend/cpu/conv_reference.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
+#include "backend/cpu/conv_plans.hpp"
 #include "backend/cpu/dnnl_util.hpp"
 
 namespace mpt::cpu {
 namespace {
 
-using dims = dnnl::memory::dims;
-using tag = dnnl::memory::format_tag;
-using md_t = dnnl::memory::desc;
-
-struct ConvShape {
-  std::int64_t n, h, w, cin, oh, ow, cout, kh, kw;
-};
-
-ConvShape conv_shape(const Shape& x, const Shape& w, const Shape& y) {
-  return {x[0], x[1], x[2], x[3], y[1], y[2], y[3], w[0], w[1]};
-}
+using namespace conv;
 
 enum class Bf16Mode { Auto, Native, Float32 };
 
@@ -46,214 +39,6 @@ Bf16Mode bf16_mode() {
   if (e && !std::strcmp(e, "native")) return Bf16Mode::Native;
   if (e && !std::strcmp(e, "float32")) return Bf16Mode::Float32;
   return Bf16Mode::Auto;
-}
-
-dnnl::algorithm eltwise_of(Activation act) {
-  switch (act) {
-    case Activation::Relu: return dnnl::algorithm::eltwise_relu;
-    case Activation::Sigmoid: return dnnl::algorithm::eltwise_logistic;
-    case Activation::Tanh: return dnnl::algorithm::eltwise_tanh;
-    default: return dnnl::algorithm::undef;
-  }
-}
-
-/// The oneDNN view of one convolution problem (shapes in oneDNN's N, C, H, W order).
-struct ConvDescs {
-  md_t src, dst, weights_any, user_weights;
-  dims strides, dilates, pad_l, pad_r;
-};
-
-ConvDescs conv_descs(const ConvShape& s, const Conv2dGeometry& g, dnnl::memory::data_type t,
-                     dnnl::memory::data_type weights_t) {
-  ConvDescs d;
-  d.src = md_t({s.n, s.cin, s.h, s.w}, t, tag::nhwc);
-  d.dst = md_t({s.n, s.cout, s.oh, s.ow}, t, tag::nhwc);
-  d.weights_any = md_t({s.cout, s.cin, s.kh, s.kw}, weights_t, tag::any);
-  d.user_weights = md_t({s.cout, s.cin, s.kh, s.kw}, weights_t, tag::hwio);
-  d.strides = {g.stride_h, g.stride_w};
-  d.dilates = {g.dilation_h - 1, g.dilation_w - 1};  // oneDNN counts the gaps
-  d.pad_l = {g.pad_top, g.pad_left};
-  d.pad_r = {g.pad_bottom, g.pad_right};
-  return d;
-}
-
-std::string conv_key(const char* kind, const ConvShape& s, const Conv2dGeometry& g, DType d, int a, int b) {
-  // oneDNN fixes a primitive's thread partition when it is created: the thread count is part of the key.
-  const int nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
-  char key[320];
-  std::snprintf(key, sizeof key, "%s|%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld|%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld|%d,%d,%d,t%d",
-                kind, (long long)s.n, (long long)s.h, (long long)s.w, (long long)s.cin, (long long)s.oh,
-                (long long)s.ow, (long long)s.cout, (long long)s.kh, (long long)s.kw, (long long)g.stride_h,
-                (long long)g.stride_w, (long long)g.dilation_h, (long long)g.dilation_w, (long long)g.pad_top,
-                (long long)g.pad_bottom, (long long)g.pad_left, (long long)g.pad_right, static_cast<int>(d), a, b,
-                nthr);
-  return key;
-}
-
-dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, const md_t& bias, Activation act) {
-  dnnl::primitive_attr attr;
-  if (act != Activation::Linear) {
-    dnnl::post_ops po;
-    po.append_eltwise(1.f, eltwise_of(act), 0.f, 0.f);
-    attr.set_post_ops(po);
-  }
-  const auto prop = dnnl::prop_kind::forward_training;
-  const auto alg = dnnl::algorithm::convolution_direct;
-  auto desc = bias.is_zero() ? dnnl::convolution_forward::desc(prop, alg, d.src, d.weights_any, d.dst, d.strides,
-                                                               d.dilates, d.pad_l, d.pad_r)
-                             : dnnl::convolution_forward::desc(prop, alg, d.src, d.weights_any, bias, d.dst, d.strides,
-                                                               d.dilates, d.pad_l, d.pad_r);
-  return dnnl::convolution_forward::primitive_desc(desc, attr, dnnl_engine());
-}
-
-/// A Keras-layout -> primitive-layout reorder of the weights (none when the layouts agree).
-struct WeightsIn {
-  md_t user, prim;
-  dnnl::reorder reorder;
-  bool needed = false;
-  void init(const md_t& user_md, const md_t& prim_md) {
-    user = user_md, prim = prim_md;
-    needed = user != prim;
-    if (needed) reorder = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), user, dnnl_engine(), prim));
-  }
-};
-
-/// The weights of one call, reordered at most once for all the chunks whose primitives want the
-/// same layout.
-class PreparedWeights {
- public:
-  explicit PreparedWeights(const Tensor& w) : w_(w) {}
-  dnnl::memory get(const WeightsIn& in) {
-    auto& eng = dnnl_engine();
-    if (!in.needed) return dnnl::memory(in.user, eng, w_.data_ptr());
-    if (storage_.defined() && desc_ == in.prim) return dnnl::memory(in.prim, eng, storage_.data_ptr());
-    storage_ = Tensor::empty({static_cast<std::int64_t>(in.prim.get_size())}, uint8, w_.device());
-    desc_ = in.prim;
-    dnnl::memory prim(in.prim, eng, storage_.data_ptr()), user(in.user, eng, w_.data_ptr());
-    in.reorder.execute(dnnl_stream(), user, prim);
-    return prim;
-  }
-
- private:
-  Tensor w_, storage_;
-  md_t desc_;
-};
-
-struct ForwardPlan {
-  dnnl::convolution_forward prim;
-  md_t src, dst, bias;
-  WeightsIn weights;
-  std::string impl;
-};
-
-struct BackwardDataPlan {
-  dnnl::convolution_backward_data prim;
-  md_t diff_src, diff_dst;
-  WeightsIn weights;
-  std::string impl;
-};
-
-struct BackwardWeightsPlan {
-  dnnl::convolution_backward_weights prim;
-  md_t src, diff_dst, diff_weights, diff_bias, user_diff_weights;  // f32; user: Keras layout
-  dnnl::reorder to_user;
-  bool reorder_needed = false;
-  std::string impl;
-};
-
-ForwardPlan& forward_plan(const ConvShape& s, const Conv2dGeometry& g, DType d, const DType* bias_dt, Activation act) {
-  static PrimitiveCache<ForwardPlan> cache;
-  const std::string key = conv_key("fwd", s, g, d, bias_dt ? 1 + static_cast<int>(*bias_dt) : 0, static_cast<int>(act));
-  return cache.get(key, [&] {
-    ConvDescs cd = conv_descs(s, g, dnnl_type(d), dnnl_type(d));
-    ForwardPlan p;
-    if (bias_dt) p.bias = md_t({s.cout}, dnnl_type(*bias_dt), tag::x);
-    auto pd = forward_pd(cd, p.bias, act);
-    p.prim = dnnl::convolution_forward(pd);
-    p.src = cd.src, p.dst = cd.dst;
-    p.weights.init(cd.user_weights, pd.weights_desc());
-    p.impl = pd.impl_info_str();
-    return p;
-  });
-}
-
-BackwardDataPlan& backward_data_plan(const ConvShape& s, const Conv2dGeometry& g, DType d) {
-  static PrimitiveCache<BackwardDataPlan> cache;
-  return cache.get(conv_key("bwd_data", s, g, d, 0, 0), [&] {
-    ConvDescs cd = conv_descs(s, g, dnnl_type(d), dnnl_type(d));
-    auto hint = forward_pd(cd, md_t(), Activation::Linear);
-    dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, cd.src, cd.weights_any, cd.dst,
-                                               cd.strides, cd.dilates, cd.pad_l, cd.pad_r);
-    dnnl::convolution_backward_data::primitive_desc pd(desc, dnnl_engine(), hint);
-    BackwardDataPlan p;
-    p.prim = dnnl::convolution_backward_data(pd);
-    p.diff_src = cd.src, p.diff_dst = cd.dst;
-    p.weights.init(cd.user_weights, pd.weights_desc());
-    p.impl = pd.impl_info_str();
-    return p;
-  });
-}
-
-BackwardWeightsPlan& backward_weights_plan(const ConvShape& s, const Conv2dGeometry& g, DType d) {
-  static PrimitiveCache<BackwardWeightsPlan> cache;
-  return cache.get(conv_key("bwd_weights", s, g, d, 0, 0), [&] {
-    const auto t = dnnl_type(d), f32 = dnnl::memory::data_type::f32;
-    ConvDescs cd = conv_descs(s, g, t, f32);
-    BackwardWeightsPlan p;
-    p.diff_bias = md_t({s.cout}, f32, tag::x);
-    auto hint = forward_pd(conv_descs(s, g, t, t), md_t({s.cout}, t, tag::x), Activation::Linear);
-    dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, cd.src, cd.weights_any,
-                                                  p.diff_bias, cd.dst, cd.strides, cd.dilates, cd.pad_l, cd.pad_r);
-    dnnl::convolution_backward_weights::primitive_desc pd(desc, dnnl_engine(), hint);
-    p.prim = dnnl::convolution_backward_weights(pd);
-    p.src = cd.src, p.diff_dst = cd.dst;
-    p.diff_weights = pd.diff_weights_desc();
-    p.user_diff_weights = cd.user_weights;
-    p.reorder_needed = p.diff_weights != p.user_diff_weights;
-    if (p.reorder_needed)
-      p.to_user = dnnl::reorder(
-          dnnl::reorder::primitive_desc(dnnl_engine(), p.diff_weights, dnnl_engine(), p.user_diff_weights));
-    p.impl = pd.impl_info_str();
-    return p;
-  });
-}
-
-void run_forward(ForwardPlan& plan, const void* x, PreparedWeights& w, const void* bias, void* y) {
-  auto& eng = dnnl_engine();
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(plan.src, eng, const_cast<void*>(x))},
-                                             {DNNL_ARG_WEIGHTS, w.get(plan.weights)},
-                                             {DNNL_ARG_DST, dnnl::memory(plan.dst, eng, y)}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(plan.bias, eng, const_cast<void*>(bias)));
-  plan.prim.execute(dnnl_stream(), args);
-  dnnl_stream().wait();
-}
-
-void run_backward_data(BackwardDataPlan& plan, const void* dy, PreparedWeights& w, void* dx) {
-  auto& eng = dnnl_engine();
-  plan.prim.execute(dnnl_stream(), {{DNNL_ARG_DIFF_DST, dnnl::memory(plan.diff_dst, eng, const_cast<void*>(dy))},
-                                    {DNNL_ARG_WEIGHTS, w.get(plan.weights)},
-                                    {DNNL_ARG_DIFF_SRC, dnnl::memory(plan.diff_src, eng, dx)}});
-  dnnl_stream().wait();
-}
-
-/// Diff weights (float32, Keras layout) and diff bias (float32); `scratch` holds the
-/// primitive-layout result when it differs.
-void run_backward_weights(BackwardWeightsPlan& plan, const void* x, const void* dy, float* dw, float* dbias,
-                          Tensor& scratch) {
-  auto& eng = dnnl_engine();
-  dnnl::memory user_dw(plan.user_diff_weights, eng, dw);
-  dnnl::memory prim_dw = user_dw;
-  if (plan.reorder_needed) {
-    const auto bytes = static_cast<std::int64_t>(plan.diff_weights.get_size());
-    if (!scratch.defined() || scratch.numel() < bytes) scratch = Tensor::empty({bytes}, uint8, Device::cpu());
-    prim_dw = dnnl::memory(plan.diff_weights, eng, scratch.data_ptr());
-  }
-  plan.prim.execute(dnnl_stream(), {{DNNL_ARG_SRC, dnnl::memory(plan.src, eng, const_cast<void*>(x))},
-                                    {DNNL_ARG_DIFF_DST, dnnl::memory(plan.diff_dst, eng, const_cast<void*>(dy))},
-                                    {DNNL_ARG_DIFF_WEIGHTS, prim_dw},
-                                    {DNNL_ARG_DIFF_BIAS, dnnl::memory(plan.diff_bias, eng, dbias)}});
-  if (plan.reorder_needed) plan.to_user.execute(dnnl_stream(), prim_dw, user_dw);
-  dnnl_stream().wait();
 }
 
 // ---- float32 staging of 16-bit data -----------------------------------------------------------

@@ -1,0 +1,54 @@
+#pragma once
+// Element access for the vectorized CPU kernels: float32/float64 as they are, bfloat16 widened to
+// float32 in registers (and rounded back to nearest even), and MPT_VECTOR_CLONES, which compiles
+// a kernel for AVX-512 besides the baseline ISA and picks one when the library loads.
+#include <bit>
+#include <cstdint>
+#include <type_traits>
+
+#include "mpt/dtype.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MPT_VECTOR_CLONES __attribute__((target_clones("avx512f", "default")))
+#else
+#define MPT_VECTOR_CLONES
+#endif
+
+namespace mpt::cpu {
+
+/// The bits of a bfloat16 value.
+using bf16_bits = std::uint16_t;
+
+inline float widen(float v) { return v; }
+inline double widen(double v) { return v; }
+inline float widen(bf16_bits v) { return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16); }
+
+template <class T, class C>
+inline T narrow(C v) {
+  if constexpr (std::is_same_v<T, bf16_bits>) {  // round to nearest even; NaN stays a (quiet) NaN
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(static_cast<float>(v));
+    const std::uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return static_cast<bf16_bits>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+/// The dtype whose storage a kernel reads as T.
+template <class T>
+constexpr DType storage_dtype() {
+  if constexpr (std::is_same_v<T, float>) return float32;
+  else if constexpr (std::is_same_v<T, double>) return float64;
+  else return bfloat16;
+}
+
+/// Calls f(T{}, C{}) with the storage type T and compute type C of float32, float64 or bfloat16
+/// (float16 maps to float32: callers stage it through float32 copies).
+template <class F>
+void with_vector_types(DType d, F&& f) {
+  if (d == float64) return f(double{}, double{});
+  if (d == bfloat16) return f(bf16_bits{}, float{});
+  return f(float{}, float{});
+}
+
+}  // namespace mpt::cpu
