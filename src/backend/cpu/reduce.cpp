@@ -69,6 +69,19 @@ void CpuBackend::argmax(const Tensor& x, std::int64_t axis, Tensor& out) {
   auto* res = out.data<std::int64_t>();
   with_compute_type(x.dtype(), [&](auto c) {
     using C = decltype(c);
+    if (inner == 1 && n <= kBlock) {  // rows (the class axis of predictions): one block load each
+      parallel_for(outer, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t b, std::int64_t e) {
+        C row[kBlock];
+        for (std::int64_t o = b; o < e; ++o) {
+          const C* p = load<C>(x, o * n, n, row);
+          std::int64_t best = 0;
+          for (std::int64_t i = 1; i < n; ++i)
+            if (p[i] > p[best] || (p[i] != p[i] && p[best] == p[best])) best = i;
+          res[o] = best;
+        }
+      });
+      return;
+    }
     parallel_for(outer * inner, 4096, [&](std::int64_t b, std::int64_t e) {
       C v;
       for (std::int64_t u = b; u < e; ++u) {
