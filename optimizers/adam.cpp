@@ -14,16 +14,21 @@ AdamOptimizer::AdamOptimizer(AdamOptions o)
 
 std::shared_ptr<Optimizer> AdamOptimizer::clone() const { return std::make_shared<AdamOptimizer>(o_); }
 
-void AdamOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
+void detail::adam_step(Optimizer& opt, const Tensor& grad, const Variable& var, double lr, double beta_1,
+                       double beta_2, double epsilon, bool amsgrad, double decay) {
   // Keras: bias corrections folded into the step size; t counts from 1.
-  const double t = static_cast<double>(iterations() + 1);
-  const double alpha = lr * std::sqrt(1 - std::pow(o_.beta_2, t)) / (1 - std::pow(o_.beta_1, t));
+  const double t = static_cast<double>(opt.iterations() + 1);
+  const double alpha = lr * std::sqrt(1 - std::pow(beta_2, t)) / (1 - std::pow(beta_1, t));
   Tensor value = var.value();
-  Tensor& m = slot(var, "m");
-  Tensor& v = slot(var, "v");
-  Tensor* vhat = o_.amsgrad ? &slot(var, "vhat") : nullptr;
-  ops::adam_update(value, grad, m, v, vhat, alpha, o_.beta_1, o_.beta_2, o_.epsilon);
+  Tensor& m = opt.slot(var, "m");
+  Tensor& v = opt.slot(var, "v");
+  Tensor* vhat = amsgrad ? &opt.slot(var, "vhat") : nullptr;
+  ops::adam_update(value, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay);
   var.mark_modified();
+}
+
+void AdamOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
+  detail::adam_step(*this, grad, var, lr, o_.beta_1, o_.beta_2, o_.epsilon, o_.amsgrad, 0.0);
 }
 
 std::shared_ptr<AdamOptimizer> Adam(AdamOptions options) { return std::make_shared<AdamOptimizer>(std::move(options)); }

@@ -16,16 +16,8 @@ AdamWOptimizer::AdamWOptimizer(AdamWOptions o)
 std::shared_ptr<Optimizer> AdamWOptimizer::clone() const { return std::make_shared<AdamWOptimizer>(o_); }
 
 void AdamWOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
-  const double t = static_cast<double>(iterations() + 1);
-  const double alpha = lr * std::sqrt(1 - std::pow(o_.beta_2, t)) / (1 - std::pow(o_.beta_1, t));
-  Tensor value = var.value();
-  Tensor& m = slot(var, "m");
-  Tensor& v = slot(var, "v");
-  Tensor* vhat = o_.amsgrad ? &slot(var, "vhat") : nullptr;
   // Decoupled decay, var -= var * weight_decay * lr, before the Adam step (fused into it).
-  ops::adam_update(value, grad, m, v, vhat, alpha, o_.beta_1, o_.beta_2, o_.epsilon,
-                   o_.weight_decay * lr);
-  var.mark_modified();
+  detail::adam_step(*this, grad, var, lr, o_.beta_1, o_.beta_2, o_.epsilon, o_.amsgrad, o_.weight_decay * lr);
 }
 
 std::shared_ptr<AdamWOptimizer> AdamW(AdamWOptions options) { return std::make_shared<AdamWOptimizer>(std::move(options)); }

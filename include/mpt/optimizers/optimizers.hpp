@@ -58,6 +58,12 @@ class AdamOptimizer : public Optimizer {
 std::shared_ptr<AdamOptimizer> Adam(AdamOptions options = {});
 
 
+namespace detail {
+/// The Adam step shared by Adam and AdamW (decay: decoupled weight decay times lr, 0 for Adam).
+void adam_step(Optimizer& opt, const Tensor& grad, const Variable& var, double lr, double beta_1, double beta_2,
+               double epsilon, bool amsgrad, double decay);
+}  // namespace detail
+
 struct AdamWOptions {
   LearningRate learning_rate = 0.001;
   double weight_decay = 0.004;
