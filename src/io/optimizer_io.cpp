@@ -204,6 +204,16 @@ std::string optimizer_to_json(const Optimizer& opt, bool keras_only) {
       .done();
 }
 
+/// The options Adam and AdamW share.
+template <class O>
+void read_adam(O& o, const json::Value& c, const std::string& w) {
+  read_common(o, c, w);
+  o.beta_1 = get_double(c, "beta_1", o.beta_1, w);
+  o.beta_2 = get_double(c, "beta_2", o.beta_2, w);
+  o.epsilon = get_double(c, "epsilon", o.epsilon, w);
+  o.amsgrad = get_bool(c, "amsgrad", o.amsgrad, w);
+}
+
 std::shared_ptr<Optimizer> optimizer_from_json(const json::Value& v, const std::string& where) {
   const std::string& cls = v.at("class_name", where).as_string(where + ", class_name");
   const std::string w = where + ", optimizer " + cls;
@@ -217,21 +227,13 @@ std::shared_ptr<Optimizer> optimizer_from_json(const json::Value& v, const std::
   }
   if (cls == "Adam") {
     AdamOptions o;
-    read_common(o, c, w);
-    o.beta_1 = get_double(c, "beta_1", o.beta_1, w);
-    o.beta_2 = get_double(c, "beta_2", o.beta_2, w);
-    o.epsilon = get_double(c, "epsilon", o.epsilon, w);
-    o.amsgrad = get_bool(c, "amsgrad", o.amsgrad, w);
+    read_adam(o, c, w);
     return std::make_shared<AdamOptimizer>(o);
   }
   if (cls == "AdamW") {
     AdamWOptions o;
-    read_common(o, c, w);
+    read_adam(o, c, w);
     o.weight_decay = get_double(c, "weight_decay", o.weight_decay, w);
-    o.beta_1 = get_double(c, "beta_1", o.beta_1, w);
-    o.beta_2 = get_double(c, "beta_2", o.beta_2, w);
-    o.epsilon = get_double(c, "epsilon", o.epsilon, w);
-    o.amsgrad = get_bool(c, "amsgrad", o.amsgrad, w);
     return std::make_shared<AdamWOptimizer>(o);
   }
   if (cls == "RMSprop") {

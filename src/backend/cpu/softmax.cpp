@@ -130,64 +130,67 @@ C normalise(C* p, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) p[i] /= s;
   return s;
 }
+/// Runs f(r, row, t) for every row r of x [rows, n] with row = x[r] and t = its targets, both as C.
+template <class C, class F>
+void for_cross_entropy_rows(const Tensor& x, const Tensor& labels, F f) {
+  const std::int64_t rows = x.shape()[0], n = x.shape()[1];
+  parallel_for(rows, std::max<std::int64_t>(1, 8192 / n), [&](std::int64_t b, std::int64_t e) {
+    Buf<C> row(n), t(n);
+    for (std::int64_t r = b; r < e; ++r) {
+      gather(x, r, 0, n, 1, row.data());
+      target_row(labels, r, n, t.data());
+      f(r, row.data(), t.data());
+    }
+  });
+}
 }  // namespace
 
 void CpuBackend::cross_entropy(const Tensor& x, const Tensor& labels, bool from_logits,
                                Tensor& loss) {
-  const std::int64_t rows = x.shape()[0], n = x.shape()[1];
+  const std::int64_t n = x.shape()[1];
   with_compute_type(x.dtype(), [&](auto c) {
     using C = decltype(c);
     const C eps = C(kProbEpsilon);
-    parallel_for(rows, std::max<std::int64_t>(1, 8192 / n), [&](std::int64_t b, std::int64_t e) {
-      Buf<C> row(n), t(n);
-      for (std::int64_t r = b; r < e; ++r) {
-        gather(x, r, 0, n, 1, row.data());
-        target_row(labels, r, n, t.data());
-        if (from_logits) {
-          softmax_row(row.data(), n, /*log=*/true);
-        } else {
-          normalise(row.data(), n);
-          for (std::int64_t i = 0; i < n; ++i) row[i] = std::log(std::clamp(row[i], eps, C(1) - eps));
-        }
-        C l = 0;
-        for (std::int64_t i = 0; i < n; ++i) l -= t[i] * row[i];
-        scatter(loss, r, 0, 1, 1, &l);
+    for_cross_entropy_rows<C>(x, labels, [&](std::int64_t r, C* row, const C* t) {
+      if (from_logits) {
+        softmax_row(row, n, /*log=*/true);
+      } else {
+        normalise(row, n);
+        for (std::int64_t i = 0; i < n; ++i) row[i] = std::log(std::clamp(row[i], eps, C(1) - eps));
       }
+      C l = 0;
+      for (std::int64_t i = 0; i < n; ++i) l -= t[i] * row[i];
+      scatter(loss, r, 0, 1, 1, &l);
     });
   });
 }
 
 void CpuBackend::cross_entropy_backward(const Tensor& x, const Tensor& labels, bool from_logits,
                                         const Tensor& dloss, Tensor& dx) {
-  const std::int64_t rows = x.shape()[0], n = x.shape()[1];
+  const std::int64_t n = x.shape()[1];
   with_compute_type(x.dtype(), [&](auto c) {
     using C = decltype(c);
     const C eps = C(kProbEpsilon);
-    parallel_for(rows, std::max<std::int64_t>(1, 8192 / n), [&](std::int64_t b, std::int64_t e) {
-      Buf<C> row(n), t(n);
-      for (std::int64_t r = b; r < e; ++r) {
-        C g;
-        g = *load<C>(dloss, r, 1, &g);
-        gather(x, r, 0, n, 1, row.data());
-        target_row(labels, r, n, t.data());
-        C tsum = 0;
-        for (std::int64_t i = 0; i < n; ++i) tsum += t[i];
-        if (from_logits) {  // d/dx = softmax(x) * sum(t) - t
-          softmax_row(row.data(), n, /*log=*/false);
-          for (std::int64_t i = 0; i < n; ++i) row[i] = g * (row[i] * tsum - t[i]);
-        } else {  // through q = p / S and the clip: dq_i = -t_i / q_i inside (eps, 1-eps)
-          C s = normalise(row.data(), n);
-          C dot = 0;
-          for (std::int64_t i = 0; i < n; ++i) {
-            C q = row[i];
-            C dq = (q > eps && q < C(1) - eps) ? -t[i] / q : C(0);
-            dot += dq * q;
-            row[i] = dq;
-          }
-          for (std::int64_t i = 0; i < n; ++i) row[i] = g * (row[i] - dot) / s;
+    for_cross_entropy_rows<C>(x, labels, [&](std::int64_t r, C* row, const C* t) {
+      C g;
+      g = *load<C>(dloss, r, 1, &g);
+      C tsum = 0;
+      for (std::int64_t i = 0; i < n; ++i) tsum += t[i];
+      if (from_logits) {  // d/dx = softmax(x) * sum(t) - t
+        softmax_row(row, n, /*log=*/false);
+        for (std::int64_t i = 0; i < n; ++i) row[i] = g * (row[i] * tsum - t[i]);
+      } else {  // through q = p / S and the clip: dq_i = -t_i / q_i inside (eps, 1-eps)
+        C s = normalise(row, n);
+        C dot = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          C q = row[i];
+          C dq = (q > eps && q < C(1) - eps) ? -t[i] / q : C(0);
+          dot += dq * q;
+          row[i] = dq;
         }
-        scatter(dx, r, 0, n, 1, row.data());
+        for (std::int64_t i = 0; i < n; ++i) row[i] = g * (row[i] - dot) / s;
       }
+      scatter(dx, r, 0, n, 1, row);
     });
   });
 }
