@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <random>
 
 #include "test_util.hpp"
 
@@ -441,6 +442,79 @@ TEST_CASE("16-bit conv, pooling and batch_norm gradients agree with float32") {
   });
 }
 
+namespace {
+
+// Bit patterns of a 16-bit float type that stress comparisons: NaNs of either sign with any
+// payload, infinities, signed zeros, subnormals, the largest numbers and runs of equal values.
+std::vector<std::uint16_t> special_bits(DType dt, std::size_t n, unsigned seed) {
+  const std::uint16_t inf = dt == bfloat16 ? 0x7f80 : 0x7c00, one = dt == bfloat16 ? 0x3f80 : 0x3c00;
+  std::mt19937 rng(seed);
+  std::vector<std::uint16_t> bits(n);
+  for (auto& b : bits) {
+    const std::uint16_t sign = (rng() & 1) ? 0x8000 : 0, r = static_cast<std::uint16_t>(rng());
+    const std::uint16_t kinds[] = {static_cast<std::uint16_t>(inf + 1 + r % (0x7fff - inf)), inf, 0,
+                                   static_cast<std::uint16_t>(1 + r % (inf == 0x7f80 ? 0x7f : 0x3ff)),
+                                   static_cast<std::uint16_t>(inf - 1), static_cast<std::uint16_t>(one + r % 3)};
+    const unsigned k = rng() % 9;
+    b = k < 6 ? static_cast<std::uint16_t>(sign | kinds[k]) : r;
+  }
+  return bits;
+}
+
+std::vector<std::uint16_t> bits_of(const Tensor& t) {
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(t.numel()));
+  t.copy_to_host(bits.data(), t.dtype());
+  return bits;
+}
+
+}  // namespace
+
+TEST_CASE("16-bit max pooling and relu gradients: NaN, inf, signed zeros and ties as float32, bit for bit") {
+  // The CPU kernels compare float16/bfloat16 as bit patterns; float32 compute on the widened
+  // values is the definition: NaN wins (the last one in the window), the first of equal maxima
+  // wins (-0 and +0 are equal), and gradients land on the same positions.
+  const Device dev = Device::cpu();
+  for (DType dt : {bfloat16, float16}) {
+    auto from_bits = [&](const Shape& shape, unsigned seed) {
+      std::size_t n = 1;
+      for (auto d : shape) n *= static_cast<std::size_t>(d);
+      const auto bits = special_bits(dt, n, seed);
+      return Tensor::from_host(bits.data(), bits.size(), dt, shape, dev);
+    };
+    struct Case {
+      Shape x;
+      Size2 k, s;
+      const char* padding;
+    };
+    for (const Case& c : {Case{{2, 8, 6, 37}, {2, 2}, {2, 2}, "valid"}, Case{{2, 7, 5, 3}, {2, 2}, {2, 2}, "same"},
+                          Case{{1, 9, 8, 33}, {3, 3}, {2, 2}, "same"}}) {
+      const std::string what = "max_pool2d " + to_string(c.x) + " " + c.padding + " " + to_string(dt);
+      Tensor x = from_bits(c.x, 60);
+      auto run = [&](const Tensor& xi) {
+        GradientTape tape;
+        Tensor xs = xi;
+        tape.watch(xs);
+        Tensor y = ops::max_pool2d(xs, c.k, {.strides = c.s, .padding = c.padding});
+        Tensor dx = tape.gradient(ops::mul(y, from_bits(y.shape(), 61).to(xi.dtype())), {xs})[0];
+        return std::pair{y.to(dt), dx.to(dt)};
+      };
+      auto [y16, dx16] = run(x);
+      auto [y32, dx32] = run(x.to(float32));
+      CHECK_MESSAGE(bits_of(y16) == bits_of(y32), what);
+      CHECK_MESSAGE(bits_of(dx16) == bits_of(dx32), what, " gradient");
+    }
+    auto relu_grad = [&](const Tensor& xi, const Tensor& wi) {
+      GradientTape tape;
+      Tensor xs = xi;
+      tape.watch(xs);
+      return tape.gradient(ops::mul(ops::relu(xs), wi), {xs})[0].to(dt);
+    };
+    Tensor x = from_bits({4099}, 62), w = from_bits({4099}, 63);
+    CHECK_MESSAGE(bits_of(relu_grad(x, w)) == bits_of(relu_grad(x.to(float32), w.to(float32))),
+                  "relu gradient ", to_string(dt));
+  }
+}
+
 TEST_CASE("16-bit convolutions over several batch chunks match float32 compute") {
   // Large enough that the CPU stages the batch through float32 in more than one chunk.
   for_each_device([](Device dev) {
@@ -515,6 +589,55 @@ TEST_CASE("bfloat16 convolutions: every pass's path agrees with float32 compute"
         }
       }
     });
+  });
+}
+
+TEST_CASE("bfloat16 kernel gradients (AMX tiles where the CPU has them) match float64 sums") {
+  // The products of bfloat16 values are exact in float32, so the only error is the float32
+  // summation's: 1e-5 of the sum of magnitudes bounds it. Shapes cover channel counts that are
+  // not multiples of 16, 1x1/4x4/5x5 kernels, asymmetric 'same' padding, dilation, and batches
+  // whose padded grid spans several 512-row blocks split over threads.
+  struct Case {
+    Shape x;
+    std::int64_t filters;
+    Size2 kernel;
+    const char* padding;
+    Size2 dilation;
+  };
+  const std::vector<Case> cases = {{{2, 5, 7, 16}, 16, {3, 3}, "same", {1, 1}},
+                                   {{12, 13, 13, 32}, 64, {3, 3}, "valid", {1, 1}},
+                                   {{5, 11, 9, 20}, 33, {4, 4}, "same", {1, 1}},
+                                   {{3, 12, 10, 40}, 17, {5, 5}, "same", {2, 2}},
+                                   {{7, 6, 6, 48}, 1, {1, 1}, "valid", {1, 1}}};
+  for_each_device([&](Device dev) {
+    for (const auto& c : cases) {
+      Tensor x = random(c.x, bfloat16, dev, 90, -2, 2), w = random({c.kernel[0], c.kernel[1], c.x[3], c.filters}, bfloat16, dev, 91);
+      Tensor b = random({c.filters}, bfloat16, dev, 92);
+      ops::Conv2dOptions o{.padding = c.padding, .dilation = c.dilation};
+      auto grads = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi, const Tensor& dy) {
+        GradientTape tape;
+        Tensor ws = wi, bs = bi;
+        tape.watch(ws), tape.watch(bs);
+        Tensor y = ops::conv2d(xi, ws, bs, o);
+        return tape.gradient(ops::sum(ops::cast(ops::mul(y, dy), float32)), {ws, bs});
+      };
+      const Shape ys = ops::conv2d(x, w, b, o).shape();
+      Tensor dy = random(ys, bfloat16, dev, 93, -1, 1);
+      auto g16 = grads(x, w, b, dy);
+      auto g64 = grads(x.to(float64), w.to(float64), b.to(float64), dy.to(float64));
+      // The same sums of magnitudes bound each entry's rounding error.
+      auto a64 = grads(ops::abs(x.to(float64)), w.to(float64), b.to(float64), ops::abs(dy.to(float64)));
+      for (int i = 0; i < 2; ++i) {
+        REQUIRE(g16[i].dtype() == bfloat16);
+        const Vec got = g16[i].to_vector<double>(), ref = g64[i].to_vector<double>(), mag = a64[i].to_vector<double>();
+        int bad = 0;
+        for (std::size_t k = 0; k < got.size(); ++k)
+          // the float32 sum within 1e-5 of the magnitudes, then one rounding to bfloat16 (2^-8)
+          bad += std::abs(got[k] - ref[k]) > 1e-5 * mag[k] + std::ldexp(std::abs(ref[k]), -8) + 1e-30;
+        CHECK_MESSAGE(bad == 0, (to_string(c.x) + " " + c.padding + (i ? " dbias: " : " dkernel: ") + std::to_string(bad) +
+                                    " of " + std::to_string(got.size()) + " entries off"));
+      }
+    }
   });
 }
 

@@ -8,11 +8,13 @@
 // float32 FMAs here (101 vs 216 GFLOP/s per core), so AVX512-BF16 convolutions take twice as long
 // as float32 ones. oneDNN 2.6 has AMX forward convolutions only, so a stride-1 backward-data pass
 // runs as the forward convolution it is (dy against the flipped, transposed kernel), and the
-// weight gradient computes in float32 (recast as a forward convolution it runs on AMX but
-// re-reads dy as an OHxOW kernel for every tap: 14 ms against 6 ms in float32 for a
-// [128, 32, 32, 32] layer). float32 compute of 16-bit data goes through the batch a few images
-// at a time, so that the float32 copies stay in cache.
-// MPT_CPU_BF16_CONV=native|float32 forces one bfloat16 path for every pass (tests, benchmarks).
+// weight gradient of a stride-1 convolution with 16 or more input channels runs on mpt's own AMX
+// kernel (conv_amx.cpp); other weight gradients compute in float32 (recast as a forward
+// convolution they would run on AMX but re-read dy as an OHxOW kernel for every tap: 14 ms
+// against 6 ms in float32 for a [128, 32, 32, 32] layer). float32 compute of 16-bit data goes
+// through the batch a few images at a time, so that the float32 copies stay in cache.
+// MPT_CPU_BF16_CONV=native|float32 forces one bfloat16 path for every pass (tests, benchmarks):
+// oneDNN's bf16 primitives, or float32 compute.
 #include <omp.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <cstring>
 #include <optional>
 
+#include "backend/cpu/conv_amx.hpp"
 #include "backend/cpu/conv_reference.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
@@ -190,7 +193,9 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGe
   const ConvShape full = conv_shape(x.shape(), w.shape(), dy.shape());
   const DType d = x.dtype();
   const DataPath dp = dx.defined() ? data_path(full, g, d) : DataPath::Native;
-  const bool weights = dw.defined() || dbias.defined(), wn = weights && native_weights(full, g, d);
+  const bool weights = dw.defined() || dbias.defined();
+  const bool amx = weights && bf16_mode() == Bf16Mode::Auto && amx_weights_applies(full, g, d);
+  const bool wn = weights && !amx && native_weights(full, g, d);
   if (dx.defined() && dp == DataPath::Native) {
     PreparedWeights pw(w);
     run_backward_data(backward_data_plan(full, g, d), dy.data_ptr(), pw, dx.data_ptr());
@@ -199,12 +204,16 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGe
     PreparedWeights pw(flipped_kernel(w));
     run_forward(forward_plan(t.s, t.g, d, nullptr, Activation::Linear), dy.data_ptr(), pw, nullptr, dx.data_ptr());
   }
-  if (wn) {
+  if (amx) {
+    WeightGradSum sum(full);
+    amx_conv_backward_weights(x, dy, full, g, sum.w.data<float>(), dbias.defined() ? sum.b.data<float>() : nullptr);
+    sum.write(dw, dbias);
+  } else if (wn) {
     WeightGradSum sum(full);
     sum.add(backward_weights_plan(full, g, d), x.data_ptr(), dy.data_ptr(), true);
     sum.write(dw, dbias);
   }
-  const bool staged_data = dx.defined() && dp == DataPath::Staged, staged_weights = weights && !wn;
+  const bool staged_data = dx.defined() && dp == DataPath::Staged, staged_weights = weights && !wn && !amx;
   if (!staged_data && !staged_weights) return;
   // float32 chunks; dy is converted once for both passes.
   ConvShape s = full;

@@ -34,6 +34,8 @@ extern "C" void mpt_amx_tile_configure(const char*)
 namespace mpt::cpu {
 namespace {
 
+bool amx_on = false;  // set once, before the engine exists
+
 // oneDNN 2.6 picks AMX on CPUs that report it; without the amx_tile_configure fix above its AMX
 // kernels die with SIGILL on guests that hide CPUID leaf 0x1D. AMX is used when the fix is in
 // effect and tile permission is granted; otherwise (or with MPT_ONEDNN_AMX=0) oneDNN is capped at
@@ -47,8 +49,12 @@ void prepare_cpu_isa() {
   const bool palette_fixed = dlsym(RTLD_DEFAULT, "_ZN4dnnl4impl3cpu3x6418amx_tile_configureEPKc") ==
                              reinterpret_cast<void*>(&mpt_amx_tile_configure);
   if (!(amx && std::string(amx) == "0") && palette_fixed &&
-      syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0)
+      syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0) {
+    unsigned a, b, c, d;  // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE
+    asm("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    amx_on = (d >> 22 & 1) && (d >> 24 & 1);
     return;
+  }
 #endif
   try {
     dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
@@ -64,6 +70,11 @@ dnnl::engine& dnnl_engine() {
     return dnnl::engine(dnnl::engine::kind::cpu, 0);
   }();
   return engine;
+}
+
+bool amx_enabled() {
+  dnnl_engine();
+  return amx_on;
 }
 
 dnnl::stream& dnnl_stream() {

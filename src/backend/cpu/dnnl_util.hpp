@@ -15,6 +15,8 @@ namespace mpt::cpu {
 
 dnnl::engine& dnnl_engine();
 dnnl::stream& dnnl_stream();
+/// True when oneDNN runs on AMX and mpt's own AMX kernels may too (see prepare_cpu_isa).
+bool amx_enabled();
 dnnl::memory::data_type dnnl_type(DType d);
 
 /// Primitives created once per key (shape, dtypes, attributes) and reused.

@@ -1,7 +1,8 @@
 #pragma once
 // Element access for the vectorized CPU kernels: float32/float64 as they are, bfloat16 widened to
 // float32 in registers (and rounded back to nearest even), and MPT_VECTOR_CLONES, which compiles
-// a kernel for AVX-512 besides the baseline ISA and picks one when the library loads.
+// a kernel for AVX-512 besides the baseline ISA and picks one when the library loads
+// (MPT_VECTOR_CLONES_16 for kernels on 16-bit lanes).
 #include <bit>
 #include <cstdint>
 #include <type_traits>
@@ -10,8 +11,12 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MPT_VECTOR_CLONES __attribute__((target_clones("avx512f", "default")))
+// For kernels on 16-bit integer lanes: AVX-512F has those only on 256-bit vectors (the 512-bit
+// ones are AVX-512BW), so these get an x86-64-v4 clone (F, BW, CD, DQ, VL) instead.
+#define MPT_VECTOR_CLONES_16 __attribute__((target_clones("arch=x86-64-v4", "default")))
 #else
 #define MPT_VECTOR_CLONES
+#define MPT_VECTOR_CLONES_16
 #endif
 
 namespace mpt::cpu {
