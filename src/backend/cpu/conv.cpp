@@ -1,6 +1,7 @@
 // 2-D convolution through oneDNN: NHWC activations, the Keras [kh, kw, Cin, Cout] kernel
 // reordered into the layout each primitive prefers, primitives cached per shape (conv_plans.cpp);
-// float64 runs the reference loops (conv_reference.cpp).
+// float64 runs the reference loops (conv_reference.cpp), and inputs with at most 4 channels (a
+// network's first layer) direct kernels (conv_small.cpp), faster than oneDNN's in every dtype.
 //
 // Each pass of a 16-bit convolution uses the compute measured fastest on this CPU. float16
 // computes in float32. bfloat16 runs natively (bf16 operands, f32 accumulation) where oneDNN runs
@@ -25,6 +26,7 @@
 
 #include "backend/cpu/conv_amx.hpp"
 #include "backend/cpu/conv_reference.hpp"
+#include "backend/cpu/conv_small.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/conv_plans.hpp"
@@ -245,6 +247,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
                         Activation act, Tensor& out) {
   if (out.numel() == 0) return;
   if (x.dtype() == float64) return reference_conv_forward(x, w, bias, g, act, out);
+  if (small_conv_applies(x.shape(), w.shape(), x.dtype())) return small_conv_forward(x, w, bias, g, act, out);
   dnnl_call("conv2d", [&] { forward(x, w, bias, g, act, out); });
 }
 
@@ -262,6 +265,12 @@ void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor&
       reference_conv_backward_weights(x, dy, g, dwr, dbias);
     }
     return;
+  }
+  if (small_conv_applies(x.shape(), w.shape(), x.dtype()) && (dw.defined() || dbias.defined())) {
+    small_conv_backward_weights(x, dy, g, dw, dbias);
+    if (!dx.defined()) return;
+    Tensor none;
+    return dnnl_call("conv2d backward", [&] { backward(x, w, dy, g, dx, none, none); });
   }
   dnnl_call("conv2d backward", [&] { backward(x, w, dy, g, dx, dw, dbias); });
 }
