@@ -83,75 +83,88 @@ struct Grid {
 };
 
 /// A 32x32 block of 16-bit values transposed in registers: at each scale b = 16, 8, ..., 1 the
-/// off-diagonal b x b blocks of every 2b x 2b block swap places.
+/// off-diagonal b x b blocks of every 2b x 2b block swap places. Scales of 2 or more elements
+/// move 32- or 64-bit lanes (one-uop VPERMT2D/Q); the last scale pairs 16-bit halves with shifts
+/// and blends (VPERMT2W is three uops).
 void transpose32(__m512i v[32]) {
-  for (int b = 16; b >= 1; b /= 2) {
-    alignas(64) std::uint16_t lo[32], hi[32];
-    for (int c = 0; c < 32; ++c) {
-      lo[c] = static_cast<std::uint16_t>(c & b ? 32 + c - b : c);
-      hi[c] = static_cast<std::uint16_t>(c & b ? 32 + c : c + b);
+  auto stage = [&](int b, auto swap) {
+    for (int i = 0; i < 32; ++i)
+      if (!(i & b)) swap(v[i], v[i + b]);
+  };
+  auto lanes64 = [](int b) {  // b in elements: 4, 8 or 16; 64-bit lanes of b / 4
+    alignas(64) std::int64_t lo[8], hi[8];
+    const int q = b / 4;
+    for (int c = 0; c < 8; ++c) lo[c] = c & q ? 8 + c - q : c, hi[c] = c & q ? 8 + c : c + q;
+    return std::pair{_mm512_load_si512(lo), _mm512_load_si512(hi)};
+  };
+  for (int b : {16, 8, 4}) {
+    const auto [lo, hi] = lanes64(b);
+    stage(b, [&](__m512i& x, __m512i& y) {
+      const __m512i t = _mm512_permutex2var_epi64(x, lo, y);
+      y = _mm512_permutex2var_epi64(x, hi, y);
+      x = t;
+    });
+  }
+  alignas(64) std::int32_t lo2[16], hi2[16];
+  for (int c = 0; c < 16; ++c) lo2[c] = c & 1 ? 16 + c - 1 : c, hi2[c] = c & 1 ? 16 + c : c + 1;
+  const __m512i l2 = _mm512_load_si512(lo2), h2 = _mm512_load_si512(hi2);
+  stage(2, [&](__m512i& x, __m512i& y) {
+    const __m512i t = _mm512_permutex2var_epi32(x, l2, y);
+    y = _mm512_permutex2var_epi32(x, h2, y);
+    x = t;
+  });
+  constexpr __mmask32 odd = 0xAAAAAAAAu;
+  stage(1, [&](__m512i& x, __m512i& y) {
+    const __m512i t = _mm512_mask_blend_epi16(odd, x, _mm512_maskz_slli_epi32(0xFFFF, y, 16));
+    y = _mm512_mask_blend_epi16(odd, _mm512_maskz_srli_epi32(0xFFFF, x, 16), y);
+    x = t;
+  });
+}
+
+/// Block blk of xt: xt[ci][k] = the zero-padded input at grid row blk * 512 + k for k < pitch
+/// (zero past the last image and for ci >= cin), 32 grid rows x 32 channels transposed at a time.
+void build_xt_block(const bf16_bits* x, const ConvShape& s, const Conv2dGeometry& g, const Grid& gr,
+                    std::int64_t blk, bf16_bits* xt) {
+  const bf16_bits* src[kRowsPerChunk];
+  __m512i v[32];
+  for (std::int64_t k0 = 0; k0 < gr.pitch; k0 += kRowsPerChunk) {
+    const std::int64_t r0 = blk * kBlockRows + k0;
+    std::int64_t n = r0 / (gr.hp * gr.wp), y = r0 / gr.wp % gr.hp, xx = r0 % gr.wp;
+    for (std::int64_t k = 0; k < kRowsPerChunk; ++k) {
+      const std::int64_t iy = y - g.pad_top, ix = xx - g.pad_left;
+      src[k] = n < s.n && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? x + ((n * s.h + iy) * s.w + ix) * s.cin : nullptr;
+      if (++xx == gr.wp) xx = 0, ++y == gr.hp ? (y = 0, ++n) : 0;
     }
-    const __m512i il = _mm512_load_si512(lo), ih = _mm512_load_si512(hi);
-    for (int i = 0; i < 32; ++i) {
-      if (i & b) continue;
-      const __m512i a = v[i], c = v[i + b];
-      v[i] = _mm512_permutex2var_epi16(a, il, c);
-      v[i + b] = _mm512_permutex2var_epi16(a, ih, c);
+    for (std::int64_t c0 = 0; c0 < gr.cin16; c0 += 32) {
+      const std::int64_t m = std::clamp<std::int64_t>(s.cin - c0, 0, 32);
+      const __mmask32 mask = m == 32 ? ~__mmask32(0) : (__mmask32(1) << m) - 1;
+      for (int k = 0; k < 32; ++k) v[k] = src[k] ? _mm512_maskz_loadu_epi16(mask, src[k] + c0) : _mm512_setzero_si512();
+      transpose32(v);
+      for (std::int64_t c = 0; c < std::min<std::int64_t>(32, gr.cin16 - c0); ++c)
+        _mm512_storeu_si512(xt + (c0 + c) * gr.pitch + k0, v[c]);
     }
   }
 }
 
-/// xt[ci][r] = the zero-padded input at grid row r (zero past the last image and for ci >= cin),
-/// in blocks of 32 grid rows x 32 channels transposed in registers.
-void build_xt(const bf16_bits* x, const ConvShape& s, const Conv2dGeometry& g, const Grid& gr,
-                           bf16_bits* xt) {
-  const std::int64_t per_block = gr.pitch / kRowsPerChunk;
-  parallel_for(gr.blocks * per_block, 64, [&](std::int64_t b, std::int64_t e) {
-    const bf16_bits* src[kRowsPerChunk];
-    __m512i v[32];
-    for (std::int64_t u = b; u < e; ++u) {
-      const std::int64_t blk = u / per_block, k0 = u % per_block * kRowsPerChunk, r0 = blk * kBlockRows + k0;
-      bf16_bits* out = xt + blk * gr.cin16 * gr.pitch + k0;
-      std::int64_t n = r0 / (gr.hp * gr.wp), y = r0 / gr.wp % gr.hp, xx = r0 % gr.wp;
-      for (std::int64_t k = 0; k < kRowsPerChunk; ++k) {
-        const std::int64_t iy = y - g.pad_top, ix = xx - g.pad_left;
-        src[k] = n < s.n && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? x + ((n * s.h + iy) * s.w + ix) * s.cin
-                                                                        : nullptr;
-        if (++xx == gr.wp) xx = 0, ++y == gr.hp ? (y = 0, ++n) : 0;
-      }
-      for (std::int64_t c0 = 0; c0 < gr.cin16; c0 += 32) {
-        const std::int64_t m = std::clamp<std::int64_t>(s.cin - c0, 0, 32);
-        const __mmask32 mask = m == 32 ? ~__mmask32(0) : (__mmask32(1) << m) - 1;
-        for (int k = 0; k < 32; ++k)
-          v[k] = src[k] ? _mm512_maskz_loadu_epi16(mask, src[k] + c0) : _mm512_setzero_si512();
-        transpose32(v);
-        for (std::int64_t c = 0; c < std::min<std::int64_t>(32, gr.cin16 - c0); ++c)
-          _mm512_storeu_si512(out + (c0 + c) * gr.pitch, v[c]);
-      }
-    }
-  });
-}
-
-/// dyv[p][co][e] = dy at grid row 2p + e (zero where that row is no output pixel, and for
-/// co >= cout): 32-bit lanes holding row 2p's value in the low half, row 2p + 1's in the high.
-void build_dyv(const bf16_bits* dy, const ConvShape& s, const Grid& gr, bf16_bits* dyv) {
-  const std::vector<bf16_bits> zeros(static_cast<std::size_t>(gr.cout16), 0);
-  parallel_for(gr.padded_rows / 2, 256, [&](std::int64_t b, std::int64_t e) {
-    const std::int64_t r = 2 * b;
-    std::int64_t n = r / (gr.hp * gr.wp), y = r / gr.wp % gr.hp, xx = r % gr.wp;
-    auto next_row = [&] {  // dy's row at grid position (n, y, xx), then advance
-      const bf16_bits* p = n < s.n && y < s.oh && xx < s.ow ? dy + ((n * s.oh + y) * s.ow + xx) * s.cout : zeros.data();
-      if (++xx == gr.wp) xx = 0, ++y == gr.hp ? (y = 0, ++n) : 0;
-      return p;
-    };
-    for (std::int64_t p = b; p < e; ++p) {
-      const bf16_bits* __restrict lo = next_row();
-      const bf16_bits* __restrict hi = next_row();
-      auto* __restrict dst = reinterpret_cast<std::uint32_t*>(dyv + p * gr.cout16 * 2);
-      for (std::int64_t co = 0; co < s.cout; ++co) dst[co] = lo[co] | static_cast<std::uint32_t>(hi[co]) << 16;
-      for (std::int64_t co = s.cout; co < gr.cout16; ++co) dst[co] = 0;
-    }
-  });
+/// Block blk of dyv: dyv[p][co][e] = dy at grid row blk * 512 + 2p + e (zero where that row is
+/// no output pixel, and for co >= cout): 32-bit lanes holding the even row's value in the low
+/// half, the odd row's in the high.
+void build_dyv_block(const bf16_bits* dy, const ConvShape& s, const Grid& gr, std::int64_t blk, const bf16_bits* zeros,
+                     bf16_bits* dyv) {
+  const std::int64_t r0 = blk * kBlockRows;
+  std::int64_t n = r0 / (gr.hp * gr.wp), y = r0 / gr.wp % gr.hp, xx = r0 % gr.wp;
+  auto next_row = [&] {  // dy's row at grid position (n, y, xx), then advance
+    const bf16_bits* p = n < s.n && y < s.oh && xx < s.ow ? dy + ((n * s.oh + y) * s.ow + xx) * s.cout : zeros;
+    if (++xx == gr.wp) xx = 0, ++y == gr.hp ? (y = 0, ++n) : 0;
+    return p;
+  };
+  for (std::int64_t p = 0; p < kBlockRows / 2; ++p) {
+    const bf16_bits* __restrict lo = next_row();
+    const bf16_bits* __restrict hi = next_row();
+    auto* __restrict dst = reinterpret_cast<std::uint32_t*>(dyv + p * gr.cout16 * 2);
+    for (std::int64_t co = 0; co < s.cout; ++co) dst[co] = lo[co] | static_cast<std::uint32_t>(hi[co]) << 16;
+    for (std::int64_t co = s.cout; co < gr.cout16; ++co) dst[co] = 0;
+  }
 }
 
 /// acc[MI x 16 ci][NJ x 16 co] += xt rows (MI x 16 channels from a) times dyv columns (NJ x 16
@@ -187,28 +200,58 @@ void tile_block(const bf16_bits* a, std::int64_t a_stride, const bf16_bits* b, s
   if constexpr (MI > 1 && NJ > 1) MPT_TILE_STORE(3, acc + acc_next + 16, acc_stride);
 }
 
-/// One thread's share: chunk range [c0, c1) of the grid rows into acc [taps][cin16][cout16].
-void accumulate(const bf16_bits* xt, const bf16_bits* dyv, const Grid& gr, std::int64_t c0, std::int64_t c1,
-                float* acc) {
+/// Pixels of an [n, h, w] image batch that grid rows [r0, r1) read (top-left padding pt, pl): a
+/// range, as clamped pixel indices grow with r.
+std::pair<std::int64_t, std::int64_t> pixel_range(const Grid& gr, std::int64_t r0, std::int64_t r1, std::int64_t n,
+                                                  std::int64_t h, std::int64_t w, std::int64_t pt, std::int64_t pl) {
+  auto pixel = [&](std::int64_t r) {
+    const std::int64_t i = r / (gr.hp * gr.wp);
+    if (i >= n) return n * h * w;
+    const std::int64_t y = std::clamp<std::int64_t>(r / gr.wp % gr.hp - pt, 0, h - 1);
+    const std::int64_t x = std::clamp<std::int64_t>(r % gr.wp - pl, 0, w - 1);
+    return (i * h + y) * w + x;
+  };
+  return {pixel(r0), std::min(pixel(r1 - 1) + 1, n * h * w)};
+}
+
+/// Asks for the x and dy rows of block blk to be brought into L2 while the tiles work on the
+/// previous block (x and dy come from memory; the block builders would otherwise wait on them).
+void prefetch_block(const bf16_bits* x, const bf16_bits* dy, const ConvShape& s, const Conv2dGeometry& g, const Grid& gr,
+                    std::int64_t blk) {
+  auto lines = [](const bf16_bits* p, std::int64_t from, std::int64_t to) {
+    for (const char* c = reinterpret_cast<const char*>(p + from); c < reinterpret_cast<const char*>(p + to); c += 64)
+      _mm_prefetch(c, _MM_HINT_T1);
+  };
+  const std::int64_t r0 = blk * kBlockRows;
+  const auto [x0, x1] = pixel_range(gr, r0, r0 + gr.pitch, s.n, s.h, s.w, g.pad_top, g.pad_left);
+  lines(x, x0 * s.cin, x1 * s.cin);
+  const auto [y0, y1] = pixel_range(gr, r0, r0 + kBlockRows, s.n, s.oh, s.ow, 0, 0);
+  lines(dy, y0 * s.cout, y1 * s.cout);
+}
+
+/// One thread's share: blocks [b0, b1) of the grid rows into acc [taps][cin16][cout16]; xt and
+/// dyv hold one block (built here, so that they stay in cache for the tiles).
+void accumulate(const bf16_bits* x, const bf16_bits* dy, const ConvShape& s, const Conv2dGeometry& g, const Grid& gr,
+                std::int64_t b0, std::int64_t b1, bf16_bits* xt, bf16_bits* dyv, const bf16_bits* zeros, float* acc) {
   const std::int64_t a_stride = gr.pitch * 2, b_stride = gr.cout16 * 4, acc_stride = gr.cout16 * 4;
   const std::int64_t mb = gr.cin16 / 16, nb = gr.cout16 / 16;
   tiles_configure();
-  for (std::int64_t blk = c0; blk < c1; blk += kChunksPerBlock) {
-    const std::int64_t chunks = std::min(kChunksPerBlock, c1 - blk), r0 = blk * kRowsPerChunk;
-    const bf16_bits* b_rows = dyv + r0 * gr.cout16;
+  for (std::int64_t blk = b0; blk < b1; ++blk) {
+    build_xt_block(x, s, g, gr, blk, xt);
+    build_dyv_block(dy, s, gr, blk, zeros, dyv);
+    if (blk + 1 < b1) prefetch_block(x, dy, s, g, gr, blk + 1);
     for (std::size_t t = 0; t < gr.offsets.size(); ++t) {
-      const bf16_bits* a_rows = xt + blk / kChunksPerBlock * gr.cin16 * gr.pitch + gr.offsets[t];
       float* acc_t = acc + static_cast<std::int64_t>(t) * gr.cin16 * gr.cout16;
       for (std::int64_t i = 0; i < mb; i += 2)
         for (std::int64_t j = 0; j < nb; j += 2) {
-          const bf16_bits* a = a_rows + i * 16 * gr.pitch;
-          const bf16_bits* b = b_rows + j * 32;
+          const bf16_bits* a = xt + gr.offsets[t] + i * 16 * gr.pitch;
+          const bf16_bits* b = dyv + j * 32;
           float* c = acc_t + i * 16 * gr.cout16 + j * 16;
           const bool two_i = i + 1 < mb, two_j = j + 1 < nb;
-          if (two_i && two_j) tile_block<2, 2>(a, a_stride, b, b_stride, chunks, c, acc_stride);
-          else if (two_i) tile_block<2, 1>(a, a_stride, b, b_stride, chunks, c, acc_stride);
-          else if (two_j) tile_block<1, 2>(a, a_stride, b, b_stride, chunks, c, acc_stride);
-          else tile_block<1, 1>(a, a_stride, b, b_stride, chunks, c, acc_stride);
+          if (two_i && two_j) tile_block<2, 2>(a, a_stride, b, b_stride, kChunksPerBlock, c, acc_stride);
+          else if (two_i) tile_block<2, 1>(a, a_stride, b, b_stride, kChunksPerBlock, c, acc_stride);
+          else if (two_j) tile_block<1, 2>(a, a_stride, b, b_stride, kChunksPerBlock, c, acc_stride);
+          else tile_block<1, 1>(a, a_stride, b, b_stride, kChunksPerBlock, c, acc_stride);
         }
     }
   }
@@ -221,24 +264,21 @@ void amx_conv_backward_weights(const Tensor& x, const Tensor& dy, const ConvShap
                                float* dw, float* db) {
   const Grid gr(s, g);
   const Device cpu = Device::cpu();
-  Tensor xt = Tensor::empty({gr.blocks * gr.cin16 * gr.pitch}, bfloat16, cpu);
-  Tensor dyv = Tensor::empty({gr.padded_rows * gr.cout16}, bfloat16, cpu);
   const auto* xs = static_cast<const bf16_bits*>(x.data_ptr());
   const auto* dys = static_cast<const bf16_bits*>(dy.data_ptr());
-  build_xt(xs, s, g, gr, static_cast<bf16_bits*>(xt.data_ptr()));
-  build_dyv(dys, s, gr, static_cast<bf16_bits*>(dyv.data_ptr()));
-
-  const std::int64_t chunks = gr.padded_rows / kRowsPerChunk, blocks = chunks / kChunksPerBlock;
-  const std::int64_t threads = omp_in_parallel() ? 1 : std::clamp<std::int64_t>(omp_get_max_threads(), 1, blocks);
+  const std::int64_t threads = omp_in_parallel() ? 1 : std::clamp<std::int64_t>(omp_get_max_threads(), 1, gr.blocks);
   const std::int64_t taps = static_cast<std::int64_t>(gr.offsets.size()), acc_size = taps * gr.cin16 * gr.cout16;
+  const std::int64_t xt_size = gr.cin16 * gr.pitch, dyv_size = kBlockRows * gr.cout16;
   Tensor acc = Tensor::zeros({threads * acc_size}, float32, cpu);
+  Tensor scratch = Tensor::empty({threads * (xt_size + dyv_size)}, bfloat16, cpu);
+  const std::vector<bf16_bits> zeros(static_cast<std::size_t>(gr.cout16), 0);
   float* accs = acc.data<float>();
 #pragma omp parallel num_threads(static_cast<int>(threads))
   {
     const std::int64_t t = omp_get_thread_num();
-    accumulate(static_cast<const bf16_bits*>(xt.data_ptr()), static_cast<const bf16_bits*>(dyv.data_ptr()), gr,
-               blocks * t / threads * kChunksPerBlock, blocks * (t + 1) / threads * kChunksPerBlock,
-               accs + t * acc_size);
+    bf16_bits* xt = static_cast<bf16_bits*>(scratch.data_ptr()) + t * (xt_size + dyv_size);
+    accumulate(xs, dys, s, g, gr, gr.blocks * t / threads, gr.blocks * (t + 1) / threads, xt, xt + xt_size,
+               zeros.data(), accs + t * acc_size);
   }
   for (std::int64_t tap = 0; tap < taps; ++tap)
     for (std::int64_t ci = 0; ci < s.cin; ++ci)
