@@ -595,25 +595,31 @@ TEST_CASE("bfloat16 convolutions: every pass's path agrees with float32 compute"
 TEST_CASE("bfloat16 kernel gradients (AMX tiles where the CPU has them) match float64 sums") {
   // The products of bfloat16 values are exact in float32, so the only error is the float32
   // summation's: 1e-5 of the sum of magnitudes bounds it. Shapes cover channel counts that are
-  // not multiples of 16, 1x1/4x4/5x5 kernels, asymmetric 'same' padding, dilation, and batches
-  // whose padded grid spans several 512-row blocks split over threads.
+  // not multiples of 16, 1x1/4x4/5x5 kernels, asymmetric 'same' padding, dilation, strides (the
+  // input split into phases), and batches whose grid spans several 512-row blocks split over
+  // threads.
   struct Case {
     Shape x;
     std::int64_t filters;
     Size2 kernel;
     const char* padding;
     Size2 dilation;
+    Size2 strides = {1, 1};
   };
   const std::vector<Case> cases = {{{2, 5, 7, 16}, 16, {3, 3}, "same", {1, 1}},
                                    {{12, 13, 13, 32}, 64, {3, 3}, "valid", {1, 1}},
                                    {{5, 11, 9, 20}, 33, {4, 4}, "same", {1, 1}},
                                    {{3, 12, 10, 40}, 17, {5, 5}, "same", {2, 2}},
-                                   {{7, 6, 6, 48}, 1, {1, 1}, "valid", {1, 1}}};
+                                   {{7, 6, 6, 48}, 1, {1, 1}, "valid", {1, 1}},
+                                   {{9, 16, 16, 32}, 64, {3, 3}, "same", {1, 1}, {2, 2}},
+                                   {{4, 13, 11, 24}, 20, {3, 3}, "valid", {1, 1}, {2, 1}},
+                                   {{3, 15, 14, 16}, 16, {5, 4}, "same", {1, 1}, {3, 2}},
+                                   {{6, 9, 9, 32}, 48, {1, 1}, "valid", {1, 1}, {2, 2}}};
   for_each_device([&](Device dev) {
     for (const auto& c : cases) {
       Tensor x = random(c.x, bfloat16, dev, 90, -2, 2), w = random({c.kernel[0], c.kernel[1], c.x[3], c.filters}, bfloat16, dev, 91);
       Tensor b = random({c.filters}, bfloat16, dev, 92);
-      ops::Conv2dOptions o{.padding = c.padding, .dilation = c.dilation};
+      ops::Conv2dOptions o{.strides = c.strides, .padding = c.padding, .dilation = c.dilation};
       auto grads = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi, const Tensor& dy) {
         GradientTape tape;
         Tensor ws = wi, bs = bi;

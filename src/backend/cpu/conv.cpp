@@ -9,8 +9,8 @@
 // float32 FMAs here (101 vs 216 GFLOP/s per core), so AVX512-BF16 convolutions take twice as long
 // as float32 ones. oneDNN 2.6 has AMX forward convolutions only, so a stride-1 backward-data pass
 // runs as the forward convolution it is (dy against the flipped, transposed kernel), and the
-// weight gradient of a stride-1 convolution with 16 or more input channels runs on mpt's own AMX
-// kernel (conv_amx.cpp); other weight gradients compute in float32 (recast as a forward
+// weight gradient of a convolution with 16 or more input channels runs on mpt's own AMX kernel
+// (conv_amx.cpp); other weight gradients compute in float32 (recast as a forward
 // convolution they would run on AMX but re-read dy as an OHxOW kernel for every tap: 14 ms
 // against 6 ms in float32 for a [128, 32, 32, 32] layer). float32 compute of 16-bit data goes
 // through the batch a few images at a time, so that the float32 copies stay in cache.
@@ -196,7 +196,7 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGe
   const DType d = x.dtype();
   const DataPath dp = dx.defined() ? data_path(full, g, d) : DataPath::Native;
   const bool weights = dw.defined() || dbias.defined();
-  const bool amx = weights && bf16_mode() == Bf16Mode::Auto && amx_weights_applies(full, g, d);
+  const bool amx = weights && bf16_mode() == Bf16Mode::Auto && amx_weights_applies(full, d);
   const bool wn = weights && !amx && native_weights(full, g, d);
   if (dx.defined() && dp == DataPath::Native) {
     PreparedWeights pw(w);

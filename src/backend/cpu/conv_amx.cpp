@@ -1,20 +1,22 @@
-// Weight gradients of bfloat16 stride-1 convolutions on AMX tiles. This file is compiled for
-// AVX-512 BW (which every AMX CPU has): nothing in it runs unless amx_enabled().
+// Weight gradients of bfloat16 convolutions on AMX tiles. This file is compiled for AVX-512 BW
+// (which every AMX CPU has): nothing in it runs unless amx_enabled().
 //
-// dw[i, j, ci, co] = sum over output pixels p of x[p + tap(i, j), ci] * dy[p, co]. On a virtual
-// grid of the zero-padded input (rows r = (n * Hp + y) * Wp + x), output pixel (oy, ox) is row
-// r = (n * Hp + oy) * Wp + ox and its tap (i, j) reads input row r + i * dh * Wp + j * dw: every
-// tap is one GEMM dw_ij[ci][co] = sum_r xt[ci][r + off_ij] * dy[r][co] over the same rows, with
-// dy zero on the grid rows that are no output pixel (the right and bottom margins, 10-40 % more
-// rows for 3x3 kernels). Two copies feed the tiles: xt, the padded input channels-major in
-// blocks of 512 grid rows plus the largest tap offset (a tile row is 32 consecutive grid rows of
-// one channel, at any tap offset; transposed 32x32 at a time in registers), and dyv, dy's row
-// pairs interleaved as TDPBF16PS wants its B operand. Each thread sums its share of the blocks
-// in its own float32 accumulators, one block at a time for all taps (the block's xt and dyv stay
-// in L2); the accumulators are added in thread order.
+// dw[i, j, ci, co] = sum over output pixels p of x[p * stride + tap(i, j), ci] * dy[p, co]. The
+// zero-padded input is split into stride_h x stride_w phases (phase (pa, pb) holds the padded
+// pixels (y * sh + pa, x * sw + pb)), all on one grid of rows r = (n * gh + y) * gw + x. Output
+// pixel (oy, ox) is grid row r = (n * gh + oy) * gw + ox, and its tap (i, j) reads one phase at
+// grid row r + (i * dh / sh) * gw + j * dw / sw: every tap is one GEMM dw_ij[ci][co] = sum_r
+// xt[phase][ci][r + off_ij] * dy[r][co] over the same rows, with dy zero on the grid rows that are
+// no output pixel (the right and bottom margins, 10-40 % more rows for 3x3 kernels). Two copies
+// feed the tiles: xt, the phases channels-major (a tile row is 32 consecutive grid rows of one
+// channel, at any tap offset; transposed 32x32 at a time in registers), and dyv, dy's row pairs
+// interleaved as TDPBF16PS wants its B operand. Each thread takes a share of the grid in blocks
+// of 512 rows, builds a block's xt (with the reach of the largest tap offset) and dyv in cache,
+// runs all taps over it into its own float32 accumulators, and prefetches the next block's
+// input; the accumulators are added in thread order.
 //
-// oneDNN 2.6 runs this pass in float32 (it has AMX forward convolutions only): 2.4 ms for the
-// second layer of the Fashion-MNIST CNN (staged through float32 copies) against 0.5 ms here.
+// oneDNN 2.6 runs this pass in float32 (it has AMX forward convolutions only): for the second
+// layer of the Fashion-MNIST CNN, 2.7 ms staged through float32 copies against 1.1 ms here.
 #include "backend/cpu/conv_amx.hpp"
 
 #include <immintrin.h>
@@ -63,23 +65,40 @@ void tiles_release() { asm volatile("tilerelease" ::); }
 
 std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
 
+/// The grid of one convolution: rows r = (n * gh + y) * gw + x, where grid point (y, x) of phase
+/// (pa, pb) is the padded input pixel (y * sh + pa, x * sw + pb).
 struct Grid {
-  std::int64_t hp, wp, rows, padded_rows, blocks, pitch, cin16, cout16;
-  std::vector<std::int64_t> offsets;  // grid-row offset of each tap, i * kw + j
+  struct Tap {
+    std::int64_t offset, slot;  // grid-row offset; the phase's slot in xt
+  };
+  std::int64_t gh, gw, rows, padded_rows, blocks, pitch, cin16, cout16, sh, sw;
+  std::vector<Tap> taps;                                    // i * kw + j
+  std::vector<std::pair<std::int64_t, std::int64_t>> phases;  // (pa, pb) of each slot, as used
 
   Grid(const ConvShape& s, const Conv2dGeometry& g)
-      : hp(s.h + g.pad_top + g.pad_bottom),
-        wp(s.w + g.pad_left + g.pad_right),
-        rows(s.n * hp * wp),
+      : gh((s.h + g.pad_top + g.pad_bottom + g.stride_h - 1) / g.stride_h),
+        gw((s.w + g.pad_left + g.pad_right + g.stride_w - 1) / g.stride_w),
+        rows(s.n * gh * gw),
         padded_rows(round_up(rows, kBlockRows)),
+        blocks(padded_rows / kBlockRows),
         cin16(round_up(s.cin, 16)),
-        cout16(round_up(s.cout, 16)) {
+        cout16(round_up(s.cout, 16)),
+        sh(g.stride_h),
+        sw(g.stride_w) {
+    std::int64_t reach = 0;
     for (std::int64_t i = 0; i < s.kh; ++i)
-      for (std::int64_t j = 0; j < s.kw; ++j) offsets.push_back(i * g.dilation_h * wp + j * g.dilation_w);
-    blocks = padded_rows / kBlockRows;
-    pitch = round_up(kBlockRows + offsets.back(), kRowsPerChunk);
+      for (std::int64_t j = 0; j < s.kw; ++j) {
+        const std::int64_t vy = i * g.dilation_h, vx = j * g.dilation_w;
+        const std::pair<std::int64_t, std::int64_t> phase{vy % sh, vx % sw};
+        auto it = std::find(phases.begin(), phases.end(), phase);
+        if (it == phases.end()) it = phases.insert(it, phase);
+        taps.push_back({vy / sh * gw + vx / sw, it - phases.begin()});
+        reach = std::max(reach, taps.back().offset);
+      }
+    pitch = round_up(kBlockRows + reach, kRowsPerChunk);
     if (pitch * 2 % 4096 == 0) pitch += kRowsPerChunk;  // xt rows 4 KB apart would share cache sets
   }
+  std::int64_t xt_size() const { return static_cast<std::int64_t>(phases.size()) * cin16 * pitch; }
 };
 
 /// A 32x32 block of 16-bit values transposed in registers: at each scale b = 16, 8, ..., 1 the
@@ -121,27 +140,32 @@ void transpose32(__m512i v[32]) {
   });
 }
 
-/// Block blk of xt: xt[ci][k] = the zero-padded input at grid row blk * 512 + k for k < pitch
-/// (zero past the last image and for ci >= cin), 32 grid rows x 32 channels transposed at a time.
+/// Block blk of xt, for each phase slot: xt[slot][ci][k] = the phase's padded input at grid row
+/// blk * 512 + k for k < pitch (zero past the last image and for ci >= cin), 32 grid rows x 32
+/// channels transposed at a time.
 void build_xt_block(const bf16_bits* x, const ConvShape& s, const Conv2dGeometry& g, const Grid& gr,
                     std::int64_t blk, bf16_bits* xt) {
   const bf16_bits* src[kRowsPerChunk];
   __m512i v[32];
-  for (std::int64_t k0 = 0; k0 < gr.pitch; k0 += kRowsPerChunk) {
-    const std::int64_t r0 = blk * kBlockRows + k0;
-    std::int64_t n = r0 / (gr.hp * gr.wp), y = r0 / gr.wp % gr.hp, xx = r0 % gr.wp;
-    for (std::int64_t k = 0; k < kRowsPerChunk; ++k) {
-      const std::int64_t iy = y - g.pad_top, ix = xx - g.pad_left;
-      src[k] = n < s.n && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? x + ((n * s.h + iy) * s.w + ix) * s.cin : nullptr;
-      if (++xx == gr.wp) xx = 0, ++y == gr.hp ? (y = 0, ++n) : 0;
-    }
-    for (std::int64_t c0 = 0; c0 < gr.cin16; c0 += 32) {
-      const std::int64_t m = std::clamp<std::int64_t>(s.cin - c0, 0, 32);
-      const __mmask32 mask = m == 32 ? ~__mmask32(0) : (__mmask32(1) << m) - 1;
-      for (int k = 0; k < 32; ++k) v[k] = src[k] ? _mm512_maskz_loadu_epi16(mask, src[k] + c0) : _mm512_setzero_si512();
-      transpose32(v);
-      for (std::int64_t c = 0; c < std::min<std::int64_t>(32, gr.cin16 - c0); ++c)
-        _mm512_storeu_si512(xt + (c0 + c) * gr.pitch + k0, v[c]);
+  for (std::size_t slot = 0; slot < gr.phases.size(); ++slot) {
+    const auto [pa, pb] = gr.phases[slot];
+    bf16_bits* out = xt + static_cast<std::int64_t>(slot) * gr.cin16 * gr.pitch;
+    for (std::int64_t k0 = 0; k0 < gr.pitch; k0 += kRowsPerChunk) {
+      const std::int64_t r0 = blk * kBlockRows + k0;
+      std::int64_t n = r0 / (gr.gh * gr.gw), y = r0 / gr.gw % gr.gh, xx = r0 % gr.gw;
+      for (std::int64_t k = 0; k < kRowsPerChunk; ++k) {
+        const std::int64_t iy = y * gr.sh + pa - g.pad_top, ix = xx * gr.sw + pb - g.pad_left;
+        src[k] = n < s.n && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? x + ((n * s.h + iy) * s.w + ix) * s.cin : nullptr;
+        if (++xx == gr.gw) xx = 0, ++y == gr.gh ? (y = 0, ++n) : 0;
+      }
+      for (std::int64_t c0 = 0; c0 < gr.cin16; c0 += 32) {
+        const std::int64_t m = std::clamp<std::int64_t>(s.cin - c0, 0, 32);
+        const __mmask32 mask = m == 32 ? ~__mmask32(0) : (__mmask32(1) << m) - 1;
+        for (int k = 0; k < 32; ++k) v[k] = src[k] ? _mm512_maskz_loadu_epi16(mask, src[k] + c0) : _mm512_setzero_si512();
+        transpose32(v);
+        for (std::int64_t c = 0; c < std::min<std::int64_t>(32, gr.cin16 - c0); ++c)
+          _mm512_storeu_si512(out + (c0 + c) * gr.pitch + k0, v[c]);
+      }
     }
   }
 }
@@ -152,10 +176,10 @@ void build_xt_block(const bf16_bits* x, const ConvShape& s, const Conv2dGeometry
 void build_dyv_block(const bf16_bits* dy, const ConvShape& s, const Grid& gr, std::int64_t blk, const bf16_bits* zeros,
                      bf16_bits* dyv) {
   const std::int64_t r0 = blk * kBlockRows;
-  std::int64_t n = r0 / (gr.hp * gr.wp), y = r0 / gr.wp % gr.hp, xx = r0 % gr.wp;
+  std::int64_t n = r0 / (gr.gh * gr.gw), y = r0 / gr.gw % gr.gh, xx = r0 % gr.gw;
   auto next_row = [&] {  // dy's row at grid position (n, y, xx), then advance
     const bf16_bits* p = n < s.n && y < s.oh && xx < s.ow ? dy + ((n * s.oh + y) * s.ow + xx) * s.cout : zeros;
-    if (++xx == gr.wp) xx = 0, ++y == gr.hp ? (y = 0, ++n) : 0;
+    if (++xx == gr.gw) xx = 0, ++y == gr.gh ? (y = 0, ++n) : 0;
     return p;
   };
   for (std::int64_t p = 0; p < kBlockRows / 2; ++p) {
@@ -200,18 +224,20 @@ void tile_block(const bf16_bits* a, std::int64_t a_stride, const bf16_bits* b, s
   if constexpr (MI > 1 && NJ > 1) MPT_TILE_STORE(3, acc + acc_next + 16, acc_stride);
 }
 
-/// Pixels of an [n, h, w] image batch that grid rows [r0, r1) read (top-left padding pt, pl): a
+/// Pixels of an [n, h, w] image batch that grid rows [r0, r1) read, where grid point (y, x)
+/// covers pixels (y * sy - pt, x * sx - pl) to (y * sy + sy - 1 - pt, x * sx + sx - 1 - pl): a
 /// range, as clamped pixel indices grow with r.
 std::pair<std::int64_t, std::int64_t> pixel_range(const Grid& gr, std::int64_t r0, std::int64_t r1, std::int64_t n,
-                                                  std::int64_t h, std::int64_t w, std::int64_t pt, std::int64_t pl) {
-  auto pixel = [&](std::int64_t r) {
-    const std::int64_t i = r / (gr.hp * gr.wp);
+                                                  std::int64_t h, std::int64_t w, std::int64_t sy, std::int64_t sx,
+                                                  std::int64_t pt, std::int64_t pl) {
+  auto pixel = [&](std::int64_t r, std::int64_t last) {
+    const std::int64_t i = r / (gr.gh * gr.gw);
     if (i >= n) return n * h * w;
-    const std::int64_t y = std::clamp<std::int64_t>(r / gr.wp % gr.hp - pt, 0, h - 1);
-    const std::int64_t x = std::clamp<std::int64_t>(r % gr.wp - pl, 0, w - 1);
+    const std::int64_t y = std::clamp<std::int64_t>(r / gr.gw % gr.gh * sy + last * (sy - 1) - pt, 0, h - 1);
+    const std::int64_t x = std::clamp<std::int64_t>(r % gr.gw * sx + last * (sx - 1) - pl, 0, w - 1);
     return (i * h + y) * w + x;
   };
-  return {pixel(r0), std::min(pixel(r1 - 1) + 1, n * h * w)};
+  return {pixel(r0, 0), std::min(pixel(r1 - 1, 1) + 1, n * h * w)};
 }
 
 /// Asks for the x and dy rows of block blk to be brought into L2 while the tiles work on the
@@ -223,9 +249,9 @@ void prefetch_block(const bf16_bits* x, const bf16_bits* dy, const ConvShape& s,
       _mm_prefetch(c, _MM_HINT_T1);
   };
   const std::int64_t r0 = blk * kBlockRows;
-  const auto [x0, x1] = pixel_range(gr, r0, r0 + gr.pitch, s.n, s.h, s.w, g.pad_top, g.pad_left);
+  const auto [x0, x1] = pixel_range(gr, r0, r0 + gr.pitch, s.n, s.h, s.w, gr.sh, gr.sw, g.pad_top, g.pad_left);
   lines(x, x0 * s.cin, x1 * s.cin);
-  const auto [y0, y1] = pixel_range(gr, r0, r0 + kBlockRows, s.n, s.oh, s.ow, 0, 0);
+  const auto [y0, y1] = pixel_range(gr, r0, r0 + kBlockRows, s.n, s.oh, s.ow, 1, 1, 0, 0);
   lines(dy, y0 * s.cout, y1 * s.cout);
 }
 
@@ -240,11 +266,12 @@ void accumulate(const bf16_bits* x, const bf16_bits* dy, const ConvShape& s, con
     build_xt_block(x, s, g, gr, blk, xt);
     build_dyv_block(dy, s, gr, blk, zeros, dyv);
     if (blk + 1 < b1) prefetch_block(x, dy, s, g, gr, blk + 1);
-    for (std::size_t t = 0; t < gr.offsets.size(); ++t) {
+    for (std::size_t t = 0; t < gr.taps.size(); ++t) {
+      const bf16_bits* a_tap = xt + gr.taps[t].slot * gr.cin16 * gr.pitch + gr.taps[t].offset;
       float* acc_t = acc + static_cast<std::int64_t>(t) * gr.cin16 * gr.cout16;
       for (std::int64_t i = 0; i < mb; i += 2)
         for (std::int64_t j = 0; j < nb; j += 2) {
-          const bf16_bits* a = xt + gr.offsets[t] + i * 16 * gr.pitch;
+          const bf16_bits* a = a_tap + i * 16 * gr.pitch;
           const bf16_bits* b = dyv + j * 32;
           float* c = acc_t + i * 16 * gr.cout16 + j * 16;
           const bool two_i = i + 1 < mb, two_j = j + 1 < nb;
@@ -267,8 +294,8 @@ void amx_conv_backward_weights(const Tensor& x, const Tensor& dy, const ConvShap
   const auto* xs = static_cast<const bf16_bits*>(x.data_ptr());
   const auto* dys = static_cast<const bf16_bits*>(dy.data_ptr());
   const std::int64_t threads = omp_in_parallel() ? 1 : std::clamp<std::int64_t>(omp_get_max_threads(), 1, gr.blocks);
-  const std::int64_t taps = static_cast<std::int64_t>(gr.offsets.size()), acc_size = taps * gr.cin16 * gr.cout16;
-  const std::int64_t xt_size = gr.cin16 * gr.pitch, dyv_size = kBlockRows * gr.cout16;
+  const std::int64_t taps = static_cast<std::int64_t>(gr.taps.size()), acc_size = taps * gr.cin16 * gr.cout16;
+  const std::int64_t xt_size = gr.xt_size(), dyv_size = kBlockRows * gr.cout16;
   Tensor acc = Tensor::zeros({threads * acc_size}, float32, cpu);
   Tensor scratch = Tensor::empty({threads * (xt_size + dyv_size)}, bfloat16, cpu);
   const std::vector<bf16_bits> zeros(static_cast<std::size_t>(gr.cout16), 0);
