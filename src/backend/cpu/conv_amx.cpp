@@ -1,5 +1,5 @@
-// Weight gradients of bfloat16 convolutions on AMX tiles. This file is compiled for AVX-512 BW
-// (which every AMX CPU has): nothing in it runs unless amx_enabled().
+// Weight gradients of bfloat16 convolutions on AMX tiles (and AVX-512 BW, which every AMX CPU
+// has): nothing in this file runs unless amx_enabled().
 //
 // dw[i, j, ci, co] = sum over output pixels p of x[p * stride + tap(i, j), ci] * dy[p, co]. The
 // zero-padded input is split into stride_h x stride_w phases (phase (pa, pb) holds the padded
@@ -63,6 +63,10 @@ void tiles_configure() {
 
 void tiles_release() { asm volatile("tilerelease" ::); }
 
+// Only the functions that use AVX-512 carry it: code from headers (templates, inline functions)
+// instantiated here must stay baseline, since the linker may keep this copy for every caller.
+#define MPT_AVX512BW __attribute__((target("avx512f,avx512bw")))
+
 std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
 
 /// The grid of one convolution: rows r = (n * gh + y) * gw + x, where grid point (y, x) of phase
@@ -105,45 +109,40 @@ struct Grid {
 /// off-diagonal b x b blocks of every 2b x 2b block swap places. Scales of 2 or more elements
 /// move 32- or 64-bit lanes (one-uop VPERMT2D/Q); the last scale pairs 16-bit halves with shifts
 /// and blends (VPERMT2W is three uops).
-void transpose32(__m512i v[32]) {
-  auto stage = [&](int b, auto swap) {
-    for (int i = 0; i < 32; ++i)
-      if (!(i & b)) swap(v[i], v[i + b]);
-  };
-  auto lanes64 = [](int b) {  // b in elements: 4, 8 or 16; 64-bit lanes of b / 4
+MPT_AVX512BW void transpose32(__m512i v[32]) {
+  for (int b = 16; b >= 4; b /= 2) {  // 64-bit lanes: q = b / 4 of them per block
     alignas(64) std::int64_t lo[8], hi[8];
     const int q = b / 4;
     for (int c = 0; c < 8; ++c) lo[c] = c & q ? 8 + c - q : c, hi[c] = c & q ? 8 + c : c + q;
-    return std::pair{_mm512_load_si512(lo), _mm512_load_si512(hi)};
-  };
-  for (int b : {16, 8, 4}) {
-    const auto [lo, hi] = lanes64(b);
-    stage(b, [&](__m512i& x, __m512i& y) {
-      const __m512i t = _mm512_permutex2var_epi64(x, lo, y);
-      y = _mm512_permutex2var_epi64(x, hi, y);
-      x = t;
-    });
+    const __m512i il = _mm512_load_si512(lo), ih = _mm512_load_si512(hi);
+    for (int i = 0; i < 32; ++i)
+      if (!(i & b)) {
+        const __m512i x = v[i], y = v[i + b];
+        v[i] = _mm512_permutex2var_epi64(x, il, y);
+        v[i + b] = _mm512_permutex2var_epi64(x, ih, y);
+      }
   }
-  alignas(64) std::int32_t lo2[16], hi2[16];
-  for (int c = 0; c < 16; ++c) lo2[c] = c & 1 ? 16 + c - 1 : c, hi2[c] = c & 1 ? 16 + c : c + 1;
-  const __m512i l2 = _mm512_load_si512(lo2), h2 = _mm512_load_si512(hi2);
-  stage(2, [&](__m512i& x, __m512i& y) {
-    const __m512i t = _mm512_permutex2var_epi32(x, l2, y);
-    y = _mm512_permutex2var_epi32(x, h2, y);
-    x = t;
-  });
+  alignas(64) std::int32_t lo[16], hi[16];
+  for (int c = 0; c < 16; ++c) lo[c] = c & 1 ? 16 + c - 1 : c, hi[c] = c & 1 ? 16 + c : c + 1;
+  const __m512i il = _mm512_load_si512(lo), ih = _mm512_load_si512(hi);
+  for (int i = 0; i < 32; i += 4)
+    for (int k = i; k < i + 2; ++k) {
+      const __m512i x = v[k], y = v[k + 2];
+      v[k] = _mm512_permutex2var_epi32(x, il, y);
+      v[k + 2] = _mm512_permutex2var_epi32(x, ih, y);
+    }
   constexpr __mmask32 odd = 0xAAAAAAAAu;
-  stage(1, [&](__m512i& x, __m512i& y) {
-    const __m512i t = _mm512_mask_blend_epi16(odd, x, _mm512_maskz_slli_epi32(0xFFFF, y, 16));
-    y = _mm512_mask_blend_epi16(odd, _mm512_maskz_srli_epi32(0xFFFF, x, 16), y);
-    x = t;
-  });
+  for (int i = 0; i < 32; i += 2) {
+    const __m512i x = v[i], y = v[i + 1];
+    v[i] = _mm512_mask_blend_epi16(odd, x, _mm512_maskz_slli_epi32(0xFFFF, y, 16));
+    v[i + 1] = _mm512_mask_blend_epi16(odd, _mm512_maskz_srli_epi32(0xFFFF, x, 16), y);
+  }
 }
 
 /// Block blk of xt, for each phase slot: xt[slot][ci][k] = the phase's padded input at grid row
 /// blk * 512 + k for k < pitch (zero past the last image and for ci >= cin), 32 grid rows x 32
 /// channels transposed at a time.
-void build_xt_block(const bf16_bits* x, const ConvShape& s, const Conv2dGeometry& g, const Grid& gr,
+MPT_AVX512BW void build_xt_block(const bf16_bits* x, const ConvShape& s, const Conv2dGeometry& g, const Grid& gr,
                     std::int64_t blk, bf16_bits* xt) {
   const bf16_bits* src[kRowsPerChunk];
   __m512i v[32];
@@ -173,7 +172,7 @@ void build_xt_block(const bf16_bits* x, const ConvShape& s, const Conv2dGeometry
 /// Block blk of dyv: dyv[p][co][e] = dy at grid row blk * 512 + 2p + e (zero where that row is
 /// no output pixel, and for co >= cout): 32-bit lanes holding the even row's value in the low
 /// half, the odd row's in the high.
-void build_dyv_block(const bf16_bits* dy, const ConvShape& s, const Grid& gr, std::int64_t blk, const bf16_bits* zeros,
+MPT_AVX512BW void build_dyv_block(const bf16_bits* dy, const ConvShape& s, const Grid& gr, std::int64_t blk, const bf16_bits* zeros,
                      bf16_bits* dyv) {
   const std::int64_t r0 = blk * kBlockRows;
   std::int64_t n = r0 / (gr.gh * gr.gw), y = r0 / gr.gw % gr.gh, xx = r0 % gr.gw;
