@@ -556,16 +556,25 @@ TEST_CASE("bfloat16 convolutions: every pass's path agrees with float32 compute"
     Size2 strides;
     const char* padding;
     Size2 dilation;
+    Size2 kernel = {3, 3};
   };
+  // Strided cases also cover backward-data by stride phases: odd sizes with 'same' padding on
+  // both sides, stride 3, a 2x2 kernel under stride 3 (no tap reaches one phase), and a 4x4
+  // kernel under stride 2 (2x2 sub-kernels).
   const std::vector<Case> cases = {{{16, 9, 9, 16}, 32, {1, 1}, "same", {1, 1}},
                                    {{16, 10, 9, 16}, 16, {2, 2}, "same", {1, 1}},
                                    {{16, 11, 11, 8}, 16, {1, 1}, "valid", {2, 2}},
                                    {{16, 9, 8, 16}, 16, {2, 1}, "valid", {1, 1}},
-                                   {{16, 8, 8, 1}, 32, {1, 1}, "valid", {1, 1}}};
+                                   {{16, 8, 8, 1}, 32, {1, 1}, "valid", {1, 1}},
+                                   {{16, 9, 11, 32}, 16, {2, 2}, "same", {1, 1}},
+                                   {{16, 13, 11, 16}, 32, {3, 3}, "valid", {1, 1}},
+                                   {{16, 11, 10, 16}, 16, {3, 3}, "valid", {1, 1}, {2, 2}},
+                                   {{16, 12, 12, 16}, 16, {2, 2}, "same", {1, 1}, {4, 4}}};
   for_each_device([&](Device dev) {
     for_bf16_paths(bfloat16, [&](const char* path) {
       for (const auto& c : cases) {
-        Tensor x = random(c.x, bfloat16, dev, 80, -1, 1), w = random({3, 3, c.x[3], c.filters}, bfloat16, dev, 81, -0.5, 0.5);
+        Tensor x = random(c.x, bfloat16, dev, 80, -1, 1);
+        Tensor w = random({c.kernel[0], c.kernel[1], c.x[3], c.filters}, bfloat16, dev, 81, -0.5, 0.5);
         Tensor b = random({c.filters}, bfloat16, dev, 82);
         ops::Conv2dOptions o{.strides = c.strides, .padding = c.padding, .dilation = c.dilation};
         auto run = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
