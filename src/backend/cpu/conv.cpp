@@ -43,6 +43,7 @@ using namespace conv;
 enum class Bf16Mode { Auto, Native, Float32 };
 
 Bf16Mode bf16_mode() {
+  if (!dnnl_has_bf16()) return Bf16Mode::Float32;  // no bf16 kernels on this CPU (AVX2 and older)
   const char* e = std::getenv("MPT_CPU_BF16_CONV");
   if (e && !std::strcmp(e, "native")) return Bf16Mode::Native;
   if (e && !std::strcmp(e, "float32")) return Bf16Mode::Float32;
@@ -83,6 +84,17 @@ std::int64_t chunk_images(const ConvShape& s) {
 
 bool on_amx(const std::string& impl) { return impl.find("amx") != std::string::npos; }
 
+/// Whether oneDNN runs the plan `make` returns on AMX; false also where oneDNN has no bfloat16
+/// kernel for it at all (CPUs without AVX512-BF16), so that the pass computes in float32.
+template <class F>
+bool plan_on_amx(F&& make) {
+  try {
+    return on_amx(make().impl);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 /// Backward-data of a stride-1 convolution as a forward one: dy [N,OH,OW,Cout] convolved with
 /// the spatially flipped kernel, its channels swapped, and the complementary padding gives dx.
 struct Transposed {
@@ -120,7 +132,7 @@ bool native_forward(const ConvShape& s, const Conv2dGeometry& g, DType d, const 
   if (d != bfloat16) return d == float32;
   const Bf16Mode m = bf16_mode();
   if (m != Bf16Mode::Auto) return m == Bf16Mode::Native;
-  return on_amx(forward_plan(s, g, d, bias_dt, act).impl);
+  return plan_on_amx([&]() -> ForwardPlan& { return forward_plan(s, g, d, bias_dt, act); });
 }
 
 /// Backward-data of a strided convolution (dilation 1) as one forward convolution per stride
@@ -212,21 +224,25 @@ DataPath data_path(const ConvShape& s, const Conv2dGeometry& g, DType d) {
   if (m != Bf16Mode::Auto) return m == Bf16Mode::Native ? DataPath::Native : DataPath::Staged;
   if (g.stride_h == 1 && g.stride_w == 1) {
     const Transposed t = transposed(s, g);
-    if (on_amx(forward_plan(t.s, t.g, d, nullptr, Activation::Linear).impl)) return DataPath::AsForward;
+    if (plan_on_amx([&]() -> ForwardPlan& { return forward_plan(t.s, t.g, d, nullptr, Activation::Linear); }))
+      return DataPath::AsForward;
   }
   if (phases_possible(s, g)) {
     for (const Phase& p : phases(s, g))
       if (p.my && p.mx)
-        return on_amx(forward_plan(p.s, p.g, d, nullptr, Activation::Linear).impl) ? DataPath::Phases : DataPath::Staged;
+        return plan_on_amx([&]() -> ForwardPlan& { return forward_plan(p.s, p.g, d, nullptr, Activation::Linear); })
+                   ? DataPath::Phases
+                   : DataPath::Staged;
   }
-  return on_amx(backward_data_plan(s, g, d).impl) ? DataPath::Native : DataPath::Staged;
+  return plan_on_amx([&]() -> BackwardDataPlan& { return backward_data_plan(s, g, d); }) ? DataPath::Native
+                                                                                          : DataPath::Staged;
 }
 
 bool native_weights(const ConvShape& s, const Conv2dGeometry& g, DType d) {
   if (d != bfloat16) return d == float32;
   const Bf16Mode m = bf16_mode();
   if (m != Bf16Mode::Auto) return m == Bf16Mode::Native;
-  return on_amx(backward_weights_plan(s, g, d).impl);
+  return plan_on_amx([&]() -> BackwardWeightsPlan& { return backward_weights_plan(s, g, d); });
 }
 
 // ---- the passes -------------------------------------------------------------------------------

@@ -77,6 +77,20 @@ bool amx_enabled() {
   return amx_on;
 }
 
+bool dnnl_has_bf16() {
+  static const bool has = [] {
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc md({16, 16}, dt::bf16, dnnl::memory::format_tag::ab);
+    try {
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(md, md, md), dnnl_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
 dnnl::stream& dnnl_stream() {
   thread_local dnnl::stream stream(dnnl_engine());
   return stream;

@@ -17,6 +17,9 @@ dnnl::engine& dnnl_engine();
 dnnl::stream& dnnl_stream();
 /// True when oneDNN runs on AMX and mpt's own AMX kernels may too (see prepare_cpu_isa).
 bool amx_enabled();
+/// True when oneDNN has bfloat16 kernels on this CPU (AVX-512 and up); bfloat16 GEMMs and
+/// convolutions compute in float32 where it has none.
+bool dnnl_has_bf16();
 dnnl::memory::data_type dnnl_type(DType d);
 
 /// Primitives created once per key (shape, dtypes, attributes) and reused.

@@ -1,6 +1,6 @@
 // GEMM through oneDNN's matmul primitive (bias and activation fused as post-ops).
-// float32 and bfloat16 run natively; float16 computes in float32 (F16C conversions) and
-// rounds back; float64 (gradient checks only) uses a plain loop.
+// float32 and bfloat16 run natively; float16 (and bfloat16 on CPUs where oneDNN has no bf16
+// kernels) computes in float32 and rounds back; float64 (gradient checks only) uses a plain loop.
 #include <omp.h>
 
 #include <cmath>
@@ -143,7 +143,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
                         Activation act, Tensor& out) {
   if (out.numel() == 0) return;
   if (a.dtype() == float64) return reference_matmul_f64(a, b, ta, tb, bias, act, out);
-  if (a.dtype() == float16) {
+  if (a.dtype() == float16 || (a.dtype() == bfloat16 && !dnnl_has_bf16())) {
     Tensor c = Tensor::empty(out.shape(), float32, out.device());
     dnnl_matmul(as_float32(a), as_float32(b), ta, tb, as_float32(bias), act, c);
     cast(c, out);
