@@ -623,7 +623,8 @@ TEST_CASE("bfloat16 kernel gradients (AMX tiles where the CPU has them) match fl
                                    {{9, 16, 16, 32}, 64, {3, 3}, "same", {1, 1}, {2, 2}},
                                    {{4, 13, 11, 24}, 20, {3, 3}, "valid", {1, 1}, {2, 1}},
                                    {{3, 15, 14, 16}, 16, {5, 4}, "same", {1, 1}, {3, 2}},
-                                   {{6, 9, 9, 32}, 48, {1, 1}, "valid", {1, 1}, {2, 2}}};
+                                   {{6, 9, 9, 32}, 48, {1, 1}, "valid", {1, 1}, {2, 2}},
+                                   {{2, 9, 7, 130}, 70, {3, 3}, "same", {1, 1}}};
   for_each_device([&](Device dev) {
     for (const auto& c : cases) {
       Tensor x = random(c.x, bfloat16, dev, 90, -2, 2), w = random({c.kernel[0], c.kernel[1], c.x[3], c.filters}, bfloat16, dev, 91);
