@@ -11,9 +11,10 @@
 // feed the tiles: xt, the phases channels-major (a tile row is 32 consecutive grid rows of one
 // channel, at any tap offset; transposed 32x32 at a time in registers), and dyv, dy's row pairs
 // interleaved as TDPBF16PS wants its B operand. Each thread takes a share of the grid in blocks
-// of 512 rows, builds a block's xt (with the reach of the largest tap offset) and dyv in cache,
-// runs all taps over it into its own float32 accumulators, and prefetches the next block's
-// input; the accumulators are added in thread order.
+// of 512 rows or more (at least 4x the largest tap offset, for wide images), builds a block's xt
+// (plus the rows that offset reaches) and dyv in cache, runs all taps over it into its own
+// float32 accumulators, and prefetches the next block's input; the accumulators are added in
+// thread order.
 //
 // oneDNN 2.6 runs this pass in float32 (it has AMX forward convolutions only): for the second
 // layer of the Fashion-MNIST CNN, 2.7 ms staged through float32 copies against 1.1 ms here.
@@ -37,8 +38,8 @@ namespace {
 using conv::ConvShape;
 
 constexpr std::int64_t kRowsPerChunk = 32;   // K of one TDPBF16PS
-constexpr std::int64_t kChunksPerBlock = 16;  // 512 grid rows per accumulation block
-constexpr std::int64_t kBlockRows = kRowsPerChunk * kChunksPerBlock;
+constexpr std::int64_t kMinBlockRows = 512;   // grid rows per accumulation block, at least
+constexpr std::int64_t kMaxBlockRows = 4096;  // and at most
 
 // Tiles 0-3: float32 accumulators [16 ci][16 co]; 4-5: xt [16 ci][32 rows]; 6-7: dyv [16 row
 // pairs][16 co x 2]. All are 16 rows of 64 bytes.
@@ -75,7 +76,7 @@ struct Grid {
   struct Tap {
     std::int64_t offset, slot;  // grid-row offset; the phase's slot in xt
   };
-  std::int64_t gh, gw, rows, padded_rows, blocks, pitch, cin16, cout16, sh, sw;
+  std::int64_t gh, gw, rows, block_rows, padded_rows, blocks, pitch, cin16, cout16, sh, sw;
   std::vector<Tap> taps;                                    // i * kw + j
   std::vector<std::pair<std::int64_t, std::int64_t>> phases;  // (pa, pb) of each slot, as used
 
@@ -83,8 +84,6 @@ struct Grid {
       : gh((s.h + g.pad_top + g.pad_bottom + g.stride_h - 1) / g.stride_h),
         gw((s.w + g.pad_left + g.pad_right + g.stride_w - 1) / g.stride_w),
         rows(s.n * gh * gw),
-        padded_rows(round_up(rows, kBlockRows)),
-        blocks(padded_rows / kBlockRows),
         cin16(round_up(s.cin, 16)),
         cout16(round_up(s.cout, 16)),
         sh(g.stride_h),
@@ -99,7 +98,12 @@ struct Grid {
         taps.push_back({vy / sh * gw + vx / sw, it - phases.begin()});
         reach = std::max(reach, taps.back().offset);
       }
-    pitch = round_up(kBlockRows + reach, kRowsPerChunk);
+    // A block's xt also holds the rows its largest tap offset reaches: blocks of at least 4x that
+    // reach (wide images) keep this overlap under a quarter of the copy.
+    block_rows = std::clamp(round_up(4 * reach, kMinBlockRows), kMinBlockRows, kMaxBlockRows);
+    padded_rows = round_up(rows, block_rows);
+    blocks = padded_rows / block_rows;
+    pitch = round_up(block_rows + reach, kRowsPerChunk);
     if (pitch * 2 % 4096 == 0) pitch += kRowsPerChunk;  // xt rows 4 KB apart would share cache sets
   }
   std::int64_t xt_size() const { return static_cast<std::int64_t>(phases.size()) * cin16 * pitch; }
@@ -140,7 +144,7 @@ MPT_AVX512BW void transpose32(__m512i v[32]) {
 }
 
 /// Block blk of xt, for each phase slot: xt[slot][ci][k] = the phase's padded input at grid row
-/// blk * 512 + k for k < pitch (zero past the last image and for ci >= cin), 32 grid rows x 32
+/// blk * block_rows + k for k < pitch (zero past the last image and for ci >= cin), 32 grid rows x 32
 /// channels transposed at a time.
 MPT_AVX512BW void build_xt_block(const bf16_bits* x, const ConvShape& s, const Conv2dGeometry& g, const Grid& gr,
                     std::int64_t blk, bf16_bits* xt) {
@@ -150,7 +154,7 @@ MPT_AVX512BW void build_xt_block(const bf16_bits* x, const ConvShape& s, const C
     const auto [pa, pb] = gr.phases[slot];
     bf16_bits* out = xt + static_cast<std::int64_t>(slot) * gr.cin16 * gr.pitch;
     for (std::int64_t k0 = 0; k0 < gr.pitch; k0 += kRowsPerChunk) {
-      const std::int64_t r0 = blk * kBlockRows + k0;
+      const std::int64_t r0 = blk * gr.block_rows + k0;
       std::int64_t n = r0 / (gr.gh * gr.gw), y = r0 / gr.gw % gr.gh, xx = r0 % gr.gw;
       for (std::int64_t k = 0; k < kRowsPerChunk; ++k) {
         const std::int64_t iy = y * gr.sh + pa - g.pad_top, ix = xx * gr.sw + pb - g.pad_left;
@@ -169,19 +173,19 @@ MPT_AVX512BW void build_xt_block(const bf16_bits* x, const ConvShape& s, const C
   }
 }
 
-/// Block blk of dyv: dyv[p][co][e] = dy at grid row blk * 512 + 2p + e (zero where that row is
+/// Block blk of dyv: dyv[p][co][e] = dy at grid row blk * block_rows + 2p + e (zero where that row is
 /// no output pixel, and for co >= cout): 32-bit lanes holding the even row's value in the low
 /// half, the odd row's in the high.
 MPT_AVX512BW void build_dyv_block(const bf16_bits* dy, const ConvShape& s, const Grid& gr, std::int64_t blk, const bf16_bits* zeros,
                      bf16_bits* dyv) {
-  const std::int64_t r0 = blk * kBlockRows;
+  const std::int64_t r0 = blk * gr.block_rows;
   std::int64_t n = r0 / (gr.gh * gr.gw), y = r0 / gr.gw % gr.gh, xx = r0 % gr.gw;
   auto next_row = [&] {  // dy's row at grid position (n, y, xx), then advance
     const bf16_bits* p = n < s.n && y < s.oh && xx < s.ow ? dy + ((n * s.oh + y) * s.ow + xx) * s.cout : zeros;
     if (++xx == gr.gw) xx = 0, ++y == gr.gh ? (y = 0, ++n) : 0;
     return p;
   };
-  for (std::int64_t p = 0; p < kBlockRows / 2; ++p) {
+  for (std::int64_t p = 0; p < gr.block_rows / 2; ++p) {
     const bf16_bits* __restrict lo = next_row();
     const bf16_bits* __restrict hi = next_row();
     auto* __restrict dst = reinterpret_cast<std::uint32_t*>(dyv + p * gr.cout16 * 2);
@@ -247,10 +251,10 @@ void prefetch_block(const bf16_bits* x, const bf16_bits* dy, const ConvShape& s,
     for (const char* c = reinterpret_cast<const char*>(p + from); c < reinterpret_cast<const char*>(p + to); c += 64)
       _mm_prefetch(c, _MM_HINT_T1);
   };
-  const std::int64_t r0 = blk * kBlockRows;
+  const std::int64_t r0 = blk * gr.block_rows;
   const auto [x0, x1] = pixel_range(gr, r0, r0 + gr.pitch, s.n, s.h, s.w, gr.sh, gr.sw, g.pad_top, g.pad_left);
   lines(x, x0 * s.cin, x1 * s.cin);
-  const auto [y0, y1] = pixel_range(gr, r0, r0 + kBlockRows, s.n, s.oh, s.ow, 1, 1, 0, 0);
+  const auto [y0, y1] = pixel_range(gr, r0, r0 + gr.block_rows, s.n, s.oh, s.ow, 1, 1, 0, 0);
   lines(dy, y0 * s.cout, y1 * s.cout);
 }
 
@@ -259,7 +263,7 @@ void prefetch_block(const bf16_bits* x, const bf16_bits* dy, const ConvShape& s,
 void accumulate(const bf16_bits* x, const bf16_bits* dy, const ConvShape& s, const Conv2dGeometry& g, const Grid& gr,
                 std::int64_t b0, std::int64_t b1, bf16_bits* xt, bf16_bits* dyv, const bf16_bits* zeros, float* acc) {
   const std::int64_t a_stride = gr.pitch * 2, b_stride = gr.cout16 * 4, acc_stride = gr.cout16 * 4;
-  const std::int64_t mb = gr.cin16 / 16, nb = gr.cout16 / 16;
+  const std::int64_t mb = gr.cin16 / 16, nb = gr.cout16 / 16, chunks = gr.block_rows / kRowsPerChunk;
   tiles_configure();
   for (std::int64_t blk = b0; blk < b1; ++blk) {
     build_xt_block(x, s, g, gr, blk, xt);
@@ -274,10 +278,10 @@ void accumulate(const bf16_bits* x, const bf16_bits* dy, const ConvShape& s, con
           const bf16_bits* b = dyv + j * 32;
           float* c = acc_t + i * 16 * gr.cout16 + j * 16;
           const bool two_i = i + 1 < mb, two_j = j + 1 < nb;
-          if (two_i && two_j) tile_block<2, 2>(a, a_stride, b, b_stride, kChunksPerBlock, c, acc_stride);
-          else if (two_i) tile_block<2, 1>(a, a_stride, b, b_stride, kChunksPerBlock, c, acc_stride);
-          else if (two_j) tile_block<1, 2>(a, a_stride, b, b_stride, kChunksPerBlock, c, acc_stride);
-          else tile_block<1, 1>(a, a_stride, b, b_stride, kChunksPerBlock, c, acc_stride);
+          if (two_i && two_j) tile_block<2, 2>(a, a_stride, b, b_stride, chunks, c, acc_stride);
+          else if (two_i) tile_block<2, 1>(a, a_stride, b, b_stride, chunks, c, acc_stride);
+          else if (two_j) tile_block<1, 2>(a, a_stride, b, b_stride, chunks, c, acc_stride);
+          else tile_block<1, 1>(a, a_stride, b, b_stride, chunks, c, acc_stride);
         }
     }
   }
@@ -294,7 +298,7 @@ void amx_conv_backward_weights(const Tensor& x, const Tensor& dy, const ConvShap
   const auto* dys = static_cast<const bf16_bits*>(dy.data_ptr());
   const std::int64_t threads = omp_in_parallel() ? 1 : std::clamp<std::int64_t>(omp_get_max_threads(), 1, gr.blocks);
   const std::int64_t taps = static_cast<std::int64_t>(gr.taps.size()), acc_size = taps * gr.cin16 * gr.cout16;
-  const std::int64_t xt_size = gr.xt_size(), dyv_size = kBlockRows * gr.cout16;
+  const std::int64_t xt_size = gr.xt_size(), dyv_size = gr.block_rows * gr.cout16;
   Tensor acc = Tensor::zeros({threads * acc_size}, float32, cpu);
   Tensor scratch = Tensor::empty({threads * (xt_size + dyv_size)}, bfloat16, cpu);
   const std::vector<bf16_bits> zeros(static_cast<std::size_t>(gr.cout16), 0);
