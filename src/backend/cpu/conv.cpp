@@ -7,11 +7,10 @@
 // computes in float32. bfloat16 runs natively (bf16 operands, f32 accumulation) where oneDNN runs
 // the pass on AMX, and in float32 otherwise: without AMX, vdpbf16ps issues at half the rate of
 // float32 FMAs here (101 vs 216 GFLOP/s per core), so AVX512-BF16 convolutions take twice as long
-// as float32 ones. oneDNN 2.6 has AMX forward convolutions only, so a stride-1 backward-data pass
-// runs as the forward convolution it is (dy against the flipped, transposed kernel), a strided
-// one as one such forward convolution per stride phase (sub-kernels; backward_data_by_phases,
-// 1.8 ms against 4.4 ms in float32 for the stride-2 layer of bench_conv's model B), and the
-// weight gradient of a convolution with 16 or more input channels runs on mpt's own AMX kernel
+// as float32 ones. oneDNN 2.6 has AMX forward convolutions only, so the backward-data pass runs
+// as the forward convolution it is (dy against the flipped, transposed kernel), one per stride
+// phase when strided (sub-kernels; backward_data_by_phases: 1.8 ms against 4.4 ms in float32 for
+// the stride-2 layer of bench_conv's model B), and the weight gradient of a convolution with 16 or more input channels runs on mpt's own AMX kernel
 // (conv_amx.cpp); other weight gradients compute in float32 (recast as a forward
 // convolution they would run on AMX but re-read dy as an OHxOW kernel for every tap: 14 ms
 // against 6 ms in float32 for a [128, 32, 32, 32] layer). float32 compute of 16-bit data goes
@@ -95,39 +94,6 @@ bool plan_on_amx(F&& make) {
   }
 }
 
-/// Backward-data of a stride-1 convolution as a forward one: dy [N,OH,OW,Cout] convolved with
-/// the spatially flipped kernel, its channels swapped, and the complementary padding gives dx.
-struct Transposed {
-  ConvShape s;
-  Conv2dGeometry g;
-};
-
-Transposed transposed(const ConvShape& s, const Conv2dGeometry& g) {
-  Transposed t{{s.n, s.oh, s.ow, s.cout, s.h, s.w, s.cin, s.kh, s.kw}, g};
-  t.g.pad_top = (s.kh - 1) * g.dilation_h - g.pad_top;
-  t.g.pad_bottom = (s.kh - 1) * g.dilation_h - g.pad_bottom;
-  t.g.pad_left = (s.kw - 1) * g.dilation_w - g.pad_left;
-  t.g.pad_right = (s.kw - 1) * g.dilation_w - g.pad_right;
-  return t;
-}
-
-/// w [kh, kw, Cin, Cout] -> [kh, kw, Cout, Cin], flipped in both spatial axes.
-Tensor flipped_kernel(const Tensor& w) {
-  const Shape& s = w.shape();
-  const std::int64_t kh = s[0], kw = s[1], ci = s[2], co = s[3];
-  const std::size_t es = itemsize(w.dtype());
-  Tensor out = Tensor::empty({kh, kw, co, ci}, w.dtype(), w.device());
-  const char* src = static_cast<const char*>(w.data_ptr());
-  char* dst = static_cast<char*>(out.data_ptr());
-  for (std::int64_t i = 0; i < kh; ++i)
-    for (std::int64_t j = 0; j < kw; ++j)
-      for (std::int64_t c = 0; c < ci; ++c)
-        for (std::int64_t o = 0; o < co; ++o)
-          std::memcpy(dst + ((((kh - 1 - i) * kw + (kw - 1 - j)) * co + o) * ci + c) * es,
-                      src + (((i * kw + j) * ci + c) * co + o) * es, es);
-  return out;
-}
-
 bool native_forward(const ConvShape& s, const Conv2dGeometry& g, DType d, const DType* bias_dt, Activation act) {
   if (d != bfloat16) return d == float32;
   const Bf16Mode m = bf16_mode();
@@ -135,37 +101,48 @@ bool native_forward(const ConvShape& s, const Conv2dGeometry& g, DType d, const 
   return plan_on_amx([&]() -> ForwardPlan& { return forward_plan(s, g, d, bias_dt, act); });
 }
 
-/// Backward-data of a strided convolution (dilation 1) as one forward convolution per stride
-/// phase: the dx pixels whose padded coordinates are (ry, rx) modulo the strides receive dy
-/// through the kernel taps congruent to them, i.e. dy convolved (stride 1) with the flipped
-/// sub-kernel of those taps, channels swapped. Phase (ry, rx) is a stride-1 problem with output
-/// [n, qy, qx, cin], qy = the number of padded rows y * sh + ry before the input's end.
+/// Backward-data as forward convolutions, one per stride phase: the dx pixels whose padded
+/// coordinates are (ry, rx) modulo the strides receive dy through the kernel taps congruent to
+/// them, i.e. dy convolved (stride 1) with the flipped sub-kernel of those taps, channels
+/// swapped. Phase (ry, rx) is a stride-1 problem whose output rows are that phase's rows of dx,
+/// from the first inside the input (y0) on. With stride 1 the one phase is dx itself, with the
+/// whole kernel (dilation kept) and the complementary padding.
 struct Phase {
-  std::int64_t ry, rx, my, mx;  // residues; sub-kernel size (0: no tap reaches this phase)
+  std::int64_t ry, rx, my, mx, y0, x0;  // residues; sub-kernel size (0: no tap reaches it); first row/col
   ConvShape s;
   Conv2dGeometry g;
 };
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }
 
 std::vector<Phase> phases(const ConvShape& s, const Conv2dGeometry& g) {
   std::vector<Phase> out;
   for (std::int64_t ry = 0; ry < g.stride_h; ++ry)
     for (std::int64_t rx = 0; rx < g.stride_w; ++rx) {
       Phase p{ry, rx, ry < s.kh ? (s.kh - ry + g.stride_h - 1) / g.stride_h : 0,
-              rx < s.kw ? (s.kw - rx + g.stride_w - 1) / g.stride_w : 0, {}, {}};
-      const std::int64_t qy = std::max<std::int64_t>(0, (g.pad_top + s.h - ry + g.stride_h - 1) / g.stride_h);
-      const std::int64_t qx = std::max<std::int64_t>(0, (g.pad_left + s.w - rx + g.stride_w - 1) / g.stride_w);
+              rx < s.kw ? (s.kw - rx + g.stride_w - 1) / g.stride_w : 0,
+              std::max<std::int64_t>(0, ceil_div(g.pad_top - ry, g.stride_h)),
+              std::max<std::int64_t>(0, ceil_div(g.pad_left - rx, g.stride_w)), {}, {}};
+      const std::int64_t qy = std::max<std::int64_t>(0, ceil_div(g.pad_top + s.h - ry, g.stride_h) - p.y0);
+      const std::int64_t qx = std::max<std::int64_t>(0, ceil_div(g.pad_left + s.w - rx, g.stride_w) - p.x0);
       p.s = {s.n, s.oh, s.ow, s.cout, qy, qx, s.cin, p.my, p.mx};
-      p.g.pad_top = p.my - 1, p.g.pad_bottom = qy - s.oh, p.g.pad_left = p.mx - 1, p.g.pad_right = qx - s.ow;
+      p.g.dilation_h = g.dilation_h, p.g.dilation_w = g.dilation_w;
+      const std::int64_t reach_y = (p.my - 1) * g.dilation_h, reach_x = (p.mx - 1) * g.dilation_w;
+      p.g.pad_top = reach_y - p.y0, p.g.pad_bottom = qy - s.oh - p.g.pad_top + reach_y;
+      p.g.pad_left = reach_x - p.x0, p.g.pad_right = qx - s.ow - p.g.pad_left + reach_x;
       out.push_back(p);
     }
   return out;
 }
 
+/// Dilation with strides splits taps across phases unevenly (Keras allows only one of the two);
+/// negative padding would mean an output beyond dy's reach, and an empty phase no convolution.
 bool phases_possible(const ConvShape& s, const Conv2dGeometry& g) {
-  if (g.stride_h == 1 && g.stride_w == 1) return false;
-  if (g.dilation_h != 1 || g.dilation_w != 1) return false;
-  for (const Phase& p : phases(s, g))  // negative padding: an output beyond dy's reach
-    if (p.my && p.mx && (p.g.pad_bottom < 0 || p.g.pad_right < 0 || p.s.oh <= 0 || p.s.ow <= 0)) return false;
+  if ((g.stride_h > 1 || g.stride_w > 1) && (g.dilation_h != 1 || g.dilation_w != 1)) return false;
+  for (const Phase& p : phases(s, g))
+    if (p.my && p.mx &&
+        (p.g.pad_top < 0 || p.g.pad_bottom < 0 || p.g.pad_left < 0 || p.g.pad_right < 0 || p.s.oh <= 0 || p.s.ow <= 0))
+      return false;
   return true;
 }
 
@@ -188,25 +165,27 @@ Tensor phase_kernel(const Tensor& w, const Phase& p, const Conv2dGeometry& g) {
 }
 
 void backward_data_by_phases(const Tensor& w, const Tensor& dy, const ConvShape& s, const Conv2dGeometry& g, Tensor& dx) {
+  const std::vector<Phase> all = phases(s, g);
+  auto run = [&](const Phase& p, void* out) {
+    PreparedWeights pw(phase_kernel(w, p, g));
+    run_forward(forward_plan(p.s, p.g, dx.dtype(), nullptr, Activation::Linear), dy.data_ptr(), pw, nullptr, out);
+  };
+  if (all.size() == 1) return run(all[0], dx.data_ptr());  // stride 1: the phase is dx
   const std::size_t es = itemsize(dx.dtype()), pixel = static_cast<std::size_t>(s.cin) * es;
-  for (const Phase& p : phases(s, g)) {
+  for (const Phase& p : all) {
     Tensor part;
     if (p.my && p.mx) {
       part = Tensor::empty({s.n, p.s.oh, p.s.ow, s.cin}, dx.dtype(), dx.device());
-      PreparedWeights pw(phase_kernel(w, p, g));
-      run_forward(forward_plan(p.s, p.g, dx.dtype(), nullptr, Activation::Linear), dy.data_ptr(), pw, nullptr,
-                  part.data_ptr());
+      run(p, part.data_ptr());
     }
-    // dx rows y = qy * sh + ry - pad_top of this phase (zero where no tap reaches it).
+    // dx rows y = (y0 + qy) * sh + ry - pad_top of this phase (zero where no tap reaches it).
     char* d = static_cast<char*>(dx.data_ptr());
     const char* src = part.defined() ? static_cast<const char*>(part.data_ptr()) : nullptr;
     parallel_for(s.n * p.s.oh, 16, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t u = b; u < e; ++u) {
-        const std::int64_t n = u / p.s.oh, qy = u % p.s.oh, y = qy * g.stride_h + p.ry - g.pad_top;
-        if (y < 0 || y >= s.h) continue;
+        const std::int64_t n = u / p.s.oh, y = (p.y0 + u % p.s.oh) * g.stride_h + p.ry - g.pad_top;
         for (std::int64_t qx = 0; qx < p.s.ow; ++qx) {
-          const std::int64_t x = qx * g.stride_w + p.rx - g.pad_left;
-          if (x < 0 || x >= s.w) continue;
+          const std::int64_t x = (p.x0 + qx) * g.stride_w + p.rx - g.pad_left;
           char* to = d + ((n * s.h + y) * s.w + x) * pixel;
           if (src) std::memcpy(to, src + (u * p.s.ow + qx) * pixel, pixel);
           else std::memset(to, 0, pixel);
@@ -216,23 +195,18 @@ void backward_data_by_phases(const Tensor& w, const Tensor& dy, const ConvShape&
   }
 }
 
-enum class DataPath { Native, AsForward, Phases, Staged };
+enum class DataPath { Native, Phases, Staged };
 
 DataPath data_path(const ConvShape& s, const Conv2dGeometry& g, DType d) {
   if (d != bfloat16) return d == float32 ? DataPath::Native : DataPath::Staged;
   const Bf16Mode m = bf16_mode();
   if (m != Bf16Mode::Auto) return m == Bf16Mode::Native ? DataPath::Native : DataPath::Staged;
-  if (g.stride_h == 1 && g.stride_w == 1) {
-    const Transposed t = transposed(s, g);
-    if (plan_on_amx([&]() -> ForwardPlan& { return forward_plan(t.s, t.g, d, nullptr, Activation::Linear); }))
-      return DataPath::AsForward;
-  }
   if (phases_possible(s, g)) {
-    for (const Phase& p : phases(s, g))
-      if (p.my && p.mx)
-        return plan_on_amx([&]() -> ForwardPlan& { return forward_plan(p.s, p.g, d, nullptr, Activation::Linear); })
-                   ? DataPath::Phases
-                   : DataPath::Staged;
+    const std::vector<Phase> all = phases(s, g);
+    const auto p = std::find_if(all.begin(), all.end(), [](const Phase& q) { return q.my && q.mx; });
+    if (p != all.end() &&
+        plan_on_amx([&]() -> ForwardPlan& { return forward_plan(p->s, p->g, d, nullptr, Activation::Linear); }))
+      return DataPath::Phases;
   }
   return plan_on_amx([&]() -> BackwardDataPlan& { return backward_data_plan(s, g, d); }) ? DataPath::Native
                                                                                           : DataPath::Staged;
@@ -308,10 +282,6 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGe
     run_backward_data(backward_data_plan(full, g, d), dy.data_ptr(), pw, dx.data_ptr());
   } else if (dx.defined() && dp == DataPath::Phases) {
     backward_data_by_phases(w, dy, full, g, dx);
-  } else if (dx.defined() && dp == DataPath::AsForward) {
-    const Transposed t = transposed(full, g);
-    PreparedWeights pw(flipped_kernel(w));
-    run_forward(forward_plan(t.s, t.g, d, nullptr, Activation::Linear), dy.data_ptr(), pw, nullptr, dx.data_ptr());
   }
   if (amx) {
     WeightGradSum sum(full);
