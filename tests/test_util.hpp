@@ -12,6 +12,18 @@
 
 namespace mpt::test {
 
+/// The message of the mpt::Error that f throws; "(no error)" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
 struct Tolerance {
   double rtol, atol;
 };

@@ -17,20 +17,11 @@
 #include "test_util.hpp"
 
 using namespace mpt;
+using mpt::test::error_of;
+using mpt::test::contains;
 using mpt::test::for_each_device;
 
 namespace {
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no mpt::Error thrown>";
-}
 
 template <class T>
 void check_roundtrip_vector(const std::vector<T>& values, DType expected_dtype, Device dev) {

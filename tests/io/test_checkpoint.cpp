@@ -11,6 +11,8 @@
 #include "io/checkpoint_util.hpp"
 
 using namespace mpt;
+using mpt::test::error_of;
+using mpt::test::contains;
 using namespace mpt::test;
 namespace layers = mpt::layers;
 
@@ -112,17 +114,6 @@ struct H5 {
     return size;
   }
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 std::unique_ptr<Sequential> trained_mlp(const optimizers::OptimizerArg& opt, std::uint64_t seed = 3) {
   set_random_seed(seed);

@@ -6,6 +6,7 @@
 #include "test_util.hpp"
 
 using namespace mpt;
+using mpt::test::error_of;
 using mpt::test::check_close;
 using mpt::test::check_gradients;
 using mpt::test::for_each_device;
@@ -92,15 +93,6 @@ void check_loss(const losses::Loss& loss, const Tensor& y_true, const Tensor& y_
   CHECK(l.dtype() == float32);
   CHECK(l.dim() == 0);
   check_close(l, {mean_of(expected)}, tolerance(float32), what + " mean");
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no mpt::Error)";
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "test_util.hpp"
 
 using namespace mpt;
+using mpt::test::error_of;
 using mpt::test::check_close;
 using mpt::test::for_each_device;
 using mpt::test::tolerance;
@@ -17,15 +18,6 @@ const std::vector<std::int32_t> kLabels = {0, 1, 1, 0};  // matches {1, 1, 0, 1}
 
 Tensor f32(const std::vector<double>& v, const Shape& s, Device d) {
   return Tensor::from_vector(v, s, d).to(float32);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no mpt::Error)";
 }
 
 template <class M>

@@ -4,6 +4,7 @@
 #include "layer_harness.hpp"
 
 using namespace mpt;
+using mpt::test::error_of;
 namespace layers = mpt::layers;
 using test::LayerCase;
 using test::run_layer_test;
@@ -16,15 +17,6 @@ struct PolicyScope {
   ~PolicyScope() { mixed_precision::set_global_policy(saved); }
   mixed_precision::Policy saved;
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<nothing thrown>";
-}
 
 #define CHECK_ERROR_HAS(expr, ...)                                                            \
   do {                                                                                        \

@@ -118,12 +118,7 @@ Tensor weigh(const Tensor& y) {
 double sigmoid_ref(double v) { return 1 / (1 + std::exp(-v)); }
 
 void check_message(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  std::string msg = "<nothing thrown>";
-  try {
-    f();
-  } catch (const Error& e) {
-    msg = e.what();
-  }
+  const std::string msg = mpt::test::error_of(f);
   for (const auto& p : parts) CHECK_MESSAGE(msg.find(p) != std::string::npos, "message \"", msg, "\" lacks \"", p, "\"");
 }
 
