@@ -83,22 +83,11 @@ std::int64_t chunk_images(const ConvShape& s) {
 
 bool on_amx(const std::string& impl) { return impl.find("amx") != std::string::npos; }
 
-/// Whether oneDNN runs the plan `make` returns on AMX; false also where oneDNN has no bfloat16
-/// kernel for it at all (CPUs without AVX512-BF16), so that the pass computes in float32.
-template <class F>
-bool plan_on_amx(F&& make) {
-  try {
-    return on_amx(make().impl);
-  } catch (const dnnl::error&) {
-    return false;
-  }
-}
-
 bool native_forward(const ConvShape& s, const Conv2dGeometry& g, DType d, const DType* bias_dt, Activation act) {
   if (d != bfloat16) return d == float32;
   const Bf16Mode m = bf16_mode();
   if (m != Bf16Mode::Auto) return m == Bf16Mode::Native;
-  return plan_on_amx([&]() -> ForwardPlan& { return forward_plan(s, g, d, bias_dt, act); });
+  return on_amx(forward_plan(s, g, d, bias_dt, act).impl);
 }
 
 /// Backward-data as forward convolutions, one per stride phase: the dx pixels whose padded
@@ -204,19 +193,16 @@ DataPath data_path(const ConvShape& s, const Conv2dGeometry& g, DType d) {
   if (phases_possible(s, g)) {
     const std::vector<Phase> all = phases(s, g);
     const auto p = std::find_if(all.begin(), all.end(), [](const Phase& q) { return q.my && q.mx; });
-    if (p != all.end() &&
-        plan_on_amx([&]() -> ForwardPlan& { return forward_plan(p->s, p->g, d, nullptr, Activation::Linear); }))
-      return DataPath::Phases;
+    if (p != all.end() && on_amx(forward_plan(p->s, p->g, d, nullptr, Activation::Linear).impl)) return DataPath::Phases;
   }
-  return plan_on_amx([&]() -> BackwardDataPlan& { return backward_data_plan(s, g, d); }) ? DataPath::Native
-                                                                                          : DataPath::Staged;
+  return on_amx(backward_data_plan(s, g, d).impl) ? DataPath::Native : DataPath::Staged;
 }
 
 bool native_weights(const ConvShape& s, const Conv2dGeometry& g, DType d) {
   if (d != bfloat16) return d == float32;
   const Bf16Mode m = bf16_mode();
   if (m != Bf16Mode::Auto) return m == Bf16Mode::Native;
-  return plan_on_amx([&]() -> BackwardWeightsPlan& { return backward_weights_plan(s, g, d); });
+  return on_amx(backward_weights_plan(s, g, d).impl);
 }
 
 // ---- the passes -------------------------------------------------------------------------------
