@@ -8,7 +8,7 @@ class ActivationLayer : public Layer {
  public:
   ActivationLayer(std::string activation, LayerOptions o, const char* class_name = "Activation")
       : Layer(class_name, o.dtype, o.name), activation_(std::move(activation)) {
-    ops::activation(Tensor::zeros({1}), activation_);  // validates the name
+    ops::check_activation(activation_);
   }
   Tensor call(const Tensor& x, bool) override { return ops::activation(x, activation_); }
   bool ends_in_softmax() const override { return activation_ == "softmax"; }

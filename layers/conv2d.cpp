@@ -18,7 +18,7 @@ class Conv2DLayer : public Layer {
     if (o_.dilation_rate.h <= 0 || o_.dilation_rate.w <= 0)
       error("dilation_rate must be positive, got ", json(o_.dilation_rate));
     if (o_.padding != "valid" && o_.padding != "same") error("padding must be \"valid\" or \"same\", got \"", o_.padding, "\"");
-    if (o_.activation != "softmax") ops::activation(Tensor::zeros({1}), o_.activation);  // validates the name
+    ops::check_activation(o_.activation);
   }
 
   void build(const Shape& s) override {

@@ -8,7 +8,7 @@ class DenseLayer : public Layer {
  public:
   DenseLayer(std::int64_t units, DenseOptions o) : Layer("Dense", o.dtype, o.name), units_(units), o_(std::move(o)) {
     if (units <= 0) error("units must be positive, got ", units);
-    if (o_.activation != "softmax") ops::activation(Tensor::zeros({1}), o_.activation);  // validates the name
+    ops::check_activation(o_.activation);
   }
   void build(const Shape& s) override {
     if (s.size() < 2) error("expected an input of rank >= 2 (batch, features), got shape ", to_string(s));

@@ -14,8 +14,8 @@ class DropoutLayer : public Layer {
   }
   Tensor call(const Tensor& x, bool training) override {
     if (!training || rate_ == 0.0) return x;
-    // A new mask per call, reproducible from the layer's seed and the call count.
-    Tensor u = Tensor::random_uniform(x.shape(), 0.0, 1.0, seed_ * 0x9e3779b97f4a7c15ull + calls_++, float32, x.device());
+    // A new mask per call, drawn on x's device: the layer's seed, the call count as the offset.
+    Tensor u = Tensor::random_uniform(x.shape(), 0.0, 1.0, seed_, float32, x.device(), calls_++);
     Tensor keep = ops::greater_equal(u, Tensor::scalar(rate_, float32, x.device()));
     Tensor zero = Tensor::scalar(0.0, x.dtype(), x.device());
     return ops::where(keep, ops::mul(x, Tensor::scalar(1.0 / (1.0 - rate_), x.dtype(), x.device())), zero);

@@ -10,6 +10,8 @@
 
 #include <mpt/mpt.hpp>
 
+#include "device/protected_device.hpp"
+
 namespace mpt::test {
 
 /// The message of the mpt::Error that f throws; "(no error)" when it throws none.
@@ -47,9 +49,13 @@ inline const std::vector<DType>& float_dtypes() {
   return d;
 }
 
-/// Runs `f` on the CPU and on every GPU this build can use; says so when the GPU half is skipped.
+/// Runs `f` on the CPU, on the test device (CPU kernels behind memory host code cannot touch:
+/// device/protected_device.hpp) and on every GPU this build can use; says so when the GPU half is
+/// skipped.
 inline void for_each_device(const std::function<void(Device)>& f) {
   SUBCASE("cpu") { f(Device::cpu()); }
+  REQUIRE(test_device_registered());
+  SUBCASE("test") { f(Device::test()); }
   const int gpus = cuda::device_count();
   if (gpus > 0 && is_available(Device::cuda(0))) {
     for (int i = 0; i < gpus; ++i) {

@@ -32,6 +32,10 @@ class Callback {
   virtual void on_train_batch_end(std::int64_t batch, const Logs& logs) {}
   virtual void on_test_begin(const Logs& logs) {}
   virtual void on_test_end(const Logs& logs) {}
+  /// Whether on_train_batch_end(batch) will read its logs. fit keeps the loss and metrics on the
+  /// device and reads them back only for batches some callback asks for; the others get empty
+  /// logs. A callback that never reads batch logs returns false (the built-in ones do).
+  virtual bool wants_batch_logs(std::int64_t batch) { return true; }
   /// Set by fit before on_train_begin.
   void set_model(Model* model) { model_ = model; }
   Model* model() const { return model_; }
@@ -66,6 +70,7 @@ struct EarlyStoppingOptions {
 class EarlyStopping : public Callback {
  public:
   explicit EarlyStopping(EarlyStoppingOptions o = {});
+  bool wants_batch_logs(std::int64_t) override { return false; }
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(const Logs& logs) override;
@@ -90,6 +95,7 @@ struct LambdaCallback : public Callback {
   void on_train_end(const Logs& l) override { if (train_end) train_end(l); }
   void on_epoch_begin(int e, const Logs& l) override { if (epoch_begin) epoch_begin(e, l); }
   void on_epoch_end(int e, Logs& l) override { if (epoch_end) epoch_end(e, l); }
+  bool wants_batch_logs(std::int64_t) override { return static_cast<bool>(batch_end); }
   void on_train_batch_begin(std::int64_t b, const Logs& l) override { if (batch_begin) batch_begin(b, l); }
   void on_train_batch_end(std::int64_t b, const Logs& l) override { if (batch_end) batch_end(b, l); }
 };
@@ -102,6 +108,7 @@ struct CSVLoggerOptions {
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string filename, CSVLoggerOptions o = {});
+  bool wants_batch_logs(std::int64_t) override { return false; }
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
 
@@ -135,6 +142,8 @@ struct ModelCheckpointOptions {
 class ModelCheckpoint : public Callback {
  public:
   explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions o = {});
+  /// Only for the batches it saves at (save_freq in batches).
+  bool wants_batch_logs(std::int64_t batch) override;
   void on_train_begin(const Logs& logs) override;
   void on_epoch_begin(int epoch, const Logs& logs) override;
   void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
@@ -160,6 +169,8 @@ class ModelCheckpoint : public Callback {
 class ProgbarLogger : public Callback {
  public:
   ProgbarLogger(int verbose, std::int64_t steps, int epochs);
+  /// True for the batches it redraws at (at most ten a second, and the last).
+  bool wants_batch_logs(std::int64_t batch) override;
   void on_epoch_begin(int epoch, const Logs& logs) override;
   void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
@@ -171,6 +182,7 @@ class ProgbarLogger : public Callback {
   int epochs_;
   double start_ = 0, last_render_ = 0;
   bool tty_;
+  bool redraw_ = false;  // wants_batch_logs said yes for the coming on_train_batch_end
 };
 
 }  // namespace mpt::callbacks

@@ -10,7 +10,9 @@
 
 namespace mpt {
 
-enum class DeviceType : std::uint8_t { CPU, CUDA };
+/// Test: a device whose backend only the test suite registers: the CPU kernels on memory that
+/// host code outside the backend cannot touch (tests/device), to prove code paths device-clean.
+enum class DeviceType : std::uint8_t { CPU, CUDA, Test };
 
 struct Device {
   DeviceType type = DeviceType::CPU;
@@ -18,9 +20,11 @@ struct Device {
 
   static Device cpu() { return {DeviceType::CPU, 0}; }
   static Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
+  static Device test() { return {DeviceType::Test, 0}; }
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool is_cuda() const { return type == DeviceType::CUDA; }
-  /// "cpu" or "cuda:0".
+  bool is_test() const { return type == DeviceType::Test; }
+  /// "cpu", "cuda:0" or "test".
   std::string str() const;
   friend bool operator==(const Device&, const Device&) = default;
 };
@@ -31,7 +35,8 @@ Device default_device();
 /// Sets the default device for this process (overrides MPT_DEVICE).
 void set_default_device(Device device);
 /// True when tensors and ops can run on `device` in this build on this machine (the CPU
-/// always; a GPU when it exists and the CUDA op backend is built).
+/// always; a GPU when it exists and the CUDA op backend is built; the test device when the
+/// test suite registered it).
 bool is_available(Device device);
 
 namespace cuda {

@@ -162,12 +162,17 @@ class Model {
 
  private:
   struct StepResult {
-    double loss = 0;
+    Tensor loss;  // a scalar on the model's device
     bool applied = true;
   };
   StepResult train_step(const Tensor& x, const Tensor& y);
-  double test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& metrics);
+  Tensor test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& metrics);
   void check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const;
+  /// Where the model's variables are (default_device() before any exists).
+  Device variables_device() const;
+  /// Once per fit/evaluate: resolves the metrics on one sample and checks sparse labels
+  /// against the number of classes, on the host copy of y.
+  void check_targets(const char* where, const Tensor& x, const Tensor& y);
   void resolve_metrics(const Tensor& y, const Tensor& y_pred);
   std::map<std::string, double> metric_logs(const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
 

@@ -20,6 +20,7 @@ namespace mpt::ops {
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
+/// Integer division truncates toward zero; an integer divided by zero gives 0 (NumPy's result).
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, double exponent);
@@ -39,6 +40,8 @@ Tensor tanh(const Tensor& x);
 Tensor gelu(const Tensor& x);
 Tensor silu(const Tensor& x);
 /// By Keras name: linear, relu, sigmoid, tanh, softmax, gelu, silu (swish).
+/// Checks an activation name by table lookup (no op runs): mpt::Error listing the valid names.
+void check_activation(const std::string& name);
 Tensor activation(const Tensor& x, const std::string& name);
 
 // comparisons give bool tensors and no gradient
@@ -89,6 +92,10 @@ Tensor reshape(const Tensor& x, const Shape& shape);
 /// Permutes axes (default: reverse them).
 Tensor transpose(const Tensor& x, std::vector<std::int64_t> perm = {});
 Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis = 0);
+/// Rows x[indices[k]] along the first axis, in one backend call; indices int64 [K] on x's device
+/// and in range (not checked on the device: the host checks its index lists before upload).
+/// A data op: not recorded on a tape.
+Tensor gather_rows(const Tensor& x, const Tensor& indices);
 /// Elements [begin, end) along `axis` (a copy).
 Tensor slice(const Tensor& x, std::int64_t axis, std::int64_t begin, std::int64_t end);
 /// indices (integer) -> [..., depth] in `dtype`; out-of-range indices give zero rows.

@@ -11,6 +11,7 @@
 ///   mpt::ops::adam_update(w, g, m, v, nullptr, alpha, 0.9, 0.999, 1e-7);
 ///   auto r = mpt::ops::unscale_and_check(grads, 1.0 / 32768);
 ///   if (!r.found_nonfinite) apply(r.grads);
+#include <cstdint>
 #include <vector>
 
 #include "mpt/tensor.hpp"
@@ -41,10 +42,28 @@ void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* a
 
 struct UnscaleResult {
   std::vector<Tensor> grads;     ///< grads[i] * inv_scale in float32 (undefined stays undefined)
-  bool found_nonfinite = false;  ///< some element of some result is inf or NaN
+  Tensor found_flag;             ///< float32 scalar on the gradients' device: 1 when any is inf/NaN
+  bool found_nonfinite = false;  ///< the flag read back (only by the double overload)
 };
 /// Multiplies every gradient by inv_scale into new float32 tensors and checks them for inf/NaN
 /// in the same pass (the inputs are left untouched). All defined gradients share one device.
+/// This overload reads the flag back to the host (found_nonfinite).
 UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, double inv_scale);
+/// The same with inv_scale a float32 scalar on the gradients' device; the flag stays there
+/// (found_flag), nothing is read by the host.
+UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale);
+
+/// Keras's dynamic loss-scale rule with hysteresis and bounds.
+struct LossScaleRule {
+  bool dynamic = true;
+  std::int64_t growth_steps = 2000;
+  std::int64_t hysteresis = 1;
+  double min_scale = 1.0, max_scale = 16777216.0;
+};
+/// One step of the rule on the device, driven by the flag of unscale_and_check: scale and
+/// inv_scale are float32 scalars, counters int64 [2] = (finite steps in a row, overflows in a
+/// row), all updated in place on their device.
+void update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,
+                       const LossScaleRule& rule);
 
 }  // namespace mpt::ops

@@ -75,13 +75,14 @@ class Tensor {
   /// [start, stop) by step, like numpy.arange.
   static Tensor arange(double start, double stop, double step = 1.0, DType dtype = float32,
                        Device device = default_device());
-  /// Normal / uniform samples; the same seed gives the same values on every run and device.
+  /// Normal / uniform samples drawn on `device` from the Philox-4x32-10 stream (seed, offset):
+  /// the same seed and offset give the same values on every run, thread count and device.
   static Tensor random_normal(const Shape& shape, double mean = 0.0, double stddev = 1.0,
                               std::uint64_t seed = 0, DType dtype = float32,
-                              Device device = default_device());
+                              Device device = default_device(), std::uint64_t offset = 0);
   static Tensor random_uniform(const Shape& shape, double minval = 0.0, double maxval = 1.0,
                                std::uint64_t seed = 0, DType dtype = float32,
-                               Device device = default_device());
+                               Device device = default_device(), std::uint64_t offset = 0);
   /// From host values of element type T (float, double, int32_t, int64_t, uint8_t, bool,
   /// mpt::half, mpt::bfloat16_t); an empty shape means a 1-d tensor of values.size().
   template <class T>

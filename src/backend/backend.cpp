@@ -4,8 +4,8 @@
 
 namespace mpt::detail {
 namespace {
-std::array<Backend*, 2>& registry() {
-  static std::array<Backend*, 2> r{};
+std::array<Backend*, 3>& registry() {
+  static std::array<Backend*, 3> r{};
   return r;
 }
 }  // namespace
@@ -16,7 +16,7 @@ bool has_backend(DeviceType type) { return registry()[static_cast<int>(type)] !=
 
 Backend& backend(Device device) {
   Backend* b = registry()[static_cast<int>(device.type)];
-  MPT_CHECK(b != nullptr, "no ", device.is_cuda() ? "CUDA" : "CPU",
+  MPT_CHECK(b != nullptr, "no ", device.is_cuda() ? "CUDA" : device.is_test() ? "test-device" : "CPU",
             " kernels in this build for device ", device.str(),
             device.is_cuda() ? " (the CUDA op backend is not implemented yet; use MPT_DEVICE=cpu)"
                              : "");

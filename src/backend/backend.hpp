@@ -1,10 +1,13 @@
 #pragma once
-// The op list every backend implements (CPU now; CUDA mirrors it file for file). Ops in
-// src/ops validate shapes, dtypes and devices once and allocate outputs; kernels here only
-// compute. Tensors handed in are contiguous and on the backend's device.
+// The op list every backend implements (CPU now; CUDA mirrors it file for file), and the memory
+// a device's tensors live in. Ops in src/ops validate shapes, dtypes and devices once and
+// allocate outputs; kernels here only compute. Tensors handed in are contiguous and on the
+// backend's device. Host code outside a backend never dereferences device memory: the test
+// device (tests/device) faults when it does.
 #include <cstdint>
 #include <vector>
 
+#include "mpt/optim_ops.hpp"
 #include "mpt/tensor.hpp"
 
 namespace mpt {
@@ -37,6 +40,16 @@ struct Pool2dGeometry {
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // ---- memory (memory.cpp) ----------------------------------------------------------------
+  /// Raw device memory of at least nbytes (the caching allocator in src/core/memory.cpp sits on
+  /// top); never returns null.
+  virtual void* allocate(std::size_t nbytes) = 0;
+  virtual void deallocate(void* ptr) = 0;
+  /// Copies between this device and the host, or within this device.
+  virtual void copy_from_host(void* dst, const void* host_src, std::size_t n) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t n) = 0;
+  virtual void copy_on_device(void* dst, const void* src, std::size_t n) = 0;
 
   virtual void fill(Tensor& out, double value) = 0;
   /// out[i] = start + i * step.
@@ -81,8 +94,21 @@ class Backend {
   virtual void transpose(const Tensor& x, const std::vector<std::int64_t>& perm, Tensor& out) = 0;
   /// out[..., indices[i], ...] = 1 (out pre-shaped [..., depth], zero-filled by the kernel).
   virtual void one_hot(const Tensor& indices, Tensor& out) = 0;
-  /// True when any element of x is inf or NaN.
+  /// True when any element of x is inf or NaN (a host read: data checks, not training steps).
   virtual bool has_nonfinite(const Tensor& x) = 0;
+
+  // ---- random numbers, gathers and padding (random.cpp, gather.cpp) ------------------------
+  /// out[i] = element i of the Philox-4x32-10 stream (seed, offset) (backend/common/philox.hpp):
+  /// uniform in (a, b), or normal with mean a and stddev b; computed in float64, stored in
+  /// out's dtype. Every backend gives the same bits.
+  enum class Distribution : std::uint8_t { Uniform, Normal };
+  virtual void random(Distribution dist, double a, double b, std::uint64_t seed,
+                      std::uint64_t offset, Tensor& out) = 0;
+  /// out[k] = x[indices[k]] along the first axis; indices int64 [K] on this device, in range.
+  virtual void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) = 0;
+  /// out[i + offset] = x[i] where that lands inside out, zeros elsewhere of out (offsets per
+  /// axis, negative ones crop): zero padding and its gradient.
+  virtual void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) = 0;
 
   // Fused optimizer updates (formulas in mpt/optim_ops.hpp): var (float32 or 16-bit) and the
   // float32 slots are updated in place in one pass; optional slots are null when unused.
@@ -94,10 +120,16 @@ class Backend {
   virtual void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity,
                               Tensor* average_grad, Tensor* momentum, double lr, double rho,
                               double momentum_coef, double epsilon) = 0;
-  /// out[i] = grads[i] * inv_scale (outs float32, pre-allocated; undefined grads skipped);
-  /// true when any element of any out is inf or NaN.
-  virtual bool unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
-                                 std::vector<Tensor>& outs) = 0;
+  /// out[i] = grads[i] * inv_scale (outs float32, pre-allocated; undefined grads skipped;
+  /// inv_scale a float32 scalar on this device); found (float32 scalar) = 1 when any element
+  /// of any out is inf or NaN, else 0. Nothing is read by the host.
+  virtual void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
+                                 std::vector<Tensor>& outs, Tensor& found) = 0;
+  /// One step of the loss-scale rule on the device (backend/common/loss_scale.hpp): scale and
+  /// inv_scale float32 scalars, counters int64 [2] = (good steps, overflows in a row), found
+  /// the flag unscale_and_check wrote.
+  virtual void update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters,
+                                 const Tensor& found, const ops::LossScaleRule& rule) = 0;
 
   // Convolution, pooling and normalization (conv.cpp, pool.cpp, batch_norm.cpp, layer_norm.cpp).
   // Activations are NHWC; outputs are pre-shaped by the ops (see mpt/nn_ops.hpp).
@@ -144,6 +176,8 @@ namespace detail {
 /// The backend of a device; mpt::Error when that backend is not built.
 Backend& backend(Device device);
 bool has_backend(DeviceType type);
+/// A Device's tensors live in host memory that host code may read directly (the CPU).
+inline bool host_addressable(Device device) { return device.is_cpu(); }
 /// Backends register themselves at static-initialisation time.
 void register_backend(DeviceType type, Backend* backend);
 }  // namespace detail

@@ -11,6 +11,7 @@
 namespace mpt {
 
 std::string Device::str() const {
+  if (is_test()) return "test";
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
 }
 
@@ -48,12 +49,13 @@ Device default_device() {
 
 bool is_available(Device device) {
   if (device.is_cpu()) return true;
+  if (device.is_test()) return detail::has_backend(DeviceType::Test);
   return detail::has_backend(DeviceType::CUDA) && device.index >= 0 && device.index < cuda::device_count();
 }
 
 void set_default_device(Device device) {
-  MPT_CHECK(device.is_cpu() || device.index < cuda::device_count(), "set_default_device: ",
-            device.str(), " is not available (", cuda::device_count(), " GPUs)");
+  MPT_CHECK(is_available(device), "set_default_device: ", device.str(), " is not available (",
+            cuda::device_count(), " GPUs)");
   std::lock_guard<std::mutex> lock(g_mutex);
   g_default = device;
 }

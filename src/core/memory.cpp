@@ -1,5 +1,6 @@
 // Caching allocator: freed blocks are kept in per-device size classes and reused, so the hot
-// path (one allocation per op output) does not reach malloc/cudaMalloc after warm-up.
+// path (one allocation per op output) does not reach the backend's allocate after warm-up.
+// Raw memory and copies come from each device's backend.
 #include "mpt/memory.hpp"
 
 #include <algorithm>
@@ -10,16 +11,10 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "mpt/error.hpp"
 
 namespace mpt {
-namespace detail {
-// Implemented in src/backend/cuda/memory.cpp.
-void* cuda_malloc(int device, std::size_t nbytes);
-void cuda_free(int device, void* ptr);
-void cuda_copy(void* dst, const void* src, std::size_t n, bool dst_cuda, bool src_cuda);
-}  // namespace detail
-
 namespace {
 
 constexpr int kMaxCudaDevices = 16;
@@ -42,34 +37,28 @@ struct Pool {
 Pool& pool_for(Device device) {
   // Never destroyed: tensors in static storage may be freed after other statics, and the
   // cached blocks stay reachable (not leaks) for LeakSanitizer.
-  static auto* pools = new std::array<Pool, kMaxCudaDevices + 1>;
-  MPT_CHECK(device.is_cpu() || (device.index >= 0 && device.index < kMaxCudaDevices),
+  static auto* pools = new std::array<Pool, kMaxCudaDevices + 2>;
+  MPT_CHECK(!device.is_cuda() || (device.index >= 0 && device.index < kMaxCudaDevices),
             "allocator: invalid device ", device.str());
-  return (*pools)[device.is_cpu() ? 0 : device.index + 1];
+  return (*pools)[device.is_cpu() ? 0 : device.is_test() ? 1 : device.index + 2];
 }
 
 }  // namespace
 
-void* detail::raw_alloc(Device device, std::size_t nbytes) {
-  if (device.is_cuda()) return cuda_malloc(device.index, nbytes);
-  void* p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
-  MPT_CHECK(p != nullptr, "allocator: out of host memory allocating ", nbytes, " bytes");
-  return p;
-}
+void* detail::raw_alloc(Device device, std::size_t nbytes) { return backend(device).allocate(nbytes); }
 
-void detail::raw_free(Device device, void* ptr) {
-  if (device.is_cuda()) return cuda_free(device.index, ptr);
-  std::free(ptr);
-}
+void detail::raw_free(Device device, void* ptr) { backend(device).deallocate(ptr); }
 
 void detail::copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                         std::size_t n) {
   if (n == 0) return;
-  if (dst_device.is_cpu() && src_device.is_cpu()) {
-    std::memcpy(dst, src, n);
-    return;
-  }
-  cuda_copy(dst, src, n, dst_device.is_cuda(), src_device.is_cuda());
+  if (dst_device == src_device) return backend(dst_device).copy_on_device(dst, src, n);
+  if (src_device.is_cpu()) return backend(dst_device).copy_from_host(dst, src, n);
+  if (dst_device.is_cpu()) return backend(src_device).copy_to_host(dst, src, n);
+  // Between two devices: through host memory.
+  std::vector<char> host(n);
+  backend(src_device).copy_to_host(host.data(), src, n);
+  backend(dst_device).copy_from_host(dst, host.data(), n);
 }
 
 Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {

@@ -21,7 +21,9 @@ std::atomic<std::uint64_t> g_next_id{1};
 std::shared_ptr<TensorImpl> new_impl(const Shape& shape, DType dtype, Device device) {
   for (auto d : shape) MPT_CHECK(d >= 0, "Tensor: negative dimension in shape ", to_string(shape));
   // Checked here too because zero-sized tensors never reach the allocator.
-  MPT_CHECK(device.is_cpu() || (device.index >= 0 && device.index < cuda::device_count()),
+  MPT_CHECK(!device.is_test() || is_available(device),
+            "Tensor: the test device is not registered (only mpt's test suite registers it)");
+  MPT_CHECK(!device.is_cuda() || (device.index >= 0 && device.index < cuda::device_count()),
             "Tensor: device ", device.str(), " does not exist (", cuda::device_count(), " GPUs",
             cuda::device_count() == 0 ? "; " + cuda::unavailable_reason() : std::string(), ")");
   auto impl = std::make_shared<TensorImpl>();
@@ -41,23 +43,6 @@ std::shared_ptr<TensorImpl> view_impl(const TensorImpl& src, const Shape& shape,
   impl->dtype = src.dtype;
   impl->id = g_next_id++;
   return impl;
-}
-
-// Counter-based generator: value i of a seeded stream is a pure function of (seed, i), so
-// tensors reproduce across runs, thread counts and devices.
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-double uniform01(std::uint64_t seed, std::uint64_t i) {
-  return (static_cast<double>(splitmix64(seed * 0x2545f4914f6cdd1dull + i) >> 11) + 0.5) *
-         (1.0 / 9007199254740992.0);
-}
-
-Tensor from_doubles(const std::vector<double>& v, const Shape& shape, DType dtype, Device device) {
-  return Tensor::from_host(v.data(), v.size(), float64, shape, Device::cpu()).to(dtype).to(device);
 }
 
 }  // namespace
@@ -101,22 +86,21 @@ Tensor Tensor::arange(double start, double stop, double step, DType dtype, Devic
 }
 
 Tensor Tensor::random_uniform(const Shape& shape, double minval, double maxval, std::uint64_t seed,
-                              DType dtype, Device device) {
-  MPT_CHECK(maxval >= minval, "random_uniform: maxval ", maxval, " < minval ", minval);
-  std::vector<double> v(static_cast<std::size_t>(numel_of(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = minval + (maxval - minval) * uniform01(seed, i);
-  return from_doubles(v, shape, dtype, device);
+                              DType dtype, Device device, std::uint64_t offset) {
+  MPT_CHECK(std::isfinite(minval) && std::isfinite(maxval) && maxval >= minval, "random_uniform: needs finite ",
+            "minval <= maxval, got minval=", minval, ", maxval=", maxval);
+  Tensor t = empty(shape, dtype, device);
+  if (t.numel() > 0) detail::backend(device).random(Backend::Distribution::Uniform, minval, maxval, seed, offset, t);
+  return t;
 }
 
 Tensor Tensor::random_normal(const Shape& shape, double mean, double stddev, std::uint64_t seed,
-                             DType dtype, Device device) {
-  MPT_CHECK(stddev >= 0, "random_normal: negative stddev ", stddev);
-  std::vector<double> v(static_cast<std::size_t>(numel_of(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i) {  // Box-Muller on two counter-based uniforms
-    double u1 = uniform01(seed, 2 * i), u2 = uniform01(seed, 2 * i + 1);
-    v[i] = mean + stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-  }
-  return from_doubles(v, shape, dtype, device);
+                             DType dtype, Device device, std::uint64_t offset) {
+  MPT_CHECK(std::isfinite(mean) && std::isfinite(stddev) && stddev >= 0, "random_normal: needs a finite mean ",
+            "and stddev >= 0, got mean=", mean, ", stddev=", stddev);
+  Tensor t = empty(shape, dtype, device);
+  if (t.numel() > 0) detail::backend(device).random(Backend::Distribution::Normal, mean, stddev, seed, offset, t);
+  return t;
 }
 
 Tensor Tensor::from_host(const void* data, std::size_t count, DType dtype, const Shape& shape,

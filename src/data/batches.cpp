@@ -1,8 +1,10 @@
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
 #include "mpt/data/data.hpp"
+#include "mpt/ops.hpp"
 
 namespace mpt::data {
 namespace {
@@ -52,36 +54,31 @@ Tensor take_rows(const Tensor& x, const std::vector<std::int64_t>& indices) {
   for (std::size_t k = 0; k < indices.size(); ++k)
     MPT_CHECK(indices[k] >= 0 && indices[k] < n, "take_rows: index ", indices[k], " (position ", k,
               ") is out of range for the ", n, " rows of shape ", to_string(x.shape()));
-  Shape shape = x.shape();
-  shape[0] = static_cast<std::int64_t>(indices.size());
-  const Device device = x.device();
-  Tensor out = Tensor::empty(shape, x.dtype(), device);
-  const std::size_t row = n > 0 ? x.nbytes() / static_cast<std::size_t>(n) : 0;
-  if (row == 0 || indices.empty()) return out;
-  const auto* src = static_cast<const char*>(x.data_ptr());
-  auto* dst = static_cast<char*>(out.data_ptr());
-  const auto count = static_cast<std::int64_t>(indices.size());
-  if (device.is_cpu()) {
-// Scattered rows are memory-latency bound: both threads help from a few hundred KB on (a
-    // helper thread overlapping the step would steal a core from the compute threads instead).
-#pragma omp parallel for schedule(static) if (count * static_cast<std::int64_t>(row) > (std::int64_t{1} << 17))
-    for (std::int64_t k = 0; k < count; ++k)
-      std::memcpy(dst + static_cast<std::size_t>(k) * row,
-                  src + static_cast<std::size_t>(indices[static_cast<std::size_t>(k)]) * row, row);
-    return out;
+  const Tensor idx = Tensor::from_vector(indices, {static_cast<std::int64_t>(indices.size())}, x.device());
+  return ops::gather_rows(x.detach(), idx);
+}
+
+void check_finite(const char* where, const char* what, const Tensor& t) {
+  if (!t.defined() || !is_floating(t.dtype()) || !ops::has_nonfinite(t)) return;
+  auto v = t.to_vector<double>();
+  std::size_t i = 0;
+  while (i < v.size() && std::isfinite(v[i])) ++i;
+  const std::int64_t row_size = t.dim() > 0 && t.shape()[0] > 0 ? t.numel() / t.shape()[0] : 1;
+  fail(where, ": ", what, " contains ", std::isnan(v[i]) ? "NaN" : "inf", " (element ", i, ", sample ",
+       static_cast<std::int64_t>(i) / row_size, "); clean the data before training");
+}
+
+void check_labels(const char* where, const Tensor& y, std::int64_t num_classes) {
+  if (!y.defined() || !is_integer(y.dtype()) || y.dtype() == bool_ || y.numel() == 0) return;
+  const auto labels = y.to_vector<std::int64_t>();
+  const std::int64_t per_sample = std::max<std::int64_t>(1, y.numel() / std::max<std::int64_t>(y.shape()[0], 1));
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= 0 && (num_classes < 0 || labels[i] < num_classes)) continue;
+    if (num_classes < 0) fail(where, ": label ", labels[i], " of sample ", static_cast<std::int64_t>(i) / per_sample,
+                              " is negative; class labels are 0, 1, ...");
+    fail(where, ": label ", labels[i], " of sample ", static_cast<std::int64_t>(i) / per_sample,
+         " is out of range [0, ", num_classes, ") for ", num_classes, " classes");
   }
-  // No gather kernel on the GPU yet: each run of consecutive rows is one device-to-device copy
-  // (one copy per row for a shuffled batch; a kernel would make it one launch).
-  for (std::int64_t k = 0; k < count;) {
-    std::int64_t len = 1;
-    while (k + len < count && indices[static_cast<std::size_t>(k + len)] == indices[static_cast<std::size_t>(k)] + len)
-      ++len;
-    detail::copy_bytes(dst + static_cast<std::size_t>(k) * row, device,
-                       src + static_cast<std::size_t>(indices[static_cast<std::size_t>(k)]) * row, device,
-                       static_cast<std::size_t>(len) * row);
-    k += len;
-  }
-  return out;
 }
 
 Batches::Batches(Tensor x, Tensor y, BatchOptions options)
@@ -94,6 +91,11 @@ Batches::Batches(Tensor x, Tensor y, BatchOptions options)
     MPT_CHECK(y_.dim() >= 1 && y_.size(0) == x_.size(0),
               "batches: x and y must have the same first dimension (one row per example), got x ",
               to_string(x_.shape()), " and y ", to_string(y_.shape()));
+  MPT_CHECK(!o_.num_classes || *o_.num_classes > 0, "batches: num_classes must be positive, got ",
+            o_.num_classes.value_or(0));
+  check_finite("batches", "x", x_);
+  check_finite("batches", "y", y_);
+  check_labels("batches", y_, o_.num_classes.value_or(-1));
   if (o_.shuffle) order_ = permutation(x_.size(0), o_.seed);
 }
 

@@ -15,25 +15,35 @@ namespace mpt::metrics {
 using losses::detail::named_errors;
 using losses::detail::squeeze_or_expand_to_same_rank;
 
+void Mean::add(const Tensor& total_of_update, double count) {
+  total_ = total_.defined() ? ops::add(total_, total_of_update.to(total_.device())) : total_of_update;
+  count_ += count;
+}
+
 void Mean::update(const Tensor& values) {
   MPT_CHECK(values.defined(), "metric ", name(), ": values are undefined");
-  const std::vector<double> v = values.to_vector<double>();
-  const double total = std::accumulate(v.begin(), v.end(), 0.0);
-  // Keras reduces to one value per sample (the mean over the other axes) and counts samples.
-  if (values.dim() == 0) {
-    update(total, 1.0);
-  } else if (!v.empty()) {
-    const double samples = static_cast<double>(values.shape()[0]);
-    const double per_sample = static_cast<double>(v.size()) / samples;
-    total_ += total / per_sample;
-    count_ += samples;
-  }
+  NoGradGuard no_grad;
+  if (values.numel() == 0) return;
+  Tensor total = ops::sum(ops::cast(values.detach(), float64));
+  if (values.dim() == 0) return add(total, 1.0);
+  const double samples = static_cast<double>(values.shape()[0]);
+  const double per_sample = static_cast<double>(values.numel()) / samples;
+  add(per_sample == 1.0 ? total : ops::div(total, Tensor::scalar(per_sample, float64, total.device())), samples);
+}
+
+void Mean::update(const Tensor& value, double weight) {
+  MPT_CHECK(value.defined() && value.numel() == 1, "metric ", name(), ": expected one value, got ",
+            value.defined() ? to_string(value.shape()) : std::string("an undefined tensor"));
+  NoGradGuard no_grad;
+  add(ops::mul(ops::cast(value.detach().reshape({}), float64), Tensor::scalar(weight, float64, value.device())),
+      weight);
 }
 
 void Mean::update(double value, double weight) {
-  total_ += value * weight;
-  count_ += weight;
+  add(Tensor::scalar(value * weight, float64, total_.defined() ? total_.device() : default_device()), weight);
 }
+
+double Mean::result() const { return count_ > 0 ? total_.item() / count_ : 0.0; }
 
 namespace {
 

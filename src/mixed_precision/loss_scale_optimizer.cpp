@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <limits>
+
+#include "backend/common/loss_scale.hpp"
 
 #include "mpt/autograd.hpp"
 #include "mpt/ops.hpp"
@@ -11,6 +14,12 @@
 namespace mpt::mixed_precision {
 
 namespace {
+
+/// The host copy of the state follows the device's by the same rule and the same flag.
+void kernels_step(auto& h, bool nonfinite, const ops::LossScaleRule& r) {
+  kernels::loss_scale_step(h.scale, h.inv_scale, h.good_steps, h.overflows, nonfinite, r.dynamic, r.growth_steps,
+                           r.hysteresis, r.min_scale, r.max_scale);
+}
 
 std::vector<std::uint64_t> ids_of(const std::vector<Tensor>& grads) {
   std::vector<std::uint64_t> ids;
@@ -24,13 +33,14 @@ std::vector<std::uint64_t> ids_of(const std::vector<Tensor>& grads) {
 LossScaleOptimizer::LossScaleOptimizer(optimizers::OptimizerArg inner, LossScaleOptions options)
     : Optimizer("loss_scale_optimizer", optimizers::CommonOptions{0.0, {}, {}, {}}),
       inner_(inner.get()),
-      o_(options),
-      scale_(options.initial_scale) {
+      o_(options) {
   MPT_CHECK(inner_ != nullptr, "LossScaleOptimizer: no inner optimizer given");
   MPT_CHECK(dynamic_cast<LossScaleOptimizer*>(inner_.get()) == nullptr,
             "LossScaleOptimizer: the inner optimizer is already a LossScaleOptimizer");
-  MPT_CHECK(o_.min_scale > 0 && o_.min_scale <= o_.max_scale && std::isfinite(o_.max_scale),
-            "LossScaleOptimizer: needs 0 < min_scale <= max_scale < inf, got min_scale=",
+  // The scale is a float32 (as Keras's): its bounds and 1/scale must be normal float32 values.
+  MPT_CHECK(o_.min_scale >= std::numeric_limits<float>::min() && o_.min_scale <= o_.max_scale &&
+                o_.max_scale <= 1.0 / std::numeric_limits<float>::min(),
+            "LossScaleOptimizer: needs 2^-126 <= min_scale <= max_scale <= 2^126, got min_scale=",
             o_.min_scale, ", max_scale=", o_.max_scale);
   MPT_CHECK(o_.initial_scale >= o_.min_scale && o_.initial_scale <= o_.max_scale,
             "LossScaleOptimizer: initial_scale ", o_.initial_scale, " is outside [min_scale=",
@@ -39,6 +49,16 @@ LossScaleOptimizer::LossScaleOptimizer(optimizers::OptimizerArg inner, LossScale
             "LossScaleOptimizer: dynamic_growth_steps must be >= 1, got ", o_.dynamic_growth_steps);
   MPT_CHECK(o_.hysteresis >= 1, "LossScaleOptimizer: hysteresis must be >= 1, got ",
             o_.hysteresis);
+  set_state(o_.initial_scale, 0, 0);
+}
+
+ops::LossScaleRule LossScaleOptimizer::rule() const {
+  return {o_.dynamic, o_.dynamic_growth_steps, o_.hysteresis, o_.min_scale, o_.max_scale};
+}
+
+void LossScaleOptimizer::to_device(Device device) {
+  if (scale_.device() == device) return;
+  scale_ = scale_.to(device), inv_scale_ = inv_scale_.to(device), counters_ = counters_.to(device);
 }
 
 Tensor LossScaleOptimizer::get_scaled_loss(const Tensor& loss) {
@@ -47,13 +67,16 @@ Tensor LossScaleOptimizer::get_scaled_loss(const Tensor& loss) {
             "floating-point, got ", to_string(loss.dtype()));
   loss_was_scaled_ = true;
   Tensor l = loss.dtype() == float32 ? loss : ops::cast(loss, float32);
-  return ops::mul(l, Tensor::scalar(scale_, float32, l.device()));
+  to_device(l.device());
+  return ops::mul(l, scale_);
 }
 
 std::vector<Tensor> LossScaleOptimizer::get_unscaled_gradients(const std::vector<Tensor>& grads) {
-  ops::UnscaleResult r = ops::unscale_and_check(grads, 1.0 / scale_);
+  for (const auto& g : grads)
+    if (g.defined()) to_device(g.device());
+  ops::UnscaleResult r = ops::unscale_and_check(grads, inv_scale_);
   checked_ids_ = ids_of(r.grads);
-  checked_nonfinite_ = r.found_nonfinite;
+  checked_flag_ = r.found_flag;
   return std::move(r.grads);
 }
 
@@ -66,33 +89,28 @@ ApplyResult LossScaleOptimizer::apply_gradients_checked(const std::vector<Tensor
   }
   loss_was_scaled_ = false;
 
-  bool nonfinite = false;
-  if (!checked_ids_.empty() && checked_ids_ == ids_of(grads)) {
-    nonfinite = checked_nonfinite_;
-  } else {
-    for (const auto& g : grads) nonfinite = nonfinite || (g.defined() && ops::has_nonfinite(g));
+  Tensor flag = checked_flag_;
+  if (checked_ids_.empty() || checked_ids_ != ids_of(grads)) {  // not from get_unscaled_gradients
+    for (const auto& g : grads)
+      if (g.defined()) to_device(g.device());
+    flag = ops::unscale_and_check(grads, Tensor::scalar(1.0, float32, scale_.device())).found_flag;
   }
   checked_ids_.clear();
+  checked_flag_ = Tensor();
+  // The one host read of a step: whether to skip it.
+  const bool nonfinite = flag.item() != 0.0;
 
   ApplyResult r;
   r.found_nonfinite = nonfinite;
   if (nonfinite) {
     ++skipped_;
-    good_steps_ = 0;
-    if (o_.dynamic && ++overflows_ >= o_.hysteresis) {
-      scale_ = std::max(scale_ / 2, o_.min_scale);
-      overflows_ = 0;
-    }
   } else {
     inner_->apply_gradients(grads, vars);
     r.applied = true;
-    overflows_ = 0;
-    if (o_.dynamic && ++good_steps_ >= o_.dynamic_growth_steps) {
-      scale_ = std::min(scale_ * 2, o_.max_scale);
-      good_steps_ = 0;
-    }
   }
-  r.loss_scale = scale_;
+  ops::update_loss_scale(scale_, inv_scale_, counters_, flag, rule());
+  kernels_step(host_, nonfinite, rule());
+  r.loss_scale = host_.scale;
   return r;
 }
 
@@ -105,9 +123,11 @@ void LossScaleOptimizer::set_state(double scale, std::int64_t good_steps, int ov
   MPT_CHECK(scale > 0 && std::isfinite(scale), "LossScaleOptimizer::set_state: bad scale ", scale);
   MPT_CHECK(good_steps >= 0 && overflows >= 0, "LossScaleOptimizer::set_state: negative counter (",
             good_steps, ", ", overflows, ")");
-  scale_ = scale;
-  good_steps_ = good_steps;
-  overflows_ = overflows;
+  host_ = {static_cast<float>(scale), static_cast<float>(1.0 / scale), good_steps, overflows};
+  const Device device = scale_.defined() ? scale_.device() : default_device();
+  scale_ = Tensor::scalar(host_.scale, float32, device);
+  inv_scale_ = Tensor::scalar(host_.inv_scale, float32, device);
+  counters_ = Tensor::from_vector(std::vector<std::int64_t>{good_steps, overflows}, {2}, device);
 }
 
 std::shared_ptr<optimizers::Optimizer> LossScaleOptimizer::clone() const {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "mpt/autograd.hpp"
 #include "mpt/ops.hpp"
 
 namespace mpt {
@@ -40,38 +41,38 @@ Tensor initialize(const std::string& init, const Shape& shape, DType dtype, std:
     fan_out = static_cast<double>(shape.back()) * receptive;
   }
   fan_in = std::max(fan_in, 1.0), fan_out = std::max(fan_out, 1.0);
-  auto uniform = [&](double limit) { return Tensor::random_uniform(shape, -limit, limit, seed, dtype, Device::cpu()); };
-  // Keras's variance-scaling normals are truncated at 2 stddev; 0.8796 is that truncation's stddev.
+  const Device device = default_device();
+  auto uniform = [&](double limit) { return Tensor::random_uniform(shape, -limit, limit, seed, dtype, device); };
+  // Keras's variance-scaling normals are truncated at 2 stddev: values outside are redrawn from
+  // the next offsets of the stream (a fixed number of rounds, ~1e-11 of them left, then
+  // clamped), all on the device; 0.8796 is the truncated distribution's stddev.
   auto truncated = [&](double stddev) {
-    Tensor t = Tensor::random_normal(shape, 0.0, 1.0, seed, float64, Device::cpu());
-    auto v = t.to_vector<double>();
-    // Redraws come from a second stream; running out of it (p ~ 0.05^k) keeps the clamp.
-    auto pool = Tensor::random_normal({static_cast<std::int64_t>(v.size()) + 64}, 0.0, 1.0, ~seed, float64,
-                                      Device::cpu()).to_vector<double>();
-    std::size_t next = 0;
-    for (auto& x : v) {
-      while (std::abs(x) > 2.0 && next < pool.size()) x = pool[next++];
-      x = std::clamp(x, -2.0, 2.0);
+    NoGradGuard no_grad;
+    Tensor x = Tensor::random_normal(shape, 0.0, 1.0, seed, float32, device);
+    const Tensor two = Tensor::scalar(2.0, float32, device);
+    for (std::uint64_t round = 1; round <= 8; ++round) {
+      Tensor redraw = Tensor::random_normal(shape, 0.0, 1.0, seed, float32, device, round);
+      x = ops::where(ops::greater(ops::abs(x), two), redraw, x);
     }
-    for (auto& x : v) x *= stddev / 0.87962566103423978;
-    return Tensor::from_vector(v, shape, Device::cpu()).to(dtype);
+    x = ops::minimum(ops::maximum(x, ops::neg(two)), two);
+    return ops::mul(x, Tensor::scalar(stddev / 0.87962566103423978, float32, device)).to(dtype);
   };
   Tensor t;
-  if (init == "zeros") t = Tensor::zeros(shape, dtype, Device::cpu());
-  else if (init == "ones") t = Tensor::ones(shape, dtype, Device::cpu());
+  if (init == "zeros") t = Tensor::zeros(shape, dtype, device);
+  else if (init == "ones") t = Tensor::ones(shape, dtype, device);
   else if (init == "glorot_uniform") t = uniform(std::sqrt(6.0 / (fan_in + fan_out)));
   else if (init == "glorot_normal") t = truncated(std::sqrt(2.0 / (fan_in + fan_out)));
   else if (init == "he_uniform") t = uniform(std::sqrt(6.0 / fan_in));
   else if (init == "he_normal") t = truncated(std::sqrt(2.0 / fan_in));
   else if (init == "lecun_uniform") t = uniform(std::sqrt(3.0 / fan_in));
   else if (init == "lecun_normal") t = truncated(std::sqrt(1.0 / fan_in));
-  else if (init == "random_normal") t = Tensor::random_normal(shape, 0, 0.05, seed, dtype, Device::cpu());
+  else if (init == "random_normal") t = Tensor::random_normal(shape, 0, 0.05, seed, dtype, device);
   else if (init == "random_uniform") t = uniform(0.05);
   else
     fail("initializer: unknown initializer '", init,
          "'; valid: zeros, ones, glorot_uniform, glorot_normal, he_uniform, he_normal, lecun_uniform, "
          "lecun_normal, random_normal, random_uniform");
-  return t.to(default_device());
+  return t;
 }
 
 std::string batch_shape_string(const Shape& per_example) {
@@ -118,7 +119,16 @@ Tensor Layer::cast_input(const Tensor& x) const {
   return is_floating(x.dtype()) && x.dtype() != compute_dtype() ? ops::cast(x, compute_dtype()) : x;
 }
 
+void Layer::check_device(const Tensor& x) const {
+  if (!x.defined() || variables_.empty()) return;
+  const Device d = variables_.front().value().device();
+  if (x.device() != d)
+    error("input on ", x.device().str(), " but the layer's variables are on ", d.str(), "; move the input with .to(",
+          d.is_cpu() ? std::string("mpt::Device::cpu()") : "the model's device", ")");
+}
+
 Tensor Layer::operator()(const Tensor& x_in, CallOptions options) {
+  check_device(x_in);
   Tensor x = cast_input(x_in);
   if (!built_) {
     input_shape_ = x.shape();
@@ -135,6 +145,7 @@ Tensor Layer::operator()(const std::vector<Tensor>& xs_in, CallOptions options) 
   std::vector<Tensor> xs;
   std::vector<Shape> shapes;
   for (const auto& x : xs_in) {
+    check_device(x);
     xs.push_back(cast_input(x));
     shapes.push_back(xs.back().shape());
   }

@@ -1,6 +1,8 @@
 #include "mpt/model.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <future>
 #include <iostream>
 #include <map>
 
@@ -121,15 +123,6 @@ Tensor as_loss_input(const Tensor& y_pred) {
   return is_half(y_pred.dtype()) ? ops::cast(y_pred, float32) : y_pred;
 }
 
-void check_finite_data(const char* where, const char* what, const Tensor& t) {
-  if (!t.defined() || !is_floating(t.dtype()) || !ops::has_nonfinite(t)) return;
-  auto v = t.to_vector<double>();
-  std::size_t i = 0;
-  while (i < v.size() && std::isfinite(v[i])) ++i;
-  const std::int64_t row_size = t.dim() > 0 && t.shape()[0] > 0 ? t.numel() / t.shape()[0] : 1;
-  fail(where, ": ", what, " contains ", std::isnan(v[i]) ? "NaN" : "inf", " (element ", i, ", sample ",
-       static_cast<std::int64_t>(i) / row_size, "); clean the data before training");
-}
 }  // namespace
 
 void Model::check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const {
@@ -141,17 +134,34 @@ void Model::check_fit_inputs(const char* where, const Tensor& x, const Tensor& y
     MPT_CHECK(y.dim() >= 1 && y.shape()[0] == x.shape()[0], where, ": x and y have different numbers of samples: x ",
               to_string(x.shape()), ", y ", to_string(y.shape()));
   }
-  check_finite_data(where, "x", x);
-  check_finite_data(where, "y", y);
+  data::check_finite(where, "x", x);
+  data::check_finite(where, "y", y);
 }
 
 void Model::finish_step(bool applied) {
   for (const auto& l : layers()) l->finish_step(applied);
 }
 
+Device Model::variables_device() const {
+  for (const auto& l : layers())
+    for (const auto& v : l->variables()) return v.value().device();
+  return default_device();
+}
+
+void Model::check_targets(const char* where, const Tensor& x, const Tensor& y) {
+  if (!y.defined() || x.shape()[0] == 0) return;
+  const Device device = variables_device();
+  NoGradGuard no_grad;
+  // One sample through the model: builds it, resolves the metrics and tells the classes.
+  Tensor p = as_loss_input(call(x.slice(0, 1).to(device), false));
+  resolve_metrics(y.slice(0, 1), p);
+  if (loss_->name() == "sparse_categorical_crossentropy" && p.dim() >= 1)
+    data::check_labels(where, y, p.shape().back());  // the host copy; read once where y is on a device
+}
+
 Model::StepResult Model::train_step(const Tensor& x, const Tensor& y) {
   StepResult r;
-  Tensor y_pred, loss;
+  Tensor y_pred;
   std::vector<Tensor> grads;
   std::vector<Variable> vars;
   auto* lso = loss_scale_optimizer();
@@ -159,29 +169,78 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y) {
     GradientTape tape;
     y_pred = as_loss_input(call(x, true));
     vars = trainable_variables();  // after the call: the first one builds the layers
-    loss = (*loss_)(y, y_pred);
-    grads = tape.gradient(lso ? lso->get_scaled_loss(loss) : loss, vars);
+    r.loss = (*loss_)(y, y_pred);
+    grads = tape.gradient(lso ? lso->get_scaled_loss(r.loss) : r.loss, vars);
   }
   if (lso) r.applied = lso->apply_gradients_checked(lso->get_unscaled_gradients(grads), vars).applied;
   else optimizer_->apply_gradients(grads, vars);
   finish_step(r.applied);
-  r.loss = loss.item();
+  r.loss = r.loss.detach();
   NoGradGuard no_grad;
   resolve_metrics(y, y_pred);
   for (auto& m : metrics_) m->update_state(y, y_pred.detach());
   return r;
 }
 
-double Model::test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& ms) {
+Tensor Model::test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& ms) {
   NoGradGuard no_grad;
   Tensor y_pred = as_loss_input(call(x, false));
-  double loss = (*loss_)(y, y_pred).item();
+  Tensor loss = (*loss_)(y, y_pred);
   resolve_metrics(y, y_pred);
   for (auto& m : ms) m->update_state(y, y_pred);
   return loss;
 }
 
 // ---- fit / evaluate / predict -------------------------------------------------------------
+namespace {
+
+/// Batches of (x, y) on the model's device, in order or by a shuffled order. When the data
+/// lives elsewhere (host data, a model on a GPU), the next batch is gathered and copied on a
+/// background thread while the current one trains; data already on the device is sliced or
+/// gathered in place, synchronously (a helper thread would only take a core from the kernels).
+class BatchStager {
+ public:
+  BatchStager(Tensor x, Tensor y, std::int64_t batch_size, std::vector<std::int64_t> order, Device device)
+      : x_(std::move(x)), y_(std::move(y)), batch_size_(batch_size), order_(std::move(order)), device_(device),
+        steps_((x_.shape()[0] + batch_size - 1) / batch_size), ahead_(x_.device() != device) {}
+
+  /// Batch `step`; steps are asked for in order.
+  std::pair<Tensor, Tensor> get(std::int64_t step) {
+    std::pair<Tensor, Tensor> b = next_step_ == step ? next_.get() : make(step);
+    if (ahead_ && step + 1 < steps_) {
+      next_ = std::async(std::launch::async, [this, s = step + 1] { return make(s); });
+      next_step_ = step + 1;
+    }
+    return b;
+  }
+  std::int64_t rows(std::int64_t step) const {
+    return std::min(x_.shape()[0], (step + 1) * batch_size_) - step * batch_size_;
+  }
+
+ private:
+  std::pair<Tensor, Tensor> make(std::int64_t step) const {
+    const std::int64_t b = step * batch_size_, e = b + rows(step);
+    auto pick = [&](const Tensor& t) -> Tensor {
+      if (!t.defined()) return {};
+      Tensor r = order_.empty() ? t.detach().slice(b, e)
+                                : data::take_rows(t, std::vector<std::int64_t>(order_.begin() + b, order_.begin() + e));
+      return r.to(device_);
+    };
+    return {pick(x_), pick(y_)};
+  }
+
+  Tensor x_, y_;
+  std::int64_t batch_size_;
+  std::vector<std::int64_t> order_;
+  Device device_;
+  std::int64_t steps_;
+  bool ahead_;
+  std::future<std::pair<Tensor, Tensor>> next_;
+  std::int64_t next_step_ = -1;
+};
+
+}  // namespace
+
 History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   MPT_CHECK(compiled(), "fit: model '", name_, "' is not compiled; call compile() first");
   check_fit_inputs("fit", x_all, y_all, o.batch_size);
@@ -203,6 +262,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   }
   const std::int64_t n = x.shape()[0];
   MPT_CHECK(n > 0, "fit: no training samples");
+  check_targets("fit", x, y);
   const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
 
   std::vector<std::shared_ptr<callbacks::Callback>> cbs;
@@ -214,32 +274,36 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   stop_training = false;
   auto* lso = loss_scale_optimizer();
   const std::uint64_t seed = o.seed ? *o.seed : seed_;
+  const Device device = variables_device();
   for (auto& c : cbs) c->on_train_begin({});
   Logs logs;
+  auto epoch_logs = [&](const metrics::Mean& loss_mean) {
+    Logs l = metric_logs(metrics_);
+    l["loss"] = loss_mean.result();
+    return l;
+  };
   for (int epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) {
     for (auto& c : cbs) c->on_epoch_begin(epoch, {});
     for (auto& m : metrics_) m->reset_state();
     metrics::Mean loss_mean("loss");
     std::int64_t skipped = 0;
-    std::vector<std::int64_t> order;
-    if (o.shuffle) order = data::permutation(n, seed + static_cast<std::uint64_t>(epoch));
-    auto gather = [&](std::int64_t step) {
-      const std::int64_t b = step * o.batch_size, e = std::min(n, b + o.batch_size);
-      if (!o.shuffle) return std::make_pair(x.slice(b, e), y.slice(b, e));
-      std::vector<std::int64_t> idx(order.begin() + b, order.begin() + e);
-      return std::make_pair(data::take_rows(x, idx), data::take_rows(y, idx));
-    };
+    BatchStager batches(x, y, o.batch_size,
+                        o.shuffle ? data::permutation(n, seed + static_cast<std::uint64_t>(epoch)) : std::vector<std::int64_t>{},
+                        device);
     for (std::int64_t step = 0; step < steps; ++step) {
-      const std::int64_t b = step * o.batch_size, e = std::min(n, b + o.batch_size);
-      auto [xb, yb] = gather(step);
+      auto [xb, yb] = batches.get(step);
       for (auto& c : cbs) c->on_train_batch_begin(step, {});
       StepResult r = train_step(xb, yb);
-      loss_mean.update(r.loss, static_cast<double>(e - b));
+      loss_mean.update(r.loss, static_cast<double>(batches.rows(step)));
       skipped += !r.applied;
-      logs = metric_logs(metrics_);
-      logs["loss"] = loss_mean.result();
+      // Loss and metrics stay on the device unless a callback reads this batch's logs (the
+      // progress bar when it redraws).
+      bool wanted = false;
+      for (auto& c : cbs) wanted = c->wants_batch_logs(step) || wanted;
+      logs = wanted ? epoch_logs(loss_mean) : Logs{};
       for (auto& c : cbs) c->on_train_batch_end(step, logs);
     }
+    logs = epoch_logs(loss_mean);
     if (vx.defined()) {
       auto val = evaluate(vx, vy, {.batch_size = o.batch_size, .verbose = 0});
       for (const auto& [k, v] : val) logs["val_" + k] = v;
@@ -262,17 +326,13 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, 
   MPT_CHECK(y.defined(), "evaluate: y is required");
   const std::int64_t n = x.shape()[0];
   MPT_CHECK(n > 0, "evaluate: no samples");
-  // Metrics resolve on the first batch; val metrics are the evaluation copies.
-  if (!metrics_resolved_) {
-    NoGradGuard no_grad;
-    Tensor p = as_loss_input(call(x.slice(0, std::min<std::int64_t>(n, 1)), false));
-    resolve_metrics(y.slice(0, std::min<std::int64_t>(n, 1)), p);
-  }
+  check_targets("evaluate", x, y);  // metrics resolve here; val metrics are the evaluation copies
   for (auto& m : val_metrics_) m->reset_state();
   metrics::Mean loss_mean("loss");
-  for (std::int64_t b = 0; b < n; b += o.batch_size) {
-    const std::int64_t e = std::min(n, b + o.batch_size);
-    loss_mean.update(test_step(x.slice(b, e), y.slice(b, e), val_metrics_), static_cast<double>(e - b));
+  BatchStager batches(x, y, o.batch_size, {}, variables_device());
+  for (std::int64_t step = 0; step * o.batch_size < n; ++step) {
+    auto [xb, yb] = batches.get(step);
+    loss_mean.update(test_step(xb, yb, val_metrics_), static_cast<double>(batches.rows(step)));
   }
   std::map<std::string, double> out{{"loss", loss_mean.result()}};
   for (std::size_t i = 0; i < val_metrics_.size(); ++i) out[metrics_[i]->name()] = val_metrics_[i]->result();
@@ -282,23 +342,26 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, 
 Tensor Model::predict(const Tensor& x, PredictOptions o) {
   check_fit_inputs("predict", x, Tensor(), o.batch_size);
   const std::int64_t n = x.shape()[0];
+  MPT_CHECK(n > 0, "predict: no samples in x of shape ", to_string(x.shape()));
   NoGradGuard no_grad;
   std::vector<Tensor> parts;
-  for (std::int64_t b = 0; b < n; b += o.batch_size) {
-    Tensor p = call(x.slice(b, std::min(n, b + o.batch_size)), false);
+  BatchStager batches(x, Tensor(), o.batch_size, {}, variables_device());
+  for (std::int64_t step = 0; step * o.batch_size < n; ++step) {
+    Tensor p = call(batches.get(step).first, false);
     parts.push_back(is_half(p.dtype()) ? p.to(float32) : p);
   }
-  MPT_CHECK(!parts.empty(), "predict: no samples in x of shape ", to_string(x.shape()));
-  return parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
+  // Results go where the inputs came from (host data in, host results out), in one copy.
+  return (parts.size() == 1 ? parts[0] : ops::concat(parts, 0)).to(x.device());
 }
 
 std::map<std::string, double> Model::train_on_batch(const Tensor& x, const Tensor& y) {
   MPT_CHECK(compiled(), "train_on_batch: model '", name_, "' is not compiled; call compile() first");
   check_fit_inputs("train_on_batch", x, y, 1);
   for (auto& m : metrics_) m->reset_state();
-  StepResult r = train_step(x, y);
+  const Device device = variables_device();
+  StepResult r = train_step(x.to(device), y.to(device));
   auto logs = metric_logs(metrics_);
-  logs["loss"] = r.loss;
+  logs["loss"] = r.loss.item();
   return logs;
 }
 
@@ -307,7 +370,8 @@ std::map<std::string, double> Model::test_on_batch(const Tensor& x, const Tensor
   check_fit_inputs("test_on_batch", x, y, 1);
   if (metrics_resolved_)
     for (auto& m : val_metrics_) m->reset_state();
-  double loss = test_step(x, y, val_metrics_);
+  const Device device = variables_device();
+  double loss = test_step(x.to(device), y.to(device), val_metrics_).item();
   std::map<std::string, double> out{{"loss", loss}};
   for (std::size_t i = 0; i < val_metrics_.size(); ++i) out[metrics_[i]->name()] = val_metrics_[i]->result();
   return out;

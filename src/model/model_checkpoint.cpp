@@ -123,6 +123,8 @@ void ModelCheckpoint::on_train_begin(const Logs&) { batches_since_save_ = 0; }
 
 void ModelCheckpoint::on_epoch_begin(int epoch, const Logs&) { current_epoch_ = epoch; }
 
+bool ModelCheckpoint::wants_batch_logs(std::int64_t) { return freq_ > 0 && batches_since_save_ + 1 >= freq_; }
+
 void ModelCheckpoint::on_train_batch_end(std::int64_t batch, const Logs& logs) {
   if (freq_ == 0 || ++batches_since_save_ < freq_) return;
   batches_since_save_ = 0;

@@ -47,11 +47,17 @@ void ProgbarLogger::on_epoch_begin(int epoch, const Logs&) {
   if (verbose_ == 1) std::cout << "Epoch " << epoch + 1 << "/" << epochs_ << std::endl;
 }
 
+bool ProgbarLogger::wants_batch_logs(std::int64_t batch) {
+  if (verbose_ != 1 || !tty_) return redraw_ = false;
+  const double t = now();
+  redraw_ = batch + 1 >= steps_ || t - last_render_ >= 0.1;  // at most ten redraws a second
+  if (redraw_) last_render_ = t;
+  return redraw_;
+}
+
 void ProgbarLogger::on_train_batch_end(std::int64_t batch, const Logs& logs) {
-  if (verbose_ != 1 || !tty_) return;
-  double t = now();
-  if (batch + 1 < steps_ && t - last_render_ < 0.1) return;  // at most ten redraws a second
-  last_render_ = t;
+  if (!redraw_) return;
+  redraw_ = false;
   render(batch + 1, logs, false);
 }
 

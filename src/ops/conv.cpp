@@ -32,22 +32,6 @@ Conv2dGeometry conv_geometry(const Tensor& x, const Tensor& w, const Conv2dOptio
   return g;
 }
 
-/// Copies every image of `small` [N, h, w, C] into `big` [N, H, W, C] at (top, left), or back.
-void copy_images(const Tensor& small, Tensor& big, std::int64_t top, std::int64_t left, bool to_big) {
-  const Shape& s = small.shape();
-  const Shape& b = big.shape();
-  const std::size_t es = itemsize(big.dtype());
-  const std::size_t row = static_cast<std::size_t>(s[2] * s[3]) * es, big_row = static_cast<std::size_t>(b[2] * b[3]) * es;
-  char* bp = static_cast<char*>(big.data_ptr());
-  char* sp = static_cast<char*>(small.data_ptr());
-  for (std::int64_t n = 0; n < s[0]; ++n) {
-    char* at = bp + static_cast<std::size_t>(n * b[1] + top) * big_row + static_cast<std::size_t>(left * b[3]) * es;
-    char* img = sp + static_cast<std::size_t>(n * s[1]) * row;
-    if (to_big) backend_of(big).copy2d(at, big_row, img, row, row, static_cast<std::size_t>(s[1]));
-    else backend_of(big).copy2d(img, row, at, big_row, row, static_cast<std::size_t>(s[1]));
-  }
-}
-
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, Conv2dOptions o) {
@@ -106,11 +90,11 @@ Tensor zero_pad2d(const Tensor& x, std::int64_t top, std::int64_t bottom, std::i
   MPT_CHECK(top >= 0 && bottom >= 0 && left >= 0 && right >= 0, name, ": padding must be >= 0, got ((", top, ", ",
             bottom, "), (", left, ", ", right, "))");
   const Shape& s = x.shape();
-  Tensor out = Tensor::zeros({s[0], s[1] + top + bottom, s[2] + left + right, s[3]}, x.dtype(), x.device());
-  if (x.numel() > 0) copy_images(x, out, top, left, true);
+  Tensor out = Tensor::empty({s[0], s[1] + top + bottom, s[2] + left + right, s[3]}, x.dtype(), x.device());
+  if (out.numel() > 0) backend_of(x).pad(x, {0, top, left, 0}, out);
   autograd::record(name, {x}, {&out}, [s, top, left](const std::vector<Tensor>& g) {
     Tensor dx = Tensor::empty(s, g[0].dtype(), g[0].device());
-    if (dx.numel() > 0) copy_images(dx, const_cast<Tensor&>(g[0]), top, left, false);
+    if (dx.numel() > 0) backend_of(dx).pad(g[0], {0, -top, -left, 0}, dx);  // the gradient crops
     return std::vector<Tensor>{dx};
   });
   return out;

@@ -65,10 +65,6 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  if (b.defined() && is_integer(b.dtype()) && b.dtype() != bool_) {
-    Tensor zeros = equal(b, Tensor::scalar(0, b.dtype(), b.device())).to(int64);
-    MPT_CHECK(sum(zeros).item() == 0, "div: integer division by zero (divisor ", describe(b), ")");
-  }
   Tensor out = binary_forward("div", BinaryOp::Div, a, b);
   autograd::record("div", {a, b}, {&out}, [a, b](const std::vector<Tensor>& g) {
     Tensor ga = div(g[0], b);
@@ -126,6 +122,10 @@ Tensor sigmoid(const Tensor& x) { return unary("sigmoid", UnaryOp::Sigmoid, x); 
 Tensor tanh(const Tensor& x) { return unary("tanh", UnaryOp::Tanh, x); }
 Tensor gelu(const Tensor& x) { return unary("gelu", UnaryOp::Gelu, x); }
 Tensor silu(const Tensor& x) { return unary("silu", UnaryOp::Silu, x); }
+
+void check_activation(const std::string& name) {
+  if (name != "softmax") activation_from_name("activation", name);
+}
 
 Tensor activation(const Tensor& x, const std::string& name) {
   if (name == "softmax") return softmax(x);

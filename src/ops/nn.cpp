@@ -41,7 +41,9 @@ Tensor softmax_cross_entropy(const Tensor& x, const Tensor& labels, CrossEntropy
               name, ": sparse labels ", describe(labels), " do not match predictions ", describe(x),
               " (expected shape ", to_string(loss_shape), ")");
     lab = labels.reshape({rows});
-    if (rows > 0) {
+    // Free on the CPU; on other devices this would be a host read per step, so the data checks
+    // of fit/evaluate/batches cover it and the kernel gives NaN for a label out of range.
+    if (rows > 0 && mpt::detail::host_addressable(lab.device())) {
       auto ids = lab.to_vector<std::int64_t>();
       for (std::int64_t i = 0; i < rows; ++i)
         MPT_CHECK(ids[i] >= 0 && ids[i] < classes, name, ": label ", ids[i], " at index ", i,

@@ -55,7 +55,7 @@ void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* a
                                  momentum_coef, epsilon);
 }
 
-UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, double inv_scale) {
+UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale) {
   UnscaleResult r;
   r.grads.resize(grads.size());
   const Tensor* first = nullptr;
@@ -69,8 +69,40 @@ UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, double inv_sca
               describe(*first), " vs ", describe(g), " (gradient ", i, ")");
     r.grads[i] = Tensor::empty(g.shape(), float32, g.device());
   }
-  if (first) r.found_nonfinite = backend_of(*first).unscale_and_check(grads, inv_scale, r.grads);
+  check_defined("unscale_and_check", inv_scale, "inv_scale");
+  MPT_CHECK(inv_scale.dtype() == float32 && inv_scale.numel() == 1, "unscale_and_check: inv_scale must be ",
+            "one float32 value, got ", describe(inv_scale));
+  const Device device = first ? first->device() : inv_scale.device();
+  MPT_CHECK(inv_scale.device() == device, "unscale_and_check: inv_scale on ", inv_scale.device().str(),
+            ", gradients on ", device.str());
+  r.found_flag = Tensor::empty({}, float32, device);
+  mpt::detail::backend(device).unscale_and_check(grads, inv_scale, r.grads, r.found_flag);
   return r;
+}
+
+UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, double inv_scale) {
+  Device device = default_device();
+  for (const auto& g : grads)
+    if (g.defined()) device = g.device();
+  UnscaleResult r = unscale_and_check(grads, Tensor::scalar(inv_scale, float32, device));
+  r.found_nonfinite = r.found_flag.item() != 0.0;
+  return r;
+}
+
+void update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,
+                       const LossScaleRule& rule) {
+  const char* op = "update_loss_scale";
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&scale, &inv_scale, &found}) {
+    check_defined(op, *t);
+    MPT_CHECK(t->dtype() == float32 && t->numel() == 1, op, ": scale, inv_scale and the flag must be one ",
+              "float32 value each, got ", describe(*t));
+  }
+  MPT_CHECK(counters.dtype() == int64 && counters.numel() == 2, op, ": counters must be int64 [2], got ",
+            describe(counters));
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&inv_scale, &counters, &found})
+    MPT_CHECK(t->device() == scale.device(), op, ": ", describe(*t), " is not on the scale's device ",
+              scale.device().str());
+  backend_of(scale).update_loss_scale(scale, inv_scale, counters, found, rule);
 }
 
 }  // namespace mpt::ops

@@ -82,6 +82,22 @@ void copy_along(const Tensor& small, Tensor& big, std::int64_t axis, std::int64_
 }
 }  // namespace
 
+Tensor gather_rows(const Tensor& x, const Tensor& indices) {
+  const char* name = "gather_rows";
+  check_defined(name, x);
+  check_defined(name, indices, "indices");
+  MPT_CHECK(x.dim() >= 1, name, ": x needs at least one dimension, got ", describe(x));
+  MPT_CHECK(indices.dtype() == int64 && indices.dim() == 1, name, ": indices must be int64 [K], got ",
+            describe(indices));
+  MPT_CHECK(indices.device() == x.device(), name, ": indices on ", indices.device().str(), ", x on ",
+            x.device().str());
+  Shape s = x.shape();
+  s[0] = indices.shape()[0];
+  Tensor out = Tensor::empty(s, x.dtype(), x.device());
+  if (out.numel() > 0) backend_of(x).gather_rows(x, indices, out);
+  return out;
+}
+
 Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis) {
   MPT_CHECK(!xs.empty(), "concat: no tensors given");
   const Tensor& first = xs[0];

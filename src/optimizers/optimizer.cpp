@@ -36,11 +36,13 @@ void clip_by_global_norm(std::vector<Tensor>& grads, double clipnorm) {
     Tensor s = ops::sum(ops::square(g));
     total = total.defined() ? ops::add(total, s.to(total.device())) : s;
   }
-  const double norm = std::sqrt(total.item());
-  // As Keras: a non-finite norm turns every gradient into NaN.
-  const double factor = std::isfinite(norm) ? clipnorm / std::max(norm, clipnorm) : NAN;
-  if (factor == 1.0) return;
-  for (auto& g : grads) g = ops::mul(g, Tensor::scalar(factor, float32, g.device()));
+  if (!total.defined()) return;
+  // factor = clipnorm / max(norm, clipnorm), a device scalar (no host read). As Keras, a
+  // non-finite norm turns every gradient into NaN: norm - norm is 0, or NaN for inf and NaN.
+  Tensor c = Tensor::scalar(clipnorm, float32, total.device());
+  Tensor norm = ops::sqrt(total);
+  Tensor factor = ops::add(ops::div(c, ops::maximum(norm, c)), ops::sub(norm, norm));
+  for (auto& g : grads) g = ops::mul(g, factor.to(g.device()));
 }
 
 Tensor clip_by_value(const Tensor& g, double v) {

@@ -170,12 +170,22 @@ TEST_CASE("softmax_cross_entropy: labels out of range, negative, misshapen or of
   for_each_device([](Device dev) {
     Tensor logits = Tensor::zeros({2, 3}, float32, dev);
     const char* op = "softmax_cross_entropy";
-    CHECK_MPT_ERROR(ops::softmax_cross_entropy(logits, Tensor::from_vector({0, 3}, {}, dev)), op, "label 3",
-                    "index 1", "[0, 3)");
-    CHECK_MPT_ERROR(ops::softmax_cross_entropy(logits, Tensor::from_vector({std::int64_t{-1}, std::int64_t{0}}, {}, dev)),
-                    op, "label -1", "index 0");
-    CHECK_MPT_ERROR(ops::softmax_cross_entropy(logits, Tensor::from_vector<std::uint8_t>({1, 200}, {}, dev)), op,
-                    "label 200");
+    if (dev.is_cpu()) {  // labels in host memory: checked for free
+      CHECK_MPT_ERROR(ops::softmax_cross_entropy(logits, Tensor::from_vector({0, 3}, {}, dev)), op, "label 3",
+                      "index 1", "[0, 3)");
+      CHECK_MPT_ERROR(ops::softmax_cross_entropy(logits, Tensor::from_vector({std::int64_t{-1}, std::int64_t{0}}, {}, dev)),
+                      op, "label -1", "index 0");
+      CHECK_MPT_ERROR(ops::softmax_cross_entropy(logits, Tensor::from_vector<std::uint8_t>({1, 200}, {}, dev)), op,
+                      "label 200");
+    } else {  // on a device a check would read the labels back every step: the row's loss is NaN
+      auto loss = ops::softmax_cross_entropy(logits, Tensor::from_vector({0, 3}, {}, dev)).to_vector<double>();
+      CHECK(std::abs(loss[0] - std::log(3.0)) < 1e-6);
+      CHECK(std::isnan(loss[1]));
+      loss = ops::softmax_cross_entropy(logits, Tensor::from_vector({std::int64_t{-1}, std::int64_t{0}}, {}, dev))
+                 .to_vector<double>();
+      CHECK(std::isnan(loss[0]));
+      CHECK_FALSE(std::isnan(loss[1]));
+    }
     // Sparse labels shaped unlike the loss.
     CHECK_MPT_ERROR(ops::softmax_cross_entropy(logits, Tensor::from_vector({0, 1, 2}, {}, dev)), op, "(3,)",
                     "(2, 3)", "(2,)");
@@ -197,7 +207,7 @@ TEST_CASE("softmax_cross_entropy: labels out of range, negative, misshapen or of
   });
 }
 
-TEST_CASE("dtype restrictions: float-only ops, bool conditions, integer division by zero, one_hot") {
+TEST_CASE("dtype restrictions: float-only ops, bool conditions, integer division by zero is 0, one_hot") {
   for_each_device([](Device dev) {
     Tensor i = Tensor::from_vector({1, 2, 3}, {}, dev);
     CHECK_MPT_ERROR(ops::exp(i), "exp", "int32", "(3,)");
@@ -226,9 +236,11 @@ TEST_CASE("dtype restrictions: float-only ops, bool conditions, integer division
           std::vector<float>{1, 4});
 
     Tensor num = Tensor::from_vector({6, 7, 8}, {}, dev);
-    CHECK_MPT_ERROR(ops::div(num, Tensor::from_vector({1, 0, 2}, {}, dev)), "div", "division by zero", "int32");
-    CHECK_MPT_ERROR(num / 0.0, "div", "division by zero");
-    CHECK_MPT_ERROR(ops::div(Tensor::ones({2}, int64, dev), Tensor::zeros({1}, int64, dev)), "div", "zero", "int64");
+    // Integer division by zero gives 0, as NumPy's (checking would read the divisor back from the device).
+    CHECK(ops::div(num, Tensor::from_vector({1, 0, 2}, {}, dev)).to_vector<int>() == std::vector<int>{6, 0, 4});
+    CHECK((num / 0.0).to_vector<int>() == std::vector<int>{0, 0, 0});
+    CHECK(ops::div(Tensor::ones({2}, int64, dev), Tensor::zeros({1}, int64, dev)).to_vector<std::int64_t>() ==
+          std::vector<std::int64_t>{0, 0});
     CHECK((num / Tensor::from_vector({2, -7, 3}, {}, dev)).to_vector<int>() == std::vector<int>{3, -1, 2});
     // Float division by zero is IEEE inf, not an error.
     CHECK(std::isinf((a / 0.0).to_vector<float>()[0]));

@@ -77,12 +77,23 @@ struct BatchOptions {
   bool drop_remainder = false;
   /// Where batches are delivered; unset: the device the data is on.
   std::optional<Device> device = std::nullopt;
+  /// With integer labels y: the number of classes they must lie in ([0, num_classes)).
+  std::optional<std::int64_t> num_classes = std::nullopt;
 };
+
+/// The data checks fit and evaluate run once per call, and Batches once at construction, so
+/// that no training step reads labels or values back from a device: mpt::Error (naming
+/// `where`, `what` and the first bad sample) when t holds inf or NaN ...
+void check_finite(const char* where, const char* what, const Tensor& t);
+/// ... or when integer labels y fall outside [0, num_classes) (num_classes < 0: only >= 0).
+void check_labels(const char* where, const Tensor& y, std::int64_t num_classes);
 
 /// Iterable over (x, y) batches of the first axis; the last batch may be smaller unless
 /// drop_remainder. The shuffle order is drawn once, at construction, from `seed` (iterating
 /// twice gives the same batches: make a new Batches with another seed for the next epoch).
 /// Unshuffled batches are views of the data (no copy); shuffled ones are gathered copies.
+/// The data is checked once at construction (check_finite on x and y, check_labels on integer
+/// y), so a custom loop needs no per-step check.
 class Batches {
  public:
   Batches(Tensor x, Tensor y, BatchOptions options);

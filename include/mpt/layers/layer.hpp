@@ -120,6 +120,8 @@ class Layer {
 
  private:
   Tensor cast_input(const Tensor& x) const;
+  /// mpt::Error naming both devices when x is not on the device of the layer's variables.
+  void check_device(const Tensor& x) const;
   std::string class_name_, name_;
   bool user_name_ = false;
   mixed_precision::Policy policy_;

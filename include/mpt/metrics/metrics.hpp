@@ -31,20 +31,26 @@ class Metric {
   std::string name_;
 };
 
-/// A running (weighted) mean of per-example values.
+/// A running (weighted) mean of per-example values. The total accumulates in a float64 tensor
+/// on the values' device (no host read per update); result() reads it back.
 class Mean : public Metric {
  public:
   explicit Mean(std::string name = "mean") : Metric(std::move(name)) {}
-  /// Adds every element of `values` (any float dtype) to the mean.
+  /// Adds every element of `values` (any float dtype) to the mean: one value per sample (the
+  /// mean over the other axes), each counted once, as Keras.
   void update(const Tensor& values);
+  /// Adds a one-element tensor with a weight (the loss of a batch of `weight` samples).
+  void update(const Tensor& value, double weight);
   void update(double value, double weight = 1.0);
   void update_state(const Tensor&, const Tensor& y_pred) override { update(y_pred); }
-  double result() const override { return count_ > 0 ? total_ / count_ : 0.0; }
-  void reset_state() override { total_ = count_ = 0; }
+  double result() const override;
+  void reset_state() override { total_ = Tensor(), count_ = 0; }
   std::shared_ptr<Metric> clone() const override { return std::make_shared<Mean>(name()); }
 
  private:
-  double total_ = 0, count_ = 0;
+  void add(const Tensor& total_of_update, double count);
+  Tensor total_;  // float64 scalar on the device of the values
+  double count_ = 0;
 };
 
 /// Mean of fn(y_true, y_pred) per example.

@@ -9,6 +9,7 @@
 ///   // r.applied == false when a gradient overflowed: the step was skipped, the scale halved.
 #include <memory>
 
+#include "mpt/optim_ops.hpp"
 #include "mpt/optimizers/optimizer.hpp"
 
 namespace mpt::mixed_precision {
@@ -29,6 +30,11 @@ struct ApplyResult {
   double loss_scale = 0;         ///< the scale after this step's update
 };
 
+/// The scale, 1/scale and the counters live as tensors on the device of the gradients (the
+/// variables' device) and are updated there by one op per step; the host reads one value per
+/// step, the finite flag, because skipping a step is host work (the inner optimizer's iteration
+/// count and schedule, BatchNormalization's commit). It keeps a copy of the state by running
+/// the same rule on the flag it read, so loss_scale() and the counters read nothing back.
 class LossScaleOptimizer : public optimizers::Optimizer {
  public:
   LossScaleOptimizer(optimizers::OptimizerArg inner, LossScaleOptions options = {});
@@ -42,12 +48,12 @@ class LossScaleOptimizer : public optimizers::Optimizer {
   ApplyResult apply_gradients_checked(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) override;
 
-  double loss_scale() const { return scale_; }
+  double loss_scale() const { return host_.scale; }
   std::int64_t iterations() const override { return inner_->iterations(); }
   void set_iterations(std::int64_t n) override { inner_->set_iterations(n); }
   double learning_rate() const override { return inner_->learning_rate(); }
-  std::int64_t step_counter() const { return good_steps_; }
-  int overflow_count() const { return overflows_; }
+  std::int64_t step_counter() const { return host_.good_steps; }
+  int overflow_count() const { return static_cast<int>(host_.overflows); }
   std::int64_t skipped_steps() const { return skipped_; }
   void set_state(double scale, std::int64_t good_steps, int overflows);
   optimizers::Optimizer& inner_optimizer() { return *inner_; }
@@ -58,15 +64,22 @@ class LossScaleOptimizer : public optimizers::Optimizer {
   void update_step(const Tensor&, const Variable&, double) override;
 
  private:
+  /// The device state on `device` (moved there on first use on another device).
+  void to_device(Device device);
+  ops::LossScaleRule rule() const;
+
   std::shared_ptr<optimizers::Optimizer> inner_;
   LossScaleOptions o_;
-  double scale_;
-  std::int64_t good_steps_ = 0, skipped_ = 0;
-  int overflows_ = 0;
+  struct HostState {
+    float scale = 0, inv_scale = 0;
+    std::int64_t good_steps = 0, overflows = 0;
+  } host_;
+  Tensor scale_, inv_scale_, counters_;  // float32 [], float32 [], int64 [2] on the device
+  std::int64_t skipped_ = 0;
   bool loss_was_scaled_ = false, warned_unscaled_ = false;
   // The fused check of get_unscaled_gradients, reused by the apply that follows it.
   std::vector<std::uint64_t> checked_ids_;
-  bool checked_nonfinite_ = false;
+  Tensor checked_flag_;
 };
 
 }  // namespace mpt::mixed_precision

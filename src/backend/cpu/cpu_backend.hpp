@@ -6,6 +6,11 @@ namespace mpt::cpu {
 
 class CpuBackend final : public Backend {
  public:
+  void* allocate(std::size_t nbytes) override;
+  void deallocate(void* ptr) override;
+  void copy_from_host(void* dst, const void* host_src, std::size_t n) override;
+  void copy_to_host(void* host_dst, const void* src, std::size_t n) override;
+  void copy_on_device(void* dst, const void* src, std::size_t n) override;
   void fill(Tensor& out, double value) override;
   void arange(Tensor& out, double start, double step) override;
   void cast(const Tensor& x, Tensor& out) override;
@@ -30,6 +35,10 @@ class CpuBackend final : public Backend {
   void transpose(const Tensor& x, const std::vector<std::int64_t>& perm, Tensor& out) override;
   void one_hot(const Tensor& indices, Tensor& out) override;
   bool has_nonfinite(const Tensor& x) override;
+  void random(Distribution dist, double a, double b, std::uint64_t seed, std::uint64_t offset,
+              Tensor& out) override;
+  void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
+  void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) override;
   void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
                   double momentum_coef, bool nesterov) override;
   void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat,
@@ -38,8 +47,10 @@ class CpuBackend final : public Backend {
   void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
                       Tensor* momentum, double lr, double rho, double momentum_coef,
                       double epsilon) override;
-  bool unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
-                         std::vector<Tensor>& outs) override;
+  void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
+                         std::vector<Tensor>& outs, Tensor& found) override;
+  void update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,
+                         const ops::LossScaleRule& rule) override;
   void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
               Activation act, Tensor& out) override;
   void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGeometry& g,

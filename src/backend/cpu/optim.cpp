@@ -1,6 +1,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "backend/common/loss_scale.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 
@@ -105,10 +106,10 @@ void CpuBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocit
   });
 }
 
-bool CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
-                                   std::vector<Tensor>& outs) {
-  std::atomic<bool> found{false};
-  const float s = static_cast<float>(inv_scale);
+void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
+                                   std::vector<Tensor>& outs, Tensor& found) {
+  std::atomic<bool> any{false};
+  const float s = *inv_scale.data<float>();
   for (std::size_t k = 0; k < grads.size(); ++k) {
     if (!grads[k].defined()) continue;
     const Tensor& x = grads[k];
@@ -125,10 +126,17 @@ bool CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_
           acc += o[j] * 0.0f;  // inf * 0 and NaN give NaN
         }
       }
-      if (acc != acc) found.store(true, std::memory_order_relaxed);
+      if (acc != acc) any.store(true, std::memory_order_relaxed);
     });
   }
-  return found.load();
+  *found.data<float>() = any.load() ? 1.0f : 0.0f;
+}
+
+void CpuBackend::update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,
+                                   const ops::LossScaleRule& rule) {
+  std::int64_t* c = counters.data<std::int64_t>();
+  kernels::loss_scale_step(*scale.data<float>(), *inv_scale.data<float>(), c[0], c[1], *found.data<float>() != 0.0f,
+                           rule.dynamic, rule.growth_steps, rule.hysteresis, rule.min_scale, rule.max_scale);
 }
 
 }  // namespace mpt::cpu

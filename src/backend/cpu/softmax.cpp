@@ -1,5 +1,6 @@
 // Softmax, log-softmax and the fused softmax-cross-entropy: float32 islands (float64 for
 // float64 inputs), whatever the storage dtype.
+#include <limits>
 #include <cmath>
 #include <vector>
 
@@ -115,8 +116,14 @@ void target_row(const Tensor& labels, std::int64_t r, std::int64_t n, C* t) {
     std::int64_t k;
     detail::convert(static_cast<const char*>(labels.data_ptr()) + r * itemsize(labels.dtype()),
                     labels.dtype(), &k, int64, 1);
+    // Ops check the range only where labels are host memory; elsewhere a label out of range
+    // makes the row's loss and gradient NaN rather than touch memory outside the row.
+    if (k < 0 || k >= n) {
+      std::fill(t, t + n, std::numeric_limits<C>::quiet_NaN());
+      return;
+    }
     std::fill(t, t + n, C(0));
-    t[k] = C(1);  // ops checked the range
+    t[k] = C(1);
     return;
   }
   gather(labels, r, 0, n, 1, t);

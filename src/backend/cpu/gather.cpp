@@ -1,0 +1,65 @@
+// Row gathers (shuffled batches) and zero padding / cropping by per-axis offsets.
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/cpu_common.hpp"
+
+namespace mpt::cpu {
+
+void CpuBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) {
+  const std::int64_t count = indices.numel();
+  const std::size_t row = x.shape()[0] > 0 ? x.nbytes() / static_cast<std::size_t>(x.shape()[0]) : 0;
+  if (row == 0 || count == 0) return;
+  const auto* src = static_cast<const char*>(x.data_ptr());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  const auto* idx = indices.data<std::int64_t>();
+  // Scattered rows are memory-latency bound: both threads help from a few hundred KB on.
+  parallel_for(count, std::max<std::int64_t>(1, (std::int64_t{1} << 17) / static_cast<std::int64_t>(row)),
+               [&](std::int64_t b, std::int64_t e) {
+                 for (std::int64_t k = b; k < e; ++k)
+                   std::memcpy(dst + static_cast<std::size_t>(k) * row, src + static_cast<std::size_t>(idx[k]) * row, row);
+               });
+}
+
+void CpuBackend::pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) {
+  const Shape& xs = x.shape();
+  const Shape& os = out.shape();
+  const auto nd = static_cast<std::int64_t>(os.size());
+  const std::size_t es = itemsize(out.dtype());
+  if (out.numel() == 0) return;
+  if (nd == 0) {
+    std::memcpy(out.data_ptr(), x.data_ptr(), es);
+    return;
+  }
+  // Per output row (all axes but the last): the source row, or none; then a run along the last axis.
+  const std::int64_t last = os[nd - 1], rows = out.numel() / last;
+  const std::int64_t lo = std::max<std::int64_t>(0, offset[nd - 1]);
+  const std::int64_t hi = std::min(last, xs[nd - 1] + offset[nd - 1]);
+  auto* dst = static_cast<char*>(out.data_ptr());
+  const auto* src = static_cast<const char*>(x.data_ptr());
+  parallel_for(rows, std::max<std::int64_t>(1, 16384 / last), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      char* o = dst + static_cast<std::size_t>(r * last) * es;
+      std::int64_t rest = r, src_row = 0, stride = 1;
+      bool inside = hi > lo;
+      for (std::int64_t d = nd - 2; d >= 0 && inside; --d) {
+        const std::int64_t i = rest % os[d] - offset[d];
+        rest /= os[d];
+        inside = i >= 0 && i < xs[d];
+        src_row += i * stride;
+        stride *= xs[d];
+      }
+      if (!inside) {
+        std::memset(o, 0, static_cast<std::size_t>(last) * es);
+        continue;
+      }
+      std::memset(o, 0, static_cast<std::size_t>(lo) * es);
+      std::memcpy(o + static_cast<std::size_t>(lo) * es,
+                  src + static_cast<std::size_t>(src_row * xs[nd - 1] + lo - offset[nd - 1]) * es,
+                  static_cast<std::size_t>(hi - lo) * es);
+      std::memset(o + static_cast<std::size_t>(hi) * es, 0, static_cast<std::size_t>(last - hi) * es);
+    }
+  });
+}
+
+}  // namespace mpt::cpu
