@@ -1,6 +1,9 @@
 // The training step is device-clean: fit, evaluate, predict and a custom GradientTape loop run
 // on the test device (memory host code cannot touch; device/protected_device.hpp) with results
 // bit-identical to the CPU's, and read back from it at most once per step.
+#include <filesystem>
+#include <functional>
+
 #include "test_util.hpp"
 
 using namespace mpt;
@@ -174,4 +177,97 @@ TEST_CASE("fit checks the data once, on the host copy: NaN and labels out of ran
   yv[17] = -1;
   e = error_of([&] { data::batches(x, Tensor::from_vector(yv, {80}, Device::cpu())); });
   CHECK(contains(e, "negative"));
+}
+
+namespace {
+/// A Dense model fit on the given device with one optimizer / loss / metric combination.
+struct Combo {
+  const char* what;
+  std::function<optimizers::OptimizerArg()> optimizer;
+  const char* loss;
+  std::vector<metrics::MetricArg> metrics;
+  int outputs;        // units of the last layer
+  bool one_hot;       // targets as one-hot float rows
+  const char* final;  // last activation
+};
+
+std::tuple<std::map<std::string, std::vector<double>>, std::vector<std::vector<float>>, std::int64_t> fit_combo(
+    const Combo& c, const std::string& policy, Device device) {
+  Scope scope(policy, device);
+  auto [x, labels] = make_data({64, 32}, 11);
+  Tensor y = labels;
+  if (c.one_hot) y = ops::one_hot(labels, c.outputs).to(Device::cpu());
+  if (c.outputs == 1) y = ops::cast(ops::greater(labels, Tensor::scalar(4, int32, Device::cpu())), float32).reshape({64, 1});
+  set_random_seed(3);
+  Sequential m({layers::Input({32}), layers::Dense(16, {.activation = "gelu"}), layers::Dropout(0.2),
+                layers::Dense(c.outputs, {.activation = c.final})});
+  m.compile({.optimizer = c.optimizer(), .loss = c.loss, .metrics = c.metrics});
+  reset_transfers();
+  auto h = m.fit(x, y, {.batch_size = 16, .epochs = 2, .verbose = 0}).history;
+  const std::int64_t reads = transfers().to_host;
+  std::vector<std::vector<float>> w;
+  for (const auto& t : m.get_weights()) w.push_back(t.to_vector<float>());
+  return {h, w, reads};
+}
+}  // namespace
+
+TEST_CASE("every optimizer, clipping, schedule, loss and metric keeps the step device-clean") {
+  using namespace optimizers;
+  const std::vector<Combo> combos = {
+      {"SGD nesterov + clipnorm, categorical CE, categorical_accuracy + mse",
+       [] { return SGD({.learning_rate = 0.05, .momentum = 0.9, .nesterov = true, .clipnorm = 1.0}); },
+       "categorical_crossentropy", {"accuracy", "mse"}, 10, true, "softmax"},
+      {"RMSprop centered + momentum + global_clipnorm, sparse CE from logits",
+       [] { return RMSprop({.momentum = 0.5, .centered = true, .global_clipnorm = 0.5}); },
+       "sparse_categorical_crossentropy", {"sparse_categorical_accuracy"}, 10, false, "linear"},
+      {"AdamW amsgrad + clipvalue + exponential decay, binary CE, binary accuracy + mae",
+       [] {
+         return AdamW({.learning_rate = schedules::ExponentialDecay({.initial_learning_rate = 0.01, .decay_steps = 2,
+                                                                     .decay_rate = 0.5}),
+                       .amsgrad = true, .clipvalue = 0.1});
+       },
+       "binary_crossentropy", {"accuracy", "mae"}, 1, false, "sigmoid"},
+      {"Adam, mean squared error", [] { return Adam(); }, "mean_squared_error", {"mae"}, 10, true, "linear"},
+  };
+  for (const auto& c : combos) {
+    for (const char* policy : {"float32", "mixed_float16"}) {
+      CAPTURE(c.what);
+      CAPTURE(policy);
+      auto [h_cpu, w_cpu, reads_cpu] = fit_combo(c, policy, Device::cpu());
+      auto [h_dev, w_dev, reads_dev] = fit_combo(c, policy, Device::test());
+      CHECK(h_cpu == h_dev);
+      CHECK(w_cpu == w_dev);
+      const std::int64_t steps = 2 * 4, per_step = std::string(policy) == "mixed_float16" ? 1 : 0;
+      CHECK(reads_dev == steps * per_step + 2 * (1 + static_cast<std::int64_t>(c.metrics.size())));
+    }
+  }
+}
+
+TEST_CASE("checkpoints of a model on the test device: weights and a full resume match the CPU") {
+  auto dir = std::filesystem::temp_directory_path() / "mpt_device_clean";
+  std::filesystem::create_directories(dir);
+  auto run = [&](Device device) {
+    Scope scope("mixed_float16", device);
+    auto [x, y] = make_data(input_of('C'), 4);
+    auto m = model('C');
+    m->compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy", .metrics = {"accuracy"}});
+    m->fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0});
+    const std::string tag = device.is_cpu() ? "cpu" : "test";
+    m->save((dir / (tag + ".h5")).string());
+    m->save_weights((dir / (tag + ".weights.h5")).string());
+    auto resumed = load_model((dir / (tag + ".h5")).string());
+    for (const auto& v : resumed->variables()) CHECK(v.value().device() == device);
+    auto h = resumed->fit(x, y, {.batch_size = 16, .epochs = 2, .verbose = 0, .initial_epoch = resumed->epoch()});
+    auto fresh = model('C');
+    fresh->build({12, 12, 1});
+    fresh->load_weights((dir / (tag + ".weights.h5")).string());
+    std::vector<std::vector<float>> w;
+    for (const auto& t : fresh->get_weights()) w.push_back(t.to_vector<float>());
+    return std::make_pair(h.history, w);
+  };
+  auto cpu = run(Device::cpu());
+  auto dev = run(Device::test());
+  CHECK(cpu.first == dev.first);
+  CHECK(cpu.second == dev.second);
+  std::filesystem::remove_all(dir);
 }
