@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <iomanip>
+#include <limits>
 #include <ostream>
 #include <sstream>
 
@@ -26,9 +27,11 @@ std::shared_ptr<TensorImpl> new_impl(const Shape& shape, DType dtype, Device dev
   MPT_CHECK(!device.is_cuda() || (device.index >= 0 && device.index < cuda::device_count()),
             "Tensor: device ", device.str(), " does not exist (", cuda::device_count(), " GPUs",
             cuda::device_count() == 0 ? "; " + cuda::unavailable_reason() : std::string(), ")");
+  const std::int64_t numel = numel_of(shape);
+  MPT_CHECK(numel <= std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(itemsize(dtype)),
+            "Tensor: shape ", to_string(shape), " of ", to_string(dtype), " needs more than 2^63 bytes");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(
-      static_cast<std::size_t>(numel_of(shape)) * itemsize(dtype), device);
+  impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(numel) * itemsize(dtype), device);
   impl->shape = shape;
   impl->dtype = dtype;
   impl->id = g_next_id++;
@@ -57,8 +60,13 @@ std::string to_string(const Shape& shape) {
 }
 
 std::int64_t numel_of(const Shape& shape) {
+  for (auto d : shape) {
+    MPT_CHECK(d >= 0, "shape ", to_string(shape), " has a negative dimension");
+    if (d == 0) return 0;
+  }
   std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape)
+    MPT_CHECK(!__builtin_mul_overflow(n, d, &n), "shape ", to_string(shape), " has more than 2^63 elements");
   return n;
 }
 

@@ -35,6 +35,12 @@ class SplitMix64 {
 
 }  // namespace
 
+std::int64_t batch_count(std::int64_t n, std::int64_t batch_size) {
+  MPT_CHECK(n >= 0 && batch_size > 0, "batch_count: needs n >= 0 and batch_size > 0, got n=", n, ", batch_size=",
+            batch_size);
+  return n / batch_size + (n % batch_size != 0);  // (n + batch_size - 1) / batch_size overflows
+}
+
 std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed) {
   MPT_CHECK(n >= 0, "permutation: n must be non-negative, got ", n);
   std::vector<std::int64_t> p(static_cast<std::size_t>(n));
@@ -101,13 +107,13 @@ Batches::Batches(Tensor x, Tensor y, BatchOptions options)
 
 std::int64_t Batches::size() const {
   const std::int64_t n = x_.size(0);
-  return o_.drop_remainder ? n / o_.batch_size : (n + o_.batch_size - 1) / o_.batch_size;
+  return o_.drop_remainder ? n / o_.batch_size : batch_count(n, o_.batch_size);
 }
 
 std::pair<Tensor, Tensor> Batches::batch(std::int64_t i) const {
   MPT_CHECK(i >= 0 && i < size(), "batches: batch ", i, " out of range (", size(), " batches)");
   const std::int64_t begin = i * o_.batch_size;
-  const std::int64_t end = std::min(x_.size(0), begin + o_.batch_size);
+  const std::int64_t end = begin + std::min(x_.size(0) - begin, o_.batch_size);
   auto pick = [&](const Tensor& t) -> Tensor {
     if (!t.defined()) return {};
     Tensor b = order_.empty()

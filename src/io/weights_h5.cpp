@@ -320,13 +320,15 @@ PendingState read_weights(const h5::File& f, const Model& model, OptimizerState 
 }
 
 void PendingState::commit(Model& model) const {
+  // The loss-scale state first: it is the one part still checked here (against the optimizer's
+  // bounds), so a bad one leaves the model untouched.
+  auto* lso = has_optimizer ? model.loss_scale_optimizer() : nullptr;
+  if (lso && has_loss_scale) lso->set_state(loss_scale, step_counter, overflow_count);
   for (const auto& [v, t] : weights) v.assign(t);
   if (!has_optimizer) return;
-  auto* lso = model.loss_scale_optimizer();
   optimizers::Optimizer& opt = lso ? lso->inner_optimizer() : model.optimizer();
   opt.set_iterations(iterations);
   for (const auto& [path, slot, t] : slots) opt.set_slot(path, slot, t);
-  if (lso && has_loss_scale) lso->set_state(loss_scale, step_counter, overflow_count);
 }
 
 }  // namespace io

@@ -120,7 +120,9 @@ void LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads,
 }
 
 void LossScaleOptimizer::set_state(double scale, std::int64_t good_steps, int overflows) {
-  MPT_CHECK(scale > 0 && std::isfinite(scale), "LossScaleOptimizer::set_state: bad scale ", scale);
+  // Checkpoints restore through here: a scale outside the bounds would skip steps silently.
+  MPT_CHECK(scale >= o_.min_scale && scale <= o_.max_scale, "LossScaleOptimizer: loss scale ", scale,
+            " is outside [min_scale=", o_.min_scale, ", max_scale=", o_.max_scale, "]");
   MPT_CHECK(good_steps >= 0 && overflows >= 0, "LossScaleOptimizer::set_state: negative counter (",
             good_steps, ", ", overflows, ")");
   host_ = {static_cast<float>(scale), static_cast<float>(1.0 / scale), good_steps, overflows};

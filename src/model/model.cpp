@@ -202,7 +202,7 @@ class BatchStager {
  public:
   BatchStager(Tensor x, Tensor y, std::int64_t batch_size, std::vector<std::int64_t> order, Device device)
       : x_(std::move(x)), y_(std::move(y)), batch_size_(batch_size), order_(std::move(order)), device_(device),
-        steps_((x_.shape()[0] + batch_size - 1) / batch_size), ahead_(x_.device() != device) {}
+        steps_(data::batch_count(x_.shape()[0], batch_size)), ahead_(x_.device() != device) {}
 
   /// Batch `step`; steps are asked for in order.
   std::pair<Tensor, Tensor> get(std::int64_t step) {
@@ -214,7 +214,8 @@ class BatchStager {
     return b;
   }
   std::int64_t rows(std::int64_t step) const {
-    return std::min(x_.shape()[0], (step + 1) * batch_size_) - step * batch_size_;
+    const std::int64_t begin = step * batch_size_;  // step < steps_: no overflow
+    return std::min(x_.shape()[0] - begin, batch_size_);
   }
 
  private:
@@ -263,7 +264,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   const std::int64_t n = x.shape()[0];
   MPT_CHECK(n > 0, "fit: no training samples");
   check_targets("fit", x, y);
-  const std::int64_t steps = (n + o.batch_size - 1) / o.batch_size;
+  const std::int64_t steps = data::batch_count(n, o.batch_size);
 
   std::vector<std::shared_ptr<callbacks::Callback>> cbs;
   for (const auto& c : o.callbacks) cbs.push_back(c.get());

@@ -7,17 +7,18 @@ using namespace detail;
 
 Tensor reshape(const Tensor& x, const Shape& shape_in) {
   check_defined("reshape", x);
-  Shape shape = shape_in;
-  std::int64_t known = 1, infer = -1;
+  Shape shape = shape_in, known_dims;
+  std::int64_t infer = -1;
   for (std::size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       MPT_CHECK(infer < 0, "reshape: more than one -1 in ", to_string(shape_in));
       infer = static_cast<std::int64_t>(i);
     } else {
       MPT_CHECK(shape[i] >= 0, "reshape: invalid dimension in ", to_string(shape_in));
-      known *= shape[i];
+      known_dims.push_back(shape[i]);
     }
   }
+  const std::int64_t known = numel_of(known_dims);  // an mpt::Error when the product overflows
   if (infer >= 0) {
     MPT_CHECK(known > 0 && x.numel() % known == 0, "reshape: cannot reshape ", describe(x), " to ",
               to_string(shape_in));

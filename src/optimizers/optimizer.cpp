@@ -74,6 +74,13 @@ Optimizer::Optimizer(std::string name, CommonOptions options)
   check_clip(name_, "global_clipnorm", options_.global_clipnorm);
   MPT_CHECK(!(options_.clipnorm && options_.global_clipnorm), "optimizer '", name_,
             "': only one of clipnorm and global_clipnorm can be set");
+  if (!options_.learning_rate.is_schedule()) check_learning_rate(options_.learning_rate.at(0));
+}
+
+void Optimizer::check_learning_rate(double lr) const {
+  // NaN, inf or a negative rate would train to a non-finite or diverging model without a word.
+  MPT_CHECK(std::isfinite(lr) && lr >= 0, "optimizer '", name_, "': learning_rate must be a finite number >= 0, got ",
+            lr);
 }
 
 void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
@@ -117,6 +124,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
   }
 
   const double lr = learning_rate();
+  check_learning_rate(lr);  // a schedule's value, step by step
   for (std::size_t i = 0; i < g.size(); ++i) update_step(g[i], v[i], lr);
   ++iterations_;
 }

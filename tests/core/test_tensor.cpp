@@ -622,3 +622,21 @@ TEST_CASE("set_num_threads / num_threads") {
   set_num_threads(n0);
   CHECK(num_threads() == n0);
 }
+
+TEST_CASE("shapes whose element or byte counts overflow are errors, not crashes or wrapped sizes") {
+  // Each of these crashed or was accepted with a wrapped element count before (issue 14, defects 1-2).
+  const std::int64_t big = std::int64_t{1} << 62;
+  for_each_device([&](Device dev) {
+    CHECK(contains(error_of([&] { Tensor::zeros({big}, float32, dev); }), "2^63 bytes"));
+    CHECK(contains(error_of([&] { Tensor::ones({big / 2}, float64, dev); }), "2^63 bytes"));
+    CHECK(contains(error_of([&] { Tensor::zeros({INT64_MAX, 2}, float32, dev); }), "more than 2^63 elements"));
+    CHECK(contains(error_of([&] { Tensor::from_vector(std::vector<float>(1000, 1.f), {big + 250, 4}, dev); }),
+                   "more than 2^63 elements"));
+    CHECK(contains(error_of([&] { Tensor::from_vector(std::vector<float>{}, {big, 4}, dev); }), "more than 2^63"));
+    Tensor t = Tensor::zeros({4, 4}, float32, dev);
+    CHECK(contains(error_of([&] { t.reshape({big, 4, 4, -1}); }), "more than 2^63 elements"));
+    CHECK(contains(error_of([&] { t.reshape({big + 1, 4}); }), "more than 2^63 elements"));
+    CHECK(numel_of({0, big, big}) == 0);
+    CHECK(numel_of({big, big, 0}) == 0);
+  });
+}

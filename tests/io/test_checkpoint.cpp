@@ -755,3 +755,37 @@ TEST_CASE("ModelCheckpoint during fit: every epoch, best only, and every N batch
   CHECK(std::filesystem::exists(dir / "b2-2.weights.h5"));  // 6 batches seen: epoch 2, batch 2
   CHECK(std::filesystem::exists(dir / "b5-2.weights.h5"));  // batch 18
 }
+
+TEST_CASE("a loaded loss scale outside [min_scale, max_scale] is refused and leaves the model untouched") {
+  // Before, load_weights accepted 1e-45 or 1e30 (issue 14, defect 9); with 1e30 about 80 steps were skipped.
+  ScratchDir dir("bad_scale");
+  PolicyScope scope("mixed_float16");
+  auto m = trained_mlp(optimizers::Adam());
+  REQUIRE(m->loss_scale_optimizer() != nullptr);
+  m->save_weights(dir / "l.weights.h5");
+  for (float bad : {1e30f, 1e-45f}) {
+    {  // /optimizer/vars/3 is the dynamic scale
+      hid_t f = H5Fopen((dir / "l.weights.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      REQUIRE(f >= 0);
+      hid_t d = H5Dopen2(f, "/optimizer/vars/3", H5P_DEFAULT);
+      REQUIRE(d >= 0);
+      CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, &bad) >= 0);
+      H5Dclose(d);
+      H5Fclose(f);
+      // Without mpt's header (and its CRC) the file reads as one written by another tool.
+      auto bytes = read_bytes(dir / "l.weights.h5");
+      std::fill(bytes.begin(), bytes.begin() + 16, '\0');
+      write_bytes(dir / "l.weights.h5", bytes);
+    }
+    auto other = trained_mlp(optimizers::Adam(), 9);
+    const auto before = other->get_weights();
+    const double scale_before = other->loss_scale_optimizer()->loss_scale();
+    std::string e = error_of([&] { other->load_weights(dir / "l.weights.h5"); });
+    INFO(e);
+    CHECK(contains(e, "loss scale"));
+    CHECK(contains(e, "max_scale"));
+    CHECK(other->loss_scale_optimizer()->loss_scale() == scale_before);
+    const auto after = other->get_weights();
+    for (std::size_t i = 0; i < before.size(); ++i) CHECK(bits_of(before[i]) == bits_of(after[i]));
+  }
+}

@@ -231,3 +231,20 @@ TEST_CASE("bad inputs raise mpt::Error with a clear message") {
   expect_error([&] { layers::Activation("softmaxx"); }, "softmaxx");
   expect_error([&] { m->fit(x, y, {.verbose = 0, .validation_split = 1.5}); }, "validation_split");
 }
+
+TEST_CASE("fit with a batch larger than the data, up to INT64_MAX, trains one step per epoch") {
+  // (n + batch_size - 1) / batch_size overflowed: zero steps ran and History had no loss (issue 14, defect 6).
+  for (std::int64_t bs : {std::int64_t{1000}, INT64_MAX}) {
+    set_random_seed(2);
+    auto m = small_model();
+    m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy", .metrics = {"accuracy"}});
+    auto [x, y] = quadrants(40, 3);
+    auto h = m->fit(x, y, {.batch_size = bs, .epochs = 2, .verbose = 0});
+    REQUIRE(h.history.count("loss"));
+    CHECK(h.history["loss"].size() == 2);
+    CHECK(m->optimizer().iterations() == 2);
+    CHECK(m->evaluate(x, y, {.batch_size = bs}).count("accuracy"));
+    CHECK(m->predict(x, {.batch_size = bs}).shape() == Shape{40, 4});
+    CHECK(data::batches(x, y, {.batch_size = bs}).size() == 1);
+  }
+}

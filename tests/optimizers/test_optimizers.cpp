@@ -8,6 +8,8 @@
 
 using namespace mpt;
 using mpt::test::check_close;
+using mpt::test::contains;
+using mpt::test::error_of;
 using mpt::test::for_each_device;
 using mpt::test::tolerance;
 namespace opt = mpt::optimizers;
@@ -459,4 +461,25 @@ TEST_CASE("Adam learns a least-squares fit through the tape") {
   }
   CHECK(last < first * 1e-3);
   check_close(w.value(), {1.5, -2.0, 0.5}, {1e-2, 1e-2}, "recovered weights");
+}
+
+TEST_CASE("a learning rate that is NaN, infinite or negative is an error, constant or from a schedule") {
+  // Before, these trained to non-finite weights without a word (issue 14, defect 8).
+  CHECK(contains(error_of([] { optimizers::Adam({.learning_rate = NAN}); }), "learning_rate"));
+  CHECK(contains(error_of([] { optimizers::SGD({.learning_rate = INFINITY}); }), "inf"));
+  CHECK(contains(error_of([] { optimizers::RMSprop({.learning_rate = -0.1}); }), "-0.1"));
+  CHECK(error_of([] { optimizers::SGD({.learning_rate = 0.0}); }) == "(no error)");
+  for_each_device([](Device dev) {
+    struct Broken : optimizers::schedules::LearningRateSchedule {  // 0.1, then NaN
+      double operator()(std::int64_t step) const override { return step == 0 ? 0.1 : NAN; }
+      std::string name() const override { return "Broken"; }
+    };
+    auto opt = optimizers::SGD({.learning_rate = Broken()});
+    Variable v(Tensor::ones({3}, float32, dev), "v");
+    std::vector<Tensor> g{Tensor::ones({3}, float32, dev)};
+    opt->apply_gradients(g, {v});  // step 0: 0.1
+    CHECK(contains(error_of([&] { opt->apply_gradients(g, {v}); }), "learning_rate must be a finite number >= 0"));
+    CHECK(opt->iterations() == 1);  // the refused step changed nothing
+    CHECK(v.value().to_vector<float>() == std::vector<float>(3, 0.9f));
+  });
 }

@@ -70,6 +70,9 @@ namespace data {
 /// must lie in [0, x.shape()[0]) (mpt::Error otherwise). The gather fit and batches use.
 Tensor take_rows(const Tensor& x, const std::vector<std::int64_t>& indices);
 
+/// Batches of batch_size that cover n rows (the last one partial): ceil(n / batch_size).
+std::int64_t batch_count(std::int64_t n, std::int64_t batch_size);
+
 struct BatchOptions {
   std::int64_t batch_size = 32;  ///< must be positive
   bool shuffle = false;

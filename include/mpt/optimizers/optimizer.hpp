@@ -79,6 +79,8 @@ class Optimizer {
   /// Updates one variable in place with its float32 gradient and the step's learning rate.
   virtual void update_step(const Tensor& grad, const Variable& var, double lr) = 0;
   const CommonOptions& common_options() const { return options_; }
+  /// mpt::Error naming the optimizer unless lr is finite and >= 0.
+  void check_learning_rate(double lr) const;
 
  private:
   std::string name_;
