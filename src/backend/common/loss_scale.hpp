@@ -3,13 +3,7 @@
 // CUDA backend runs it in a one-thread kernel, so the scale evolves identically on every device.
 #include <cstdint>
 
-#ifndef MPT_HOST_DEVICE
-#if defined(__CUDACC__)
-#define MPT_HOST_DEVICE __host__ __device__
-#else
-#define MPT_HOST_DEVICE
-#endif
-#endif
+#include "backend/common/host_device.hpp"
 
 namespace mpt::kernels {
 

@@ -9,13 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef MPT_HOST_DEVICE
-#if defined(__CUDACC__)
-#define MPT_HOST_DEVICE __host__ __device__
-#else
-#define MPT_HOST_DEVICE
-#endif
-#endif
+#include "backend/common/host_device.hpp"
 
 namespace mpt::kernels {
 
