@@ -87,7 +87,10 @@ Tensor Tensor::scalar(double value, DType dtype, Device device) { return full({}
 Tensor Tensor::arange(double start, double stop, double step, DType dtype, Device device) {
   MPT_CHECK(step != 0.0 && std::isfinite(start) && std::isfinite(stop) && std::isfinite(step),
             "arange: invalid range start=", start, " stop=", stop, " step=", step);
-  auto n = static_cast<std::int64_t>(std::max(0.0, std::ceil((stop - start) / step)));
+  const double count = std::max(0.0, std::ceil((stop - start) / step));
+  MPT_CHECK(count < 9.2e18, "arange: [", start, ", ", stop, ") by step ", step, " has ", count,
+            " elements, more than 2^63");
+  auto n = static_cast<std::int64_t>(count);
   Tensor t = empty({n}, dtype, device);
   detail::backend(device).arange(t, start, step);
   return t;
@@ -113,6 +116,7 @@ Tensor Tensor::random_normal(const Shape& shape, double mean, double stddev, std
 
 Tensor Tensor::from_host(const void* data, std::size_t count, DType dtype, const Shape& shape,
                          Device device) {
+  MPT_CHECK(data != nullptr || count == 0, "Tensor::from_host: null data pointer for ", count, " values");
   Shape s = shape.empty() ? Shape{static_cast<std::int64_t>(count)} : shape;
   MPT_CHECK(static_cast<std::size_t>(numel_of(s)) == count, "Tensor::from_vector: ", count,
             " values do not fill shape ", to_string(s), " (", numel_of(s), " elements)");

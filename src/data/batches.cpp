@@ -43,7 +43,12 @@ std::int64_t batch_count(std::int64_t n, std::int64_t batch_size) {
 
 std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed) {
   MPT_CHECK(n >= 0, "permutation: n must be non-negative, got ", n);
-  std::vector<std::int64_t> p(static_cast<std::size_t>(n));
+  std::vector<std::int64_t> p;
+  try {
+    p.resize(static_cast<std::size_t>(n));
+  } catch (const std::exception&) {  // bad_alloc, length_error: a clear message instead
+    fail("permutation: cannot hold ", n, " indices (", static_cast<double>(n) * 8, " bytes) in host memory");
+  }
   std::iota(p.begin(), p.end(), std::int64_t{0});
   SplitMix64 rng(seed);
   for (std::int64_t i = n - 1; i > 0; --i) {
@@ -75,16 +80,29 @@ void check_finite(const char* where, const char* what, const Tensor& t) {
 }
 
 void check_labels(const char* where, const Tensor& y, std::int64_t num_classes) {
-  if (!y.defined() || !is_integer(y.dtype()) || y.dtype() == bool_ || y.numel() == 0) return;
-  const auto labels = y.to_vector<std::int64_t>();
+  if (!y.defined() || y.dtype() == bool_ || y.numel() == 0) return;
+  // Float class ids (Keras takes 3.0 for class 3) only where they are known to be class ids.
+  if (!is_integer(y.dtype()) && (!is_floating(y.dtype()) || num_classes < 0)) return;
+  const auto labels = y.to_vector<double>();  // exact for int64 up to 2^53, and says 1e+30 as it is
   const std::int64_t per_sample = std::max<std::int64_t>(1, y.numel() / std::max<std::int64_t>(y.shape()[0], 1));
   for (std::size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] >= 0 && (num_classes < 0 || labels[i] < num_classes)) continue;
-    if (num_classes < 0) fail(where, ": label ", labels[i], " of sample ", static_cast<std::int64_t>(i) / per_sample,
-                              " is negative; class labels are 0, 1, ...");
-    fail(where, ": label ", labels[i], " of sample ", static_cast<std::int64_t>(i) / per_sample,
-         " is out of range [0, ", num_classes, ") for ", num_classes, " classes");
+    const double l = labels[i];
+    const std::int64_t sample = static_cast<std::int64_t>(i) / per_sample;
+    if (l >= 0 && (num_classes < 0 || l < static_cast<double>(num_classes)) && l == std::floor(l)) continue;
+    MPT_CHECK(l == std::floor(l), where, ": label ", l, " of sample ", sample, " is not a whole number (a class id)");
+    if (num_classes < 0) fail(where, ": label ", l, " of sample ", sample, " is negative; class labels are 0, 1, ...");
+    fail(where, ": label ", l, " of sample ", sample, " is out of range [0, ", num_classes, ") for ", num_classes,
+         " classes");
   }
+}
+
+void check_unit_interval(const char* where, const Tensor& y) {
+  if (!y.defined() || y.numel() == 0 || y.dtype() == bool_) return;
+  const auto v = y.to_vector<double>();
+  const std::int64_t per_sample = std::max<std::int64_t>(1, y.numel() / std::max<std::int64_t>(y.shape()[0], 1));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    MPT_CHECK(v[i] >= 0 && v[i] <= 1, where, ": target ", v[i], " of sample ", static_cast<std::int64_t>(i) / per_sample,
+              " is outside [0, 1] (binary crossentropy takes probabilities of the positive class)");
 }
 
 Batches::Batches(Tensor x, Tensor y, BatchOptions options)

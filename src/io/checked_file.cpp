@@ -170,11 +170,38 @@ void commit(const std::string& tmp, const std::string& path) {
 
 }  // namespace
 
+namespace {
+/// Creates the temporary file itself first, so that a missing or read-only folder is reported
+/// with the OS's reason rather than as HDF5's error stack; HDF5 then truncates and writes it.
+void create_temp(const std::string& tmp, const std::string& path) {
+  check_writable_file("saving", path);
+  Fd f;
+  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  MPT_CHECK(f.fd >= 0, "saving '", path, "': cannot create a file in '", dir_of(path), "': ", errno_text());
+}
+
+/// Runs the HDF5 writer; a failure caused by the file system (full disk, quota, size limit, I/O
+/// error) is reported with the OS's reason first, HDF5's details after.
+void write_with_reason(const std::string& tmp, const std::string& path,
+                       const std::function<void(const std::string&)>& write_hdf5) {
+  errno = 0;
+  try {
+    write_hdf5(tmp);
+  } catch (const Error& e) {
+    const int err = errno;
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO || err == EROFS)
+      fail("saving '", path, "': ", std::strerror(err), " (", e.what(), ")");
+    throw;
+  }
+}
+}  // namespace
+
 void save_atomically(const std::string& path, const std::string& kind,
                      const std::function<void(const std::string&)>& write_hdf5) {
   const std::string tmp = temp_path_for(path);
+  create_temp(tmp, path);
   try {
-    write_hdf5(tmp);
+    write_with_reason(tmp, path, write_hdf5);
     stamp(tmp, path, kind);
   } catch (...) {
     ::unlink(tmp.c_str());
@@ -187,8 +214,9 @@ std::vector<char> stamped_image(const std::string& path, const std::string& kind
                                 const std::function<void(const std::string&)>& write_hdf5) {
   const std::string tmp = temp_path_for(path);
   std::vector<char> bytes;
+  create_temp(tmp, path);
   try {
-    write_hdf5(tmp);
+    write_with_reason(tmp, path, write_hdf5);
     stamp(tmp, path, kind);
     std::ifstream in(tmp, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
@@ -219,9 +247,29 @@ void write_atomically(const std::string& path, const std::vector<char>& bytes) {
   commit(tmp, path);
 }
 
+namespace {
+void check_file_type(const std::string& component, const std::string& path, const struct stat& st) {
+  MPT_CHECK(!S_ISDIR(st.st_mode), component, ": '", path, "' is a directory, not a file");
+  MPT_CHECK(S_ISREG(st.st_mode), component, ": '", path, "' is not a regular file (a FIFO, socket or device)");
+}
+}  // namespace
+
+void check_regular_file(const std::string& component, const std::string& path) {
+  struct stat st {};
+  MPT_CHECK(::stat(path.c_str(), &st) == 0, component, ": cannot open '", path, "': ", errno_text());
+  check_file_type(component, path, st);
+}
+
+void check_writable_file(const std::string& component, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;  // created by the write
+  check_file_type(component, path, st);
+}
+
 std::vector<char> read_verified(const std::string& path, std::string* keras_config) {
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer; the type check follows.
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   MPT_CHECK(f.fd >= 0, "cannot open '", path, "': ", errno_text());
   struct stat st {};
   MPT_CHECK(::fstat(f.fd, &st) == 0, "cannot stat '", path, "': ", errno_text());

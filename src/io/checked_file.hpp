@@ -38,6 +38,14 @@ std::vector<char> read_verified(const std::string& path, std::string* keras_conf
 /// The same checks on bytes already in memory; `display` names them in messages.
 void verify_image(const std::vector<char>& bytes, const std::string& display);
 
+/// mpt::Error "<component>: '<path>' ..." unless path is an existing regular file: missing (with
+/// the OS reason), a directory, or a FIFO, socket or device (which would block or never end a
+/// read). Checked with stat, before any open.
+void check_regular_file(const std::string& component, const std::string& path);
+/// The same for a file about to be written: fine when missing; an error when it exists and is not
+/// a regular file.
+void check_writable_file(const std::string& component, const std::string& path);
+
 /// zlib's CRC32 of `n` bytes, for any length.
 std::uint32_t crc32_of(const void* data, std::size_t n, std::uint32_t crc = 0);
 

@@ -2,6 +2,7 @@
 #include <fstream>
 #include <vector>
 
+#include "io/checked_file.hpp"
 #include "mpt/data/data.hpp"
 #include "mpt/ops.hpp"
 
@@ -11,6 +12,7 @@ constexpr std::int64_t kSide = 32, kPixels = kSide * kSide, kRecord = 1 + 3 * kP
 }
 
 std::pair<Tensor, Tensor> read_batch(const std::string& path) {
+  io::check_regular_file("cifar10", path);  // a directory or a FIFO: an error, not a hang
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   MPT_CHECK(in.good(), "cifar10: cannot open '", path, "'");
   const auto size = static_cast<std::int64_t>(in.tellg());

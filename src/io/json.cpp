@@ -9,6 +9,14 @@
 
 namespace mpt::io::json {
 
+Value::Value() = default;
+Value::Value(const Value&) = default;
+Value::Value(Value&&) noexcept = default;
+Value& Value::operator=(const Value&) = default;
+Value& Value::operator=(Value&&) noexcept = default;
+Value::~Value() = default;
+
+
 namespace {
 
 constexpr int kMaxDepth = 64;

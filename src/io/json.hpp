@@ -18,6 +18,15 @@ struct Value {
   std::vector<Value> items;
   std::vector<std::pair<std::string, Value>> members;
 
+  // Out of line: members holds pairs of this (then incomplete) type, which clang's library
+  // checks cannot instantiate inline.
+  Value();
+  Value(const Value&);
+  Value(Value&&) noexcept;
+  Value& operator=(const Value&);
+  Value& operator=(Value&&) noexcept;
+  ~Value();
+
   bool is_null() const { return kind == Kind::Null; }
   bool is_string() const { return kind == Kind::String; }
   bool is_number() const { return kind == Kind::Number; }

@@ -1,4 +1,5 @@
 #include "losses/loss_utils.hpp"
+#include "mpt/data/data.hpp"
 #include "mpt/losses/losses.hpp"
 
 namespace mpt::losses {
@@ -26,8 +27,13 @@ Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y
   return named_errors(who(*this), [&] {
     MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
     Tensor labels = y_true;
-    // Keras casts float labels to int (truncating), so 3.0 means class 3.
-    if (is_floating(labels.dtype())) labels = ops::cast(labels.detach(), int32);
+    // Keras casts float labels to int, so 3.0 means class 3; a fraction (1.5) or a value no
+    // int holds (1e30) is an error where the labels are host memory, instead of a silent
+    // truncation or an undefined cast (fit and data::batches check device labels up front).
+    if (is_floating(labels.dtype())) {
+      if (labels.device().is_cpu()) data::check_labels("labels", labels.detach(), y_pred.shape().empty() ? -1 : y_pred.shape().back());
+      labels = ops::cast(labels.detach(), int64);
+    }
     Tensor x = cast_to(y_pred, compute_dtype(y_pred));
     return ops::softmax_cross_entropy(x, labels, {.from_logits = o_.from_logits});
   });
@@ -60,6 +66,9 @@ BinaryCrossentropy::BinaryCrossentropy(CrossentropyOptions o) : Loss("binary_cro
 Tensor BinaryCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
   return named_errors(who(*this), [&] {
     MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
+    // Targets are probabilities: 5 or -3 would give a negative loss (PyTorch refuses them too).
+    // Checked where they are host memory; fit and evaluate check device targets up front.
+    if (y_true.device().is_cpu()) data::check_unit_interval("y_true", y_true.detach());
     const DType d = compute_dtype(y_pred);
     auto [z, x] = squeeze_or_expand_to_same_rank(cast_to(y_true, d), cast_to(y_pred, d));
     if (o_.label_smoothing > 0) z = z * (1.0 - o_.label_smoothing) + 0.5 * o_.label_smoothing;

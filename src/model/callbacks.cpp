@@ -5,6 +5,7 @@
 #include <iostream>
 #include <limits>
 
+#include "io/checked_file.hpp"
 #include "mpt/model.hpp"
 
 namespace mpt::callbacks {
@@ -63,6 +64,7 @@ void EarlyStopping::on_train_end(const Logs&) {
 CSVLogger::CSVLogger(std::string filename, CSVLoggerOptions o) : filename_(std::move(filename)), o_(o) {}
 
 void CSVLogger::on_train_begin(const Logs&) {
+  io::check_writable_file("CSVLogger", filename_);  // a FIFO would block the first write
   header_written_ = false;
   if (o_.append) {
     std::ifstream in(filename_);

@@ -17,7 +17,9 @@ Model::Model() : name_("model"), policy_(mixed_precision::global_policy()), seed
 void Model::assign_layer_names() {
   std::map<std::string, int> used;
   for (const auto& l : layers())
-    if (l->has_user_name()) used[l->name()]++;
+    if (l->has_user_name())
+      MPT_CHECK(used[l->name()]++ == 0, "model '", name_, "': two layers are named '", l->name(),
+                "'; layer names must be unique (they name the checkpoint's groups), as in Keras");
   for (const auto& l : layers()) {
     if (l->has_user_name()) continue;
     std::string base = to_snake_case(l->class_name()), name = base;
@@ -83,7 +85,9 @@ const losses::Loss& Model::loss() const {
 void Model::compile(CompileOptions o) {
   MPT_CHECK(!o.loss.empty(), "compile: a loss is required (e.g. .loss = \"sparse_categorical_crossentropy\")");
   loss_ = o.loss.get();
-  optimizer_ = o.optimizer.empty() ? optimizers::get("rmsprop") : o.optimizer.get();
+  MPT_CHECK(!o.optimizer.empty(), "compile: the optimizer is empty (\"\" or a null pointer); pass an optimizer ",
+            "or one of the names sgd, adam, adamw, rmsprop (Keras's default is rmsprop)");
+  optimizer_ = o.optimizer.get();
   if (o.auto_scale_loss && policy_.name() == "mixed_float16" && !loss_scale_optimizer())
     optimizer_ = std::make_shared<mixed_precision::LossScaleOptimizer>(optimizer_);
   metric_args_ = o.metrics;
@@ -155,8 +159,9 @@ void Model::check_targets(const char* where, const Tensor& x, const Tensor& y) {
   // One sample through the model: builds it, resolves the metrics and tells the classes.
   Tensor p = as_loss_input(call(x.slice(0, 1).to(device), false));
   resolve_metrics(y.slice(0, 1), p);
-  if (loss_->name() == "sparse_categorical_crossentropy" && p.dim() >= 1)
-    data::check_labels(where, y, p.shape().back());  // the host copy; read once where y is on a device
+  // The host copy; read once where y is on a device.
+  if (loss_->name() == "sparse_categorical_crossentropy" && p.dim() >= 1) data::check_labels(where, y, p.shape().back());
+  if (loss_->name() == "binary_crossentropy") data::check_unit_interval(where, y);
 }
 
 Model::StepResult Model::train_step(const Tensor& x, const Tensor& y) {
@@ -267,7 +272,10 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   const std::int64_t steps = data::batch_count(n, o.batch_size);
 
   std::vector<std::shared_ptr<callbacks::Callback>> cbs;
-  for (const auto& c : o.callbacks) cbs.push_back(c.get());
+  for (std::size_t i = 0; i < o.callbacks.size(); ++i) {
+    MPT_CHECK(o.callbacks[i].get() != nullptr, "fit: callback ", i, " is a null pointer");
+    cbs.push_back(o.callbacks[i].get());
+  }
   if (o.verbose > 0) cbs.push_back(std::make_shared<callbacks::ProgbarLogger>(o.verbose, steps, o.epochs));
   for (auto& c : cbs) c->set_model(this);
 

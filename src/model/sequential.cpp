@@ -22,7 +22,12 @@ void Sequential::add(LayerRef layer) {
   for (const auto& l : layers_)
     MPT_CHECK(l.ptr() != layer.ptr(), "Sequential.add: layer '", layer->name(), "' is already in the model");
   layers_.push_back(layer);
-  assign_layer_names();
+  try {
+    assign_layer_names();  // a duplicate user name: the model stays as it was
+  } catch (...) {
+    layers_.pop_back();
+    throw;
+  }
   // With a known input shape, build the new layer now (as Keras does) on a one-example batch.
   if (!input_shape_.empty() && !layer->built()) {
     Shape in = layers_.size() > 1 ? layers_[layers_.size() - 2]->output_shape() : Shape{};

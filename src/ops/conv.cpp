@@ -18,7 +18,12 @@ Conv2dGeometry conv_geometry(const Tensor& x, const Tensor& w, const Conv2dOptio
   }
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
-  const Size2 eff{(ws[0] - 1) * o.dilation[0] + 1, (ws[1] - 1) * o.dilation[1] + 1};
+  Size2 eff;
+  for (int i = 0; i < 2; ++i)
+    MPT_CHECK(!__builtin_mul_overflow(ws[i] - 1, o.dilation[i], &eff[i]) && eff[i] < INT64_MAX, name,
+              ": dilation_rate ", size2(o.dilation), " makes the ", size2({ws[0], ws[1]}),
+              " kernel span more than 2^63 pixels");
+  eff[0] += 1, eff[1] += 1;
   MPT_CHECK(same || (eff[0] <= xs[1] && eff[1] <= xs[2]), name, ": kernel ", size2({ws[0], ws[1]}),
             (o.dilation == Size2{1, 1} ? std::string() : " (" + size2(eff) + " dilated)"), " is larger than the input ",
             size2({xs[1], xs[2]}), " with 'valid' padding (input ", describe(x), ", kernel ", describe(w), ")");
@@ -90,7 +95,12 @@ Tensor zero_pad2d(const Tensor& x, std::int64_t top, std::int64_t bottom, std::i
   MPT_CHECK(top >= 0 && bottom >= 0 && left >= 0 && right >= 0, name, ": padding must be >= 0, got ((", top, ", ",
             bottom, "), (", left, ", ", right, "))");
   const Shape& s = x.shape();
-  Tensor out = Tensor::empty({s[0], s[1] + top + bottom, s[2] + left + right, s[3]}, x.dtype(), x.device());
+  std::int64_t h = 0, w = 0;
+  MPT_CHECK(!__builtin_add_overflow(s[1], top, &h) && !__builtin_add_overflow(h, bottom, &h) &&
+                !__builtin_add_overflow(s[2], left, &w) && !__builtin_add_overflow(w, right, &w),
+            name, ": padding ((", top, ", ", bottom, "), (", left, ", ", right, ")) of ", describe(x),
+            " gives a size beyond 2^63");
+  Tensor out = Tensor::empty({s[0], h, w, s[3]}, x.dtype(), x.device());
   if (out.numel() > 0) backend_of(x).pad(x, {0, top, left, 0}, out);
   autograd::record(name, {x}, {&out}, [s, top, left](const std::vector<Tensor>& g) {
     Tensor dx = Tensor::empty(s, g[0].dtype(), g[0].device());

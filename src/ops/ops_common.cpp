@@ -45,7 +45,9 @@ std::int64_t normalize_axis(const char* op, std::int64_t axis, std::int64_t ndim
 }
 
 Activation activation_from_name(const char* op, const std::string& name) {
-  if (name == "linear" || name.empty()) return Activation::Linear;
+  // "" is no name (Keras's activations.get("") fails too); "linear" is the identity.
+  MPT_CHECK(!name.empty(), op, ": empty activation name; valid: linear, relu, sigmoid, tanh, softmax, gelu, silu");
+  if (name == "linear") return Activation::Linear;
   if (name == "relu") return Activation::Relu;
   if (name == "sigmoid") return Activation::Sigmoid;
   if (name == "tanh") return Activation::Tanh;

@@ -19,7 +19,7 @@ inline SpatialAxis spatial_axis(std::int64_t in, std::int64_t window, std::int64
     a.out = in >= window ? (in - window) / stride + 1 : 0;
     return a;
   }
-  a.out = (in + stride - 1) / stride;
+  a.out = in / stride + (in % stride != 0);  // ceil; (in + stride - 1) / stride overflows
   const std::int64_t total = std::max<std::int64_t>((a.out - 1) * stride + window - in, 0);
   a.pad_lo = total / 2;
   a.pad_hi = total - a.pad_lo;

@@ -88,8 +88,12 @@ struct BatchOptions {
 /// that no training step reads labels or values back from a device: mpt::Error (naming
 /// `where`, `what` and the first bad sample) when t holds inf or NaN ...
 void check_finite(const char* where, const char* what, const Tensor& t);
-/// ... or when integer labels y fall outside [0, num_classes) (num_classes < 0: only >= 0).
+/// ... or when integer labels y fall outside [0, num_classes) (num_classes < 0: only >= 0); with
+/// num_classes >= 0, float labels too must be whole numbers in that range (Keras takes 3.0 for
+/// class 3; 1.5 is an error rather than silently class 1) ...
 void check_labels(const char* where, const Tensor& y, std::int64_t num_classes);
+/// ... or when binary targets fall outside [0, 1].
+void check_unit_interval(const char* where, const Tensor& y);
 
 /// Iterable over (x, y) batches of the first axis; the last batch may be smaller unless
 /// drop_remainder. The shuffle order is drawn once, at construction, from `seed` (iterating
