@@ -4,7 +4,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libxtensor-dev libxsimd-dev libhdf5-dev libcereal-dev doctest-dev
       libdnnl-dev ocl-icd-opencl-dev zlib1g-dev dataset-fashion-mnist
-      libzip-dev)  # libzip: the optional .keras checkpoint format
+      libzip-dev   # libzip: the optional .keras checkpoint format
+      clang libclang-rt-dev libomp-dev)  # the sanitizer and fuzzing half of scripts/test.sh
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

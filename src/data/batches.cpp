@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -43,12 +45,12 @@ std::int64_t batch_count(std::int64_t n, std::int64_t batch_size) {
 
 std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed) {
   MPT_CHECK(n >= 0, "permutation: n must be non-negative, got ", n);
-  std::vector<std::int64_t> p;
-  try {
-    p.resize(static_cast<std::size_t>(n));
-  } catch (const std::exception&) {  // bad_alloc, length_error: a clear message instead
-    fail("permutation: cannot hold ", n, " indices (", static_cast<double>(n) * 8, " bytes) in host memory");
-  }
+  // More indices than the machine's memory holds: a clear message, not std::bad_alloc.
+  const double bytes = static_cast<double>(n) * sizeof(std::int64_t);
+  const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  MPT_CHECK(bytes <= physical, "permutation: ", n, " indices need ", bytes, " bytes, more than this machine's ",
+            physical, " bytes of memory");
+  std::vector<std::int64_t> p(static_cast<std::size_t>(n));
   std::iota(p.begin(), p.end(), std::int64_t{0});
   SplitMix64 rng(seed);
   for (std::int64_t i = n - 1; i > 0; --i) {

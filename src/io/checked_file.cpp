@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <omp.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -328,6 +331,40 @@ void verify_image(const std::vector<char>& bytes, const std::string& path) {
   for (std::size_t off = 0; off + 8 <= n && !hdf5; off = off ? off * 2 : 512)
     hdf5 = std::memcmp(p + off, kHdf5Signature, 8) == 0;
   MPT_CHECK(hdf5, "'", path, "' is not an HDF5 file (no HDF5 signature; ", n, " bytes)");
+}
+
+void parse_guarded(const std::vector<char>& bytes, const std::string& path, const std::function<void()>& parse) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const bool stamped = bytes.size() >= kUserblockSize && magic_distance(p, sizeof kMagic) == 0;  // and verified
+  if (stamped) return parse();
+  constexpr int kSeconds = 10;
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  MPT_CHECK(pid >= 0, "'", path, "': cannot start the parse check: ", errno_text());
+  if (pid == 0) {  // the child: one thread, no output of its own, exit without cleanup
+    omp_set_num_threads(1);
+    try {
+      parse();
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  for (int waited_ms = 0;; waited_ms += 5) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) fail("'", path, "': waiting for the parse check failed: ", errno_text());
+    if (waited_ms >= kSeconds * 1000) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      fail("'", path, "': HDF5 did not finish parsing the file in ", kSeconds,
+           " s: a malformed HDF5 file (libhdf5 loops on some damaged files)");
+    }
+    ::usleep(5000);
+  }
+  MPT_CHECK(!WIFSIGNALED(status), "'", path, "': HDF5 crashed parsing the file (signal ", WTERMSIG(status),
+            "): a malformed HDF5 file");
+  parse();
 }
 
 }  // namespace mpt::io

@@ -46,6 +46,13 @@ void check_regular_file(const std::string& component, const std::string& path);
 /// a regular file.
 void check_writable_file(const std::string& component, const std::string& path);
 
+/// Runs `parse` (which reads the HDF5 image `bytes`; what it changes in the child is lost) so that a
+/// malformed file cannot hang or crash the program: an image with mpt's verified stamp is parsed
+/// directly; any other (written by Keras, h5py, or damaged) is first parsed in a child process
+/// with a time limit, because libhdf5 itself loops forever or crashes on some malformed files.
+/// A child that times out or dies is an mpt::Error naming the file; then `parse` runs here.
+void parse_guarded(const std::vector<char>& bytes, const std::string& path, const std::function<void()>& parse);
+
 /// zlib's CRC32 of `n` bytes, for any length.
 std::uint32_t crc32_of(const void* data, std::size_t n, std::uint32_t crc = 0);
 

@@ -82,68 +82,77 @@ void Model::save(const std::string& filepath) const {
   io::write_atomically(filepath, zip);
 }
 
+namespace {
+std::unique_ptr<Model> load_from(const std::vector<char>& bytes, const std::string& keras_config,
+                                 const std::string& filepath) {
+  io::h5::File f = io::h5::File::open_image(bytes, filepath);
+  const std::string w = "file '" + filepath + "'";
+  const auto format = f.attr_string("mpt_format");
+  const bool mpt_file = format && *format == kFormat && f.has_attr("model_config");
+  MPT_CHECK(mpt_file || !keras_config.empty(), w,
+            ": not an mpt full checkpoint or .keras archive (no model_config); weights files load with "
+            "model.load_weights");
+  json::Value model_config, state;
+  std::optional<json::Value> compile_config;
+  if (mpt_file) {
+    const auto version = f.attr_int("mpt_format_version").value_or(0);
+    MPT_CHECK(version == kFormatVersion, w, ": checkpoint format version ", version,
+              " is not supported (this build reads ", kFormatVersion, ")");
+    model_config = json::parse(*f.attr_string("model_config"), w + ", model_config");
+    if (auto text = f.attr_string("compile_config")) compile_config = json::parse(*text, w + ", compile_config");
+    state = json::parse(f.attr_string("mpt_state").value_or("{}"), w + ", mpt_state");
+  } else {  // a .keras archive written by Keras: its config.json, no mpt state
+    model_config = json::parse(keras_config, w + ", config.json");
+    if (const json::Value* cc = model_config.find("compile_config"); cc && !cc->is_null()) compile_config = *cc;
+  }
+
+  std::unique_ptr<Model> m = io::model_from_config(model_config, w + ", model_config");
+  // mpt saved the optimizer compile made (no second wrapping); Keras saved compile's argument.
+  if (compile_config) io::compile_from_config(*m, *compile_config, w + ", compile_config", !mpt_file);
+  io::PendingState pending =
+      io::read_weights(f, *m, mpt_file ? io::OptimizerState::Required : io::OptimizerState::IfMatching);
+  if (!mpt_file) {
+    pending.commit(*m);
+    return m;
+  }
+
+  // Check the whole state before touching the model or the global seed.
+  const std::string sw = w + ", mpt_state";
+  const int epoch = static_cast<int>(state.at("epoch", sw).as_int(sw + ", epoch"));
+  MPT_CHECK(epoch >= 0, sw, ": negative epoch ", epoch);
+  const std::uint64_t seed = state.at("seed", sw).as_uint(sw + ", seed");
+  const auto& g = state.at("global_seed", sw).as_array(sw + ", global_seed");
+  MPT_CHECK(g.size() == 2, sw, ": global_seed needs two numbers");
+  const std::uint64_t gseed = g[0].as_uint(sw), gcount = g[1].as_uint(sw);
+  std::vector<std::pair<LayerRef, std::vector<std::uint64_t>>> rng;
+  if (const json::Value* r = state.find("layer_rng")) {
+    for (const auto& [name, values] : r->members) {
+      LayerRef layer;
+      for (const auto& l : m->layers())
+        if (l->name() == name) layer = l;
+      MPT_CHECK(static_cast<bool>(layer), sw, ": random state for layer '", name, "', which the model does not have");
+      std::vector<std::uint64_t> s;
+      for (const auto& x : values.as_array(sw)) s.push_back(x.as_uint(sw));
+      MPT_CHECK(s.size() == layer->rng_state().size(), sw, ": layer '", name, "' keeps ", layer->rng_state().size(),
+                " random-state values, the file has ", s.size());
+      rng.emplace_back(layer, std::move(s));
+    }
+  }
+  pending.commit(*m);
+  Access::epoch(*m) = epoch;
+  Access::seed(*m) = seed;
+  for (const auto& [layer, s] : rng) layer->set_rng_state(s);
+  detail::set_seed_state(gseed, gcount);
+  return m;
+}
+}  // namespace
+
 std::unique_ptr<Model> load_model(const std::string& filepath) {
   try {
     std::string keras_config;
     std::vector<char> bytes = io::read_verified(filepath, &keras_config);
-    io::h5::File f = io::h5::File::open_image(bytes, filepath);
-    const std::string w = "file '" + filepath + "'";
-    const auto format = f.attr_string("mpt_format");
-    const bool mpt_file = format && *format == kFormat && f.has_attr("model_config");
-    MPT_CHECK(mpt_file || !keras_config.empty(), w,
-              ": not an mpt full checkpoint or .keras archive (no model_config); weights files load with "
-              "model.load_weights");
-    json::Value model_config, state;
-    std::optional<json::Value> compile_config;
-    if (mpt_file) {
-      const auto version = f.attr_int("mpt_format_version").value_or(0);
-      MPT_CHECK(version == kFormatVersion, w, ": checkpoint format version ", version,
-                " is not supported (this build reads ", kFormatVersion, ")");
-      model_config = json::parse(*f.attr_string("model_config"), w + ", model_config");
-      if (auto text = f.attr_string("compile_config")) compile_config = json::parse(*text, w + ", compile_config");
-      state = json::parse(f.attr_string("mpt_state").value_or("{}"), w + ", mpt_state");
-    } else {  // a .keras archive written by Keras: its config.json, no mpt state
-      model_config = json::parse(keras_config, w + ", config.json");
-      if (const json::Value* cc = model_config.find("compile_config"); cc && !cc->is_null()) compile_config = *cc;
-    }
-
-    std::unique_ptr<Model> m = io::model_from_config(model_config, w + ", model_config");
-    // mpt saved the optimizer compile made (no second wrapping); Keras saved compile's argument.
-    if (compile_config) io::compile_from_config(*m, *compile_config, w + ", compile_config", !mpt_file);
-    io::PendingState pending =
-        io::read_weights(f, *m, mpt_file ? io::OptimizerState::Required : io::OptimizerState::IfMatching);
-    if (!mpt_file) {
-      pending.commit(*m);
-      return m;
-    }
-
-    // Check the whole state before touching the model or the global seed.
-    const std::string sw = w + ", mpt_state";
-    const int epoch = static_cast<int>(state.at("epoch", sw).as_int(sw + ", epoch"));
-    MPT_CHECK(epoch >= 0, sw, ": negative epoch ", epoch);
-    const std::uint64_t seed = state.at("seed", sw).as_uint(sw + ", seed");
-    const auto& g = state.at("global_seed", sw).as_array(sw + ", global_seed");
-    MPT_CHECK(g.size() == 2, sw, ": global_seed needs two numbers");
-    const std::uint64_t gseed = g[0].as_uint(sw), gcount = g[1].as_uint(sw);
-    std::vector<std::pair<LayerRef, std::vector<std::uint64_t>>> rng;
-    if (const json::Value* r = state.find("layer_rng")) {
-      for (const auto& [name, values] : r->members) {
-        LayerRef layer;
-        for (const auto& l : m->layers())
-          if (l->name() == name) layer = l;
-        MPT_CHECK(static_cast<bool>(layer), sw, ": random state for layer '", name, "', which the model does not have");
-        std::vector<std::uint64_t> s;
-        for (const auto& x : values.as_array(sw)) s.push_back(x.as_uint(sw));
-        MPT_CHECK(s.size() == layer->rng_state().size(), sw, ": layer '", name, "' keeps ", layer->rng_state().size(),
-                  " random-state values, the file has ", s.size());
-        rng.emplace_back(layer, std::move(s));
-      }
-    }
-    pending.commit(*m);
-    Access::epoch(*m) = epoch;
-    Access::seed(*m) = seed;
-    for (const auto& [layer, s] : rng) layer->set_rng_state(s);
-    detail::set_seed_state(gseed, gcount);
+    std::unique_ptr<Model> m;
+    io::parse_guarded(bytes, filepath, [&] { m = load_from(bytes, keras_config, filepath); });
     return m;
   } catch (const Error& e) {
     throw Error(std::string("load_model: ") + e.what());

@@ -353,10 +353,10 @@ void Model::load_weights(const std::string& filepath) {
               "' has no variables yet; build it (model.build(shape)) or call it once before loading '", filepath, "'");
     std::vector<char> bytes = io::read_verified(filepath);
     io::PendingState st;
-    {
+    io::parse_guarded(bytes, filepath, [&] {
       io::h5::File f = io::h5::File::open_image(bytes, filepath);
       st = io::read_weights(f, *this, io::OptimizerState::IfMatching);
-    }
+    });
     st.commit(*this);
   } catch (const Error& e) {
     throw Error(std::string("load_weights: ") + e.what());

@@ -9,6 +9,18 @@ namespace {
 
 std::string size2(const Size2& s) { return std::to_string(s[0]) + "x" + std::to_string(s[1]); }
 
+/// The smallest window and leading padding that cover the same input pixels for every output
+/// (padding never counts: max ignores it, avg leaves it out), so huge 'same' windows cost
+/// nothing and their positions fit the kernels' counters. n: input size, m: outputs.
+void tighten(std::int64_t n, std::int64_t m, std::int64_t stride, std::int64_t& pool, std::int64_t& pad_lo) {
+  const std::int64_t last_start = (m - 1) * stride;  // < n: no overflow
+  if (last_start <= pad_lo) {  // every window starts at or before pixel 0: start the last one there
+    pool -= pad_lo - last_start;
+    pad_lo = last_start;
+  }
+  pool = std::min(pool, n + pad_lo);  // windows never reach past the input's end
+}
+
 Tensor pool(const char* name, PoolKind kind, const Tensor& x, Size2 size, const Pool2dOptions& o) {
   check_floating(name, x);
   MPT_CHECK(x.dim() == 4, name, ": input must be 4-d [batch, height, width, channels], got ", describe(x));
@@ -24,6 +36,15 @@ Tensor pool(const char* name, PoolKind kind, const Tensor& x, Size2 size, const 
   g.kind = kind;
   g.pool_h = size[0], g.pool_w = size[1], g.stride_h = strides[0], g.stride_w = strides[1];
   g.pad_top = h.pad_lo, g.pad_bottom = h.pad_hi, g.pad_left = w.pad_lo, g.pad_right = w.pad_hi;
+  if (h.out > 0 && w.out > 0) {
+    tighten(s[1], h.out, g.stride_h, g.pool_h, g.pad_top);
+    tighten(s[2], w.out, g.stride_w, g.pool_w, g.pad_left);
+    g.pad_bottom = std::max<std::int64_t>(0, (h.out - 1) * g.stride_h + g.pool_h - s[1] - g.pad_top);
+    g.pad_right = std::max<std::int64_t>(0, (w.out - 1) * g.stride_w + g.pool_w - s[2] - g.pad_left);
+  }
+  // Max pooling remembers the window position of each maximum in 16 bits.
+  MPT_CHECK(kind != PoolKind::Max || g.pool_h * g.pool_w <= 65536, name, ": pool size ", size2(size),
+            " has more than 65536 positions per window over input ", describe(x), " (at most 256x256 are supported)");
   Tensor out = Tensor::empty({s[0], h.out, w.out, s[3]}, x.dtype(), x.device());
   Tensor workspace;
   const bool training = autograd::is_recording() && x.requires_grad();

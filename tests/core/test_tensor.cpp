@@ -517,7 +517,8 @@ TEST_CASE("dtype names round trip and unknown names list the valid ones") {
       {int32, "int32"},     {int64, "int64"},     {uint8, "uint8"},     {bool_, "bool"}};
   const std::vector<std::size_t> sizes{4, 8, 2, 2, 4, 8, 1, 1};
   for (std::size_t i = 0; i < names.size(); ++i) {
-    auto [d, name] = names[i];
+    const DType d = names[i].first;
+    const std::string& name = names[i].second;  // not a structured binding: CAPTURE captures it
     CAPTURE(name);
     CHECK(to_string(d) == name);
     CHECK(dtype_from_string(name) == d);

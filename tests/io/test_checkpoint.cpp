@@ -119,7 +119,8 @@ std::unique_ptr<Sequential> trained_mlp(const optimizers::OptimizerArg& opt, std
   set_random_seed(seed);
   auto m = small_mlp();
   m->compile({.optimizer = opt, .loss = "sparse_categorical_crossentropy"});
-  auto [x, y] = quadrant_data(64, 7);
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(64, 7);
   m->fit(x, y, {.batch_size = 32, .epochs = 1, .verbose = 0});
   return m;
 }
@@ -264,7 +265,8 @@ TEST_CASE("float16 and bfloat16 exports for deployment") {
 
 TEST_CASE("round trip of every core layer and optimizer under every policy") {
   ScratchDir dir("roundtrip");
-  auto [x, y] = quadrant_data(96, 5);
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(96, 5);
   using Make = std::function<std::shared_ptr<optimizers::Optimizer>()>;
   const std::vector<std::pair<std::string, Make>> opts = {
       {"sgd_momentum", [] { return std::make_shared<optimizers::SGDOptimizer>(optimizers::SGDOptions{.learning_rate = 0.05, .momentum = 0.9, .nesterov = true}); }},
@@ -278,7 +280,9 @@ TEST_CASE("round trip of every core layer and optimizer under every policy") {
        }},
   };
   for (const char* policy : {"float32", "mixed_float16", "mixed_bfloat16"}) {
-    for (const auto& [opt_name, make] : opts) {
+    for (const auto& entry : opts) {  // no structured binding: clang 14 cannot capture one
+      const auto& opt_name = entry.first;
+      const auto& make = entry.second;
       CAPTURE(policy);
       CAPTURE(opt_name);
       PolicyScope scope(policy);
@@ -352,8 +356,10 @@ TEST_CASE("round trip of every core layer and optimizer under every policy") {
 
 TEST_CASE("resuming from a full checkpoint continues bit-identically") {
   ScratchDir dir("resume");
-  auto [x, y] = quadrant_data(200, 9);
-  auto [vx, vy] = quadrant_data(40, 10);
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(200, 9);
+  Tensor vx, vy;
+  std::tie(vx, vy) = quadrant_data(40, 10);
   constexpr int N = 2, M = 2;
   for (const char* policy : {"float32", "mixed_float16", "mixed_bfloat16"}) {
     for (int variant = 0; variant < 2; ++variant) {
@@ -463,7 +469,8 @@ TEST_CASE("functional models save and load") {
   auto out = layers::Activation("softmax")(layers::Dense(4)(b));
   Model m(in, out, "funky");
   m.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
-  auto [x, y] = quadrant_data(64, 1);
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(64, 1);
   m.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0});
   m.save(dir / "f.h5");
   auto r = load_model(dir / "f.h5");
@@ -483,7 +490,8 @@ TEST_CASE("functional models save and load") {
 TEST_CASE(".keras archives hold config.json, metadata.json and the checkpoint") {
   ScratchDir dir("keras-zip");
   PolicyScope scope("mixed_float16");
-  auto [x, y] = quadrant_data(96, 5);
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(96, 5);
   set_random_seed(17);
   auto m = all_core_layers_model();
   m->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-2}), .loss = "sparse_categorical_crossentropy",
@@ -708,8 +716,10 @@ TEST_CASE("ModelCheckpoint names files from {epoch} and logs") {
 
 TEST_CASE("ModelCheckpoint during fit: every epoch, best only, and every N batches") {
   ScratchDir dir("mcfit");
-  auto [x, y] = quadrant_data(128, 3);
-  auto [vx, vy] = quadrant_data(32, 4);
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(128, 3);
+  Tensor vx, vy;
+  std::tie(vx, vy) = quadrant_data(32, 4);
   set_random_seed(12);
   auto m = small_mlp();
   m->compile({.optimizer = optimizers::Adam({.learning_rate = 0.02}), .loss = "sparse_categorical_crossentropy",

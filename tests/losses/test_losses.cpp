@@ -311,7 +311,9 @@ TEST_CASE("gradients of 16-bit predictions come back in their dtype") {
         {"bce", std::make_shared<losses::BinaryCrossentropy>(losses::CrossentropyOptions{true})},
         {"mse", std::make_shared<losses::MeanSquaredError>()},
         {"mae", std::make_shared<losses::MeanAbsoluteError>()}};
-    for (auto& [what, loss] : cases) {
+    for (auto& c : cases) {  // no structured binding: clang 14 cannot capture one
+      const auto& what = c.first;
+      auto& loss = c.second;
       CAPTURE(what);
       Tensor y_true = what == "scce" ? Tensor::from_vector(kLabels, {kRows}) : f32(y, {kRows, kClasses}, default_device());
       auto grad_in = [&](DType dt) {

@@ -58,7 +58,8 @@ struct Run {
 
 Run train(char kind, const std::string& policy, Device device) {
   Scope scope(policy, device);
-  auto [x, y] = make_data(input_of(kind), 7);
+  Tensor x, y;
+  std::tie(x, y) = make_data(input_of(kind), 7);
   auto m = model(kind);
   m->compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy", .metrics = {"accuracy"}});
   Run r;
@@ -107,7 +108,8 @@ TEST_CASE("fit, evaluate and predict on the test device match the CPU bit for bi
 TEST_CASE("a custom GradientTape loop with a LossScaleOptimizer on the test device matches the CPU") {
   auto run = [](Device device) {
     Scope scope("mixed_float16", device);
-    auto [x, y] = make_data(input_of('C'), 3);
+    Tensor x, y;
+    std::tie(x, y) = make_data(input_of('C'), 3);
     auto m = model('C');
     mixed_precision::LossScaleOptimizer opt(optimizers::Adam(), {.initial_scale = 65536.0, .dynamic_growth_steps = 3});
     losses::SparseCategoricalCrossentropy loss_fn;
@@ -155,7 +157,8 @@ TEST_CASE("an input on another device than the model is an error naming both dev
 
 TEST_CASE("fit checks the data once, on the host copy: NaN and labels out of range name the sample") {
   Scope scope("float32", Device::test());
-  auto [x, y] = make_data(input_of('A'), 2);
+  Tensor x, y;
+  std::tie(x, y) = make_data(input_of('A'), 2);
   auto m = model('A');
   m->compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
   auto yv = y.to_vector<std::int32_t>();
@@ -194,7 +197,8 @@ struct Combo {
 std::tuple<std::map<std::string, std::vector<double>>, std::vector<std::vector<float>>, std::int64_t> fit_combo(
     const Combo& c, const std::string& policy, Device device) {
   Scope scope(policy, device);
-  auto [x, labels] = make_data({64, 32}, 11);
+  Tensor x, labels;
+  std::tie(x, labels) = make_data({64, 32}, 11);
   Tensor y = labels;
   if (c.one_hot) y = ops::one_hot(labels, c.outputs).to(Device::cpu());
   if (c.outputs == 1) y = ops::cast(ops::greater(labels, Tensor::scalar(4, int32, Device::cpu())), float32).reshape({64, 1});
@@ -248,7 +252,8 @@ TEST_CASE("checkpoints of a model on the test device: weights and a full resume 
   std::filesystem::create_directories(dir);
   auto run = [&](Device device) {
     Scope scope("mixed_float16", device);
-    auto [x, y] = make_data(input_of('C'), 4);
+    Tensor x, y;
+    std::tie(x, y) = make_data(input_of('C'), 4);
     auto m = model('C');
     m->compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy", .metrics = {"accuracy"}});
     m->fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0});

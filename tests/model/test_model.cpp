@@ -75,8 +75,10 @@ TEST_CASE("compile forces a final softmax to float32 under mixed policies") {
 }
 
 TEST_CASE("fit converges on a small synthetic task under all three policies") {
-  auto [x, y] = quadrants(2048, 1);
-  auto [xt, yt] = quadrants(512, 2);
+  Tensor x, y;
+  std::tie(x, y) = quadrants(2048, 1);
+  Tensor xt, yt;
+  std::tie(xt, yt) = quadrants(512, 2);
   for (const char* p : {"float32", "mixed_float16", "mixed_bfloat16"}) {
     CAPTURE(p);
     PolicyScope scope(p);
@@ -103,7 +105,8 @@ TEST_CASE("fit converges on a small synthetic task under all three policies") {
 }
 
 TEST_CASE("a custom training loop and fit give the same weights") {
-  auto [x, y] = quadrants(512, 3);
+  Tensor x, y;
+  std::tie(x, y) = quadrants(512, 3);
   for (const char* p : {"float32", "mixed_float16"}) {
     CAPTURE(p);
     PolicyScope scope(p);
@@ -140,7 +143,8 @@ TEST_CASE("a custom training loop and fit give the same weights") {
 }
 
 TEST_CASE("train_on_batch, test_on_batch and calling the model") {
-  auto [x, y] = quadrants(64, 4);
+  Tensor x, y;
+  std::tie(x, y) = quadrants(64, 4);
   set_random_seed(1);
   auto m = small_model();
   m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy", .metrics = {"accuracy"}});
@@ -156,7 +160,8 @@ TEST_CASE("train_on_batch, test_on_batch and calling the model") {
 }
 
 TEST_CASE("callbacks: EarlyStopping, LambdaCallback, CSVLogger") {
-  auto [x, y] = quadrants(256, 5);
+  Tensor x, y;
+  std::tie(x, y) = quadrants(256, 5);
   set_random_seed(2);
   auto m = small_model();
   m->compile({.optimizer = optimizers::SGD({.learning_rate = 0.0}), .loss = "sparse_categorical_crossentropy"});
@@ -188,7 +193,8 @@ TEST_CASE("callbacks: EarlyStopping, LambdaCallback, CSVLogger") {
 }
 
 TEST_CASE("EarlyStopping restores the best weights") {
-  auto [x, y] = quadrants(256, 6);
+  Tensor x, y;
+  std::tie(x, y) = quadrants(256, 6);
   set_random_seed(3);
   auto m = small_model();
   m->compile({.optimizer = optimizers::SGD({.learning_rate = 0.5}), .loss = "sparse_categorical_crossentropy"});
@@ -201,7 +207,8 @@ TEST_CASE("EarlyStopping restores the best weights") {
 }
 
 TEST_CASE("bad inputs raise mpt::Error with a clear message") {
-  auto [x, y] = quadrants(64, 7);
+  Tensor x, y;
+  std::tie(x, y) = quadrants(64, 7);
   auto m = small_model();
   auto expect_error = [](const std::function<void()>& f, const std::string& needle) {
     try {
@@ -238,7 +245,8 @@ TEST_CASE("fit with a batch larger than the data, up to INT64_MAX, trains one st
     set_random_seed(2);
     auto m = small_model();
     m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy", .metrics = {"accuracy"}});
-    auto [x, y] = quadrants(40, 3);
+    Tensor x, y;
+    std::tie(x, y) = quadrants(40, 3);
     auto h = m->fit(x, y, {.batch_size = bs, .epochs = 2, .verbose = 0});
     REQUIRE(h.history.count("loss"));
     CHECK(h.history["loss"].size() == 2);
