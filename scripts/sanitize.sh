@@ -33,7 +33,7 @@ for target in "$BUILD_DIR"/tests/fuzz/fuzz_*; do
     echo "sanitize: $name found a failure (the input: $(ls "$work/$name"-* 2>/dev/null | head -1))"
     exit 1
   fi
-  grep -E "^#[0-9]+ +DONE|^stat::number_of_executed_units|^stat::new_units_added" "$work/$name.log" | tr '\n' ' '
+  grep -E "^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units|^stat::new_units_added" "$work/$name.log" | tr '\n' ' '
   echo
 done
 echo "sanitize: all tests and fuzz targets clean"
