@@ -48,8 +48,8 @@ std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed) {
   // More indices than the machine's memory holds: a clear message, not std::bad_alloc.
   const double bytes = static_cast<double>(n) * sizeof(std::int64_t);
   const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  MPT_CHECK(bytes <= physical, "permutation: ", n, " indices need ", bytes, " bytes, more than this machine's ",
-            physical, " bytes of memory");
+  MPT_CHECK(bytes <= physical, "permutation: ", n, " indices need ", static_cast<std::uint64_t>(bytes),
+            " bytes, more than this machine's ", static_cast<std::uint64_t>(physical), " bytes of memory");
   std::vector<std::int64_t> p(static_cast<std::size_t>(n));
   std::iota(p.begin(), p.end(), std::int64_t{0});
   SplitMix64 rng(seed);

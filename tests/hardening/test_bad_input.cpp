@@ -13,6 +13,7 @@
 #include <future>
 
 #include "io/checkpoint_util.hpp"
+#include "io/model_config.hpp"
 
 using namespace mpt;
 using namespace mpt::test;
@@ -251,4 +252,19 @@ TEST_CASE("a malformed HDF5 file on which libhdf5 loops forever is an error with
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(seconds < 15);
   CHECK(contains(e, "did not finish parsing"));
+}
+
+TEST_CASE("wrapped shapes through broadcast_to, the Reshape layer and a checkpoint config (defects 2, 5)") {
+  const std::int64_t big = std::int64_t{1} << 62;
+  Tensor t = Tensor::ones({1, 4});
+  CHECK(contains(error_or_type([&] { ops::broadcast_to(t, {big, 4}); }), "2^63"));
+  CHECK(contains(error_or_type([&] { layers::Reshape({big, 4, 4})(Tensor::zeros({2, 16})); }), "2^63"));
+  // A config asking for 10^12 units: the build says it cannot be held, as zeros of that size do.
+  Sequential m({layers::Input({4}), layers::Dense(16)});
+  std::string config = io::model_config_json(m);
+  const auto at = config.find("\"units\": 16");
+  REQUIRE(at != std::string::npos);
+  config.replace(at, 11, "\"units\": 1000000000000");
+  CHECK(contains(error_or_type([&] { io::model_from_config(io::json::parse(config, "test"), "test")->build({4}); }),
+                 "out of host memory"));
 }

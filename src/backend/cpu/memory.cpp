@@ -13,7 +13,7 @@ void* CpuBackend::allocate(std::size_t nbytes) {
   // the first touch fail, or abort under a sanitizer).
   static const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   MPT_CHECK(static_cast<double>(nbytes) <= physical, "allocator: out of host memory allocating ", nbytes,
-            " bytes (this machine has ", physical, ")");
+            " bytes (this machine has ", static_cast<std::uint64_t>(physical), ")");
   void* p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
   MPT_CHECK(p != nullptr, "allocator: out of host memory allocating ", nbytes, " bytes");
   return p;
