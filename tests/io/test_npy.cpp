@@ -12,6 +12,7 @@
 #include <future>
 #include <iterator>
 
+#include "idx_writer.hpp"
 #include "test_util.hpp"
 
 using namespace mpt;
@@ -102,21 +103,8 @@ std::string bytes_of(const char (&s)[N]) {
   return std::string(s, N - 1);
 }
 
-struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("mpt_test_npy_" + std::to_string(::getpid()));
-  TempDir() {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-const TempDir& tmp() {
-  static TempDir dir;
+const mpt::test::TempDir& tmp() {
+  static mpt::test::TempDir dir("test_npy");
   return dir;
 }
 
