@@ -1,6 +1,7 @@
 #include "config_text.hpp"
 #include "mpt/autograd.hpp"
 #include "mpt/layers/conv.hpp"
+#include "mpt/mixed_precision/loss_scale_optimizer.hpp"
 #include "mpt/nn_ops.hpp"
 #include "mpt/ops.hpp"
 
@@ -31,7 +32,10 @@ class BatchNormalizationLayer : public Layer {
 
   Tensor call(const Tensor& x, bool training) override {
     check_input(x, 2, moving_mean_.shape()[0]);
-    commit();  // a custom loop that never calls finish_step still moves the statistics, once per call
+    // A custom loop that never calls finish_step still moves the statistics, once per call,
+    // unless a LossScaleOptimizer skipped a step since they were computed.
+    if (mixed_precision::skipped_steps_total() == skips_at_call_) commit();
+    pending_mean_ = pending_variance_ = Tensor();
     // float32 statistics and normalization under every policy (float64 for float64 inputs).
     const DType pd = x.dtype() == float64 ? float64 : float32;
     Tensor gamma = o_.scale ? gamma_.read(pd) : Tensor(), beta = o_.center ? beta_.read(pd) : Tensor();
@@ -40,6 +44,7 @@ class BatchNormalizationLayer : public Layer {
     auto r = ops::batch_norm(x, gamma, beta, {}, {}, {.training = true, .epsilon = o_.epsilon});
     // Keras: moving = moving * momentum + batch * (1 - momentum), with the biased batch variance.
     NoGradGuard no_grad;
+    skips_at_call_ = mixed_precision::skipped_steps_total();
     pending_mean_ = moving_mean_.value().to(pd) * o_.momentum + r.mean * (1.0 - o_.momentum);
     pending_variance_ = moving_variance_.value().to(pd) * o_.momentum + r.variance * (1.0 - o_.momentum);
     return r.y;
@@ -73,6 +78,7 @@ class BatchNormalizationLayer : public Layer {
   BatchNormalizationOptions o_;
   Variable gamma_, beta_, moving_mean_, moving_variance_;
   Tensor pending_mean_, pending_variance_;  // from the last training call, until its step is settled
+  std::uint64_t skips_at_call_ = 0;          // skipped_steps_total() when they were computed
 };
 
 const bool registered = [] {

@@ -1,6 +1,7 @@
 #include "mpt/mixed_precision/loss_scale_optimizer.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <iostream>
 #include <limits>
@@ -14,6 +15,8 @@
 namespace mpt::mixed_precision {
 
 namespace {
+
+std::atomic<std::uint64_t> g_skipped_total{0};
 
 /// The host copy of the state follows the device's by the same rule and the same flag.
 void kernels_step(auto& h, bool nonfinite, const ops::LossScaleRule& r) {
@@ -52,6 +55,8 @@ LossScaleOptimizer::LossScaleOptimizer(optimizers::OptimizerArg inner, LossScale
   set_state(o_.initial_scale, 0, 0);
 }
 
+std::uint64_t skipped_steps_total() { return g_skipped_total.load(); }
+
 ops::LossScaleRule LossScaleOptimizer::rule() const {
   return {o_.dynamic, o_.dynamic_growth_steps, o_.hysteresis, o_.min_scale, o_.max_scale};
 }
@@ -80,21 +85,27 @@ std::vector<Tensor> LossScaleOptimizer::get_unscaled_gradients(const std::vector
   return std::move(r.grads);
 }
 
-ApplyResult LossScaleOptimizer::apply_gradients_checked(const std::vector<Tensor>& grads,
-                                                        const std::vector<Variable>& vars) {
+ApplyResult LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
   if (!loss_was_scaled_ && !warned_unscaled_) {
     warned_unscaled_ = true;
     std::cerr << "mpt: LossScaleOptimizer: apply_gradients called without get_scaled_loss since "
                  "the previous step; gradients of an unscaled loss may underflow in float16\n";
   }
+  const bool scaled = loss_was_scaled_;
   loss_was_scaled_ = false;
 
   Tensor flag = checked_flag_;
+  std::vector<Tensor> unscaled;
   if (checked_ids_.empty() || checked_ids_ != ids_of(grads)) {  // not from get_unscaled_gradients
     for (const auto& g : grads)
       if (g.defined()) to_device(g.device());
-    flag = ops::unscale_and_check(grads, Tensor::scalar(1.0, float32, scale_.device())).found_flag;
+    // Gradients of the scaled loss are unscaled here (one fused pass), never applied as they are.
+    ops::UnscaleResult u =
+        ops::unscale_and_check(grads, scaled ? inv_scale_ : Tensor::scalar(1.0, float32, scale_.device()));
+    flag = u.found_flag;
+    if (scaled) unscaled = std::move(u.grads);
   }
+  const std::vector<Tensor>& step_grads = unscaled.empty() ? grads : unscaled;
   checked_ids_.clear();
   checked_flag_ = Tensor();
   // The one host read of a step: whether to skip it.
@@ -102,11 +113,12 @@ ApplyResult LossScaleOptimizer::apply_gradients_checked(const std::vector<Tensor
 
   ApplyResult r;
   r.found_nonfinite = nonfinite;
+  r.applied = !nonfinite;
   if (nonfinite) {
     ++skipped_;
+    ++g_skipped_total;
   } else {
-    inner_->apply_gradients(grads, vars);
-    r.applied = true;
+    inner_->apply_gradients(step_grads, vars);
   }
   ops::update_loss_scale(scale_, inv_scale_, counters_, flag, rule());
   kernels_step(host_, nonfinite, rule());
@@ -114,10 +126,6 @@ ApplyResult LossScaleOptimizer::apply_gradients_checked(const std::vector<Tensor
   return r;
 }
 
-void LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads,
-                                         const std::vector<Variable>& vars) {
-  apply_gradients_checked(grads, vars);
-}
 
 void LossScaleOptimizer::set_state(double scale, std::int64_t good_steps, int overflows) {
   // Checkpoints restore through here: a scale outside the bounds would skip steps silently.

@@ -93,12 +93,17 @@ void Model::compile(CompileOptions o) {
   metric_args_ = o.metrics;
   metrics_.clear(), val_metrics_.clear();
   metrics_resolved_ = false;
-  auto ls = layers();
-  if (!ls.empty() && ls.back()->ends_in_softmax() && ls.back()->compute_dtype() != float32 &&
-      ls.back()->compute_dtype() != float64) {
-    std::cout << "mpt: compile: final softmax layer '" << ls.back()->name() << "' runs in float32 (was "
-              << ls.back()->dtype_policy().name() << ")" << std::endl;
-    ls.back()->set_dtype_policy(mixed_precision::Policy("float32"));
+  // The layers that produce the model's outputs: a functional model's output nodes, else the last.
+  std::vector<LayerRef> out_layers;
+  for (const auto& o : outputs_)
+    if (o.node() && o.node()->layer) out_layers.push_back(LayerRef(o.node()->layer));
+  if (outputs_.empty() && !layers().empty()) out_layers.push_back(layers().back());
+  for (const auto& l : out_layers) {
+    // Only under a mixed policy (a pure float16 model keeps what it asked for), as Keras.
+    if (!l->ends_in_softmax() || l->dtype_policy().name().rfind("mixed_", 0) != 0) continue;
+    std::cout << "mpt: compile: final softmax layer '" << l->name() << "' runs in float32 (was "
+              << l->dtype_policy().name() << ")" << std::endl;
+    l->set_dtype_policy(mixed_precision::Policy("float32"));
   }
 }
 

@@ -83,10 +83,10 @@ void Optimizer::check_learning_rate(double lr) const {
             lr);
 }
 
-void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
+ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
   MPT_CHECK(grads.size() == vars.size(), "optimizer '", name_, "': apply_gradients got ",
             grads.size(), " gradients for ", vars.size(), " variables");
-  if (grads.empty()) return;
+  if (grads.empty()) return {};
   NoGradGuard no_grad;
   std::vector<Tensor> g;
   std::vector<Variable> v;
@@ -127,6 +127,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
   check_learning_rate(lr);  // a schedule's value, step by step
   for (std::size_t i = 0; i < g.size(); ++i) update_step(g[i], v[i], lr);
   ++iterations_;
+  return {};
 }
 
 Tensor& Optimizer::slot(const Variable& var, const std::string& slot_name) {

@@ -38,10 +38,11 @@ class CerrCapture {
   std::streambuf* old_;
 };
 
-/// One step with gradients `g` already unscaled, after a get_scaled_loss call as in a real loop.
+/// One step whose unscaled gradients are `g`, as in a real loop: the gradients of the scaled
+/// loss (g times the scale) through get_unscaled_gradients.
 mixed_precision::ApplyResult step(LossScaleOptimizer& o, const Vec& g, const Variable& w) {
   o.get_scaled_loss(Tensor::scalar(1.0));
-  return o.apply_gradients_checked({f32(g)}, {w});
+  return o.apply_gradients(o.get_unscaled_gradients({f32(g) * o.loss_scale()}), {w});
 }
 
 }  // namespace
@@ -291,6 +292,9 @@ TEST_CASE("apply reuses the fused check for the same tensors, checks others itse
   auto r = o.apply_gradients_checked({f32({kInf, 0})}, {w});
   CHECK_FALSE(r.applied);
   CHECK(r.found_nonfinite);
+  // ... and, after get_scaled_loss, taken as gradients of the scaled loss: unscaled first, as
+  // Keras 3's apply does (the scale is 1 after the two overflows).
+  CHECK(o.loss_scale() == 1.0);
   o.get_scaled_loss(Tensor::scalar(1.0));
   CHECK(o.apply_gradients_checked({f32({1, 1})}, {w}).applied);
   check_close(w.value(), {-1, -1}, tolerance(float32), "w");
@@ -376,4 +380,65 @@ TEST_CASE("float16 gradients that underflow: no learning without loss scaling, l
     CHECK(last < first * 1e-2);
     CHECK(o.skipped_steps() == 0);
   }
+}
+
+TEST_CASE("apply_gradients returns the step's result and unscales gradients of the scaled loss") {
+  // Keras 3's pattern: the gradients of the scaled loss go straight to apply_gradients. Before,
+  // they were applied as they were: 1024 times too large here.
+  for_each_device([](Device dev) {
+    LossScaleOptimizer o(opt::SGD({.learning_rate = 0.5}), {.initial_scale = 1024.0});
+    Variable w(Tensor::from_vector(Vec{1, 2}, {}, dev).to(float32), "w");
+    GradientTape tape;
+    Tensor loss = ops::sum(ops::mul(w.value(), Tensor::from_vector(Vec{3, -1}, {}, dev).to(float32)));
+    auto grads = tape.gradient(o.get_scaled_loss(loss), std::vector<Variable>{w});
+    opt::Optimizer& base = o;  // the result through the base interface too
+    opt::ApplyResult r = base.apply_gradients(grads, {w});
+    CHECK(r.applied);
+    CHECK_FALSE(r.found_nonfinite);
+    CHECK(r.loss_scale == 1024.0);
+    check_close(w.value(), {1 - 0.5 * 3, 2 + 0.5 * 1}, tolerance(float32), "w after one unscaled step");
+    // A plain optimizer's result: always applied, scale 1.
+    auto sgd = opt::SGD();
+    opt::ApplyResult plain = sgd->apply_gradients({Tensor::from_vector(Vec{0, 0}, {}, dev).to(float32)}, {w});
+    CHECK(plain.applied);
+    CHECK(plain.loss_scale == 1.0);
+  });
+}
+
+TEST_CASE("a skipped step's BatchNormalization statistics never commit, even without finish_step") {
+  for_each_device([](Device dev) {
+    set_default_device(dev);  // the layer's variables go there
+    auto bn = layers::BatchNormalization();
+    Tensor x = Tensor::random_uniform({8, 3}, 0, 4, 1, float32, dev);
+    bn(x, {.training = true});  // builds; its statistics wait for the step
+    auto moving = [&] { return bn->variables()[2].value().to_vector<float>(); };  // moving_mean
+    const auto before = moving();
+    LossScaleOptimizer o(opt::SGD());
+    Variable v(Tensor::zeros({1}, float32, dev), "v");
+    o.get_scaled_loss(Tensor::scalar(1.0, float32, dev));
+    CHECK_FALSE(o.apply_gradients({Tensor::full({1}, INFINITY, float32, dev)}, {v}).applied);  // skipped
+    bn(x, {.training = true});  // no finish_step: the skipped step's statistics are dropped here
+    CHECK(moving() == before);
+    bn(x, {.training = true});  // nothing skipped since the last call: its statistics commit
+    CHECK(moving() != before);
+    set_default_device(Device::cpu());
+  });
+}
+
+TEST_CASE("compile forces softmax outputs to float32 only under mixed policies, on every output") {
+  mixed_precision::set_global_policy("mixed_bfloat16");
+  auto in = Input({4});
+  auto h = layers::Dense(8)(in);
+  auto probs = layers::Dense(3, {.activation = "softmax", .name = "probs"})(h);
+  auto side = layers::Activation("softmax", {.name = "side"})(layers::Dense(2)(h));
+  Model m(std::vector<KerasTensor>{in}, std::vector<KerasTensor>{probs, side});
+  m.compile({.optimizer = "sgd", .loss = "mse"});
+  for (const auto& l : m.layers())
+    if (l->name() == "probs" || l->name() == "side") CHECK(l->dtype_policy().name() == "float32");
+  // A pure float16 model keeps the dtype it asked for.
+  mixed_precision::set_global_policy("float16");
+  Sequential f({layers::Input({4}), layers::Dense(3), layers::Activation("softmax")});
+  f.compile({.optimizer = "sgd", .loss = "mse"});
+  CHECK(f.layers().back()->dtype_policy().name() == "float16");
+  mixed_precision::set_global_policy("float32");
 }

@@ -24,11 +24,11 @@ struct LossScaleOptions {
   double max_scale = 16777216.0;  ///< 2^24; the scale never grows above this
 };
 
-struct ApplyResult {
-  bool applied = false;          ///< the step was taken
-  bool found_nonfinite = false;  ///< some gradient held inf or NaN
-  double loss_scale = 0;         ///< the scale after this step's update
-};
+using ApplyResult = optimizers::ApplyResult;
+
+/// Steps skipped by every LossScaleOptimizer of this process so far (BatchNormalization uses it
+/// to keep a skipped step's statistics out even when a custom loop never calls finish_step).
+std::uint64_t skipped_steps_total();
 
 /// The scale, 1/scale and the counters live as tensors on the device of the gradients (the
 /// variables' device) and are updated there by one op per step; the host reads one value per
@@ -43,10 +43,14 @@ class LossScaleOptimizer : public optimizers::Optimizer {
   Tensor get_scaled_loss(const Tensor& loss);
   /// grads / scale in float32, with one fused pass that also checks all of them for inf/NaN.
   std::vector<Tensor> get_unscaled_gradients(const std::vector<Tensor>& grads);
-  /// Applies unscaled gradients through the inner optimizer when all are finite; otherwise
-  /// skips the step (weights, slots, iterations untouched) and lowers the scale.
-  ApplyResult apply_gradients_checked(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
-  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) override;
+  /// Applies the gradients through the inner optimizer when all are finite; otherwise skips the
+  /// step (weights, slots, iterations untouched) and lowers the scale. Gradients that did not
+  /// come from get_unscaled_gradients are taken as gradients of the scaled loss when
+  /// get_scaled_loss was called for this step, and unscaled first (as Keras 3's apply does).
+  ApplyResult apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) override;
+  ApplyResult apply_gradients_checked(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
+    return apply_gradients(grads, vars);
+  }
 
   double loss_scale() const { return host_.scale; }
   std::int64_t iterations() const override { return inner_->iterations(); }

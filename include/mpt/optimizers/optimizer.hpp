@@ -49,6 +49,14 @@ struct CommonOptions {
   std::optional<double> global_clipnorm;  ///< clip all gradients jointly to this L2 norm
 };
 
+/// What one apply_gradients did. A plain optimizer always applies; a LossScaleOptimizer skips
+/// steps whose gradients held inf or NaN.
+struct ApplyResult {
+  bool applied = true;           ///< the step was taken
+  bool found_nonfinite = false;  ///< some gradient held inf or NaN
+  double loss_scale = 1.0;       ///< the loss scale after this step (1 without loss scaling)
+};
+
 class Optimizer {
  public:
   Optimizer(std::string name, CommonOptions options);
@@ -57,7 +65,7 @@ class Optimizer {
   /// Applies one step: clips, then update_step per variable with float32 gradients, then
   /// iterations += 1. Gradients must match the variables' shapes; undefined gradients are
   /// skipped (Keras warns and ignores them).
-  virtual void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  virtual ApplyResult apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
 
   /// Steps applied so far (a wrapper reports its inner optimizer's).
   virtual std::int64_t iterations() const { return iterations_; }
