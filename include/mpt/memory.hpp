@@ -48,6 +48,9 @@ namespace detail {
 /// Raw device allocation hooks used by the allocator (CPU: aligned malloc; CUDA: cudaMalloc).
 void* raw_alloc(Device device, std::size_t nbytes);
 void raw_free(Device device, void* ptr);
+/// Bytes of physical memory on this machine: host allocations larger than this are refused up
+/// front with an mpt::Error (an allocator may also say yes and let the first touch fail).
+double host_memory_bytes();
 /// Copies between any two devices (host<->device through the CUDA runtime).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t n);
 }  // namespace detail

@@ -3,6 +3,8 @@
 // Raw memory and copies come from each device's backend.
 #include "mpt/memory.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -44,6 +46,11 @@ Pool& pool_for(Device device) {
 }
 
 }  // namespace
+
+double detail::host_memory_bytes() {
+  static const double bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  return bytes;
+}
 
 void* detail::raw_alloc(Device device, std::size_t nbytes) { return backend(device).allocate(nbytes); }
 

@@ -1,5 +1,3 @@
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -46,8 +44,7 @@ std::int64_t batch_count(std::int64_t n, std::int64_t batch_size) {
 std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed) {
   MPT_CHECK(n >= 0, "permutation: n must be non-negative, got ", n);
   // More indices than the machine's memory holds: a clear message, not std::bad_alloc.
-  const double bytes = static_cast<double>(n) * sizeof(std::int64_t);
-  const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double bytes = static_cast<double>(n) * sizeof(std::int64_t), physical = mpt::detail::host_memory_bytes();
   MPT_CHECK(bytes <= physical, "permutation: ", n, " indices need ", static_cast<std::uint64_t>(bytes),
             " bytes, more than this machine's ", static_cast<std::uint64_t>(physical), " bytes of memory");
   std::vector<std::int64_t> p(static_cast<std::size_t>(n));
@@ -107,6 +104,12 @@ void check_unit_interval(const char* where, const Tensor& y) {
               " is outside [0, 1] (binary crossentropy takes probabilities of the positive class)");
 }
 
+Tensor rows_of(const Tensor& t, const std::vector<std::int64_t>& order, std::int64_t begin, std::int64_t end) {
+  if (!t.defined()) return {};
+  if (order.empty()) return t.detach().slice(begin, end);
+  return take_rows(t, std::vector<std::int64_t>(order.begin() + begin, order.begin() + end));
+}
+
 Batches::Batches(Tensor x, Tensor y, BatchOptions options)
     : x_(std::move(x)), y_(std::move(y)), o_(options) {
   MPT_CHECK(o_.batch_size > 0, "batches: batch_size must be positive, got ", o_.batch_size);
@@ -135,12 +138,8 @@ std::pair<Tensor, Tensor> Batches::batch(std::int64_t i) const {
   const std::int64_t begin = i * o_.batch_size;
   const std::int64_t end = begin + std::min(x_.size(0) - begin, o_.batch_size);
   auto pick = [&](const Tensor& t) -> Tensor {
-    if (!t.defined()) return {};
-    Tensor b = order_.empty()
-                   ? t.detach().slice(begin, end)
-                   : take_rows(t, std::vector<std::int64_t>(order_.begin() + begin, order_.begin() + end));
-    if (o_.device && b.device() != *o_.device) b = b.to(*o_.device);
-    return b;
+    Tensor b = rows_of(t, order_, begin, end);
+    return b.defined() && o_.device ? b.to(*o_.device) : b;
   };
   return {pick(x_), pick(y_)};
 }

@@ -4,7 +4,6 @@
 #include <cctype>
 #include <functional>
 #include <map>
-#include <numeric>
 
 #include "losses/loss_utils.hpp"
 #include "mpt/autograd.hpp"

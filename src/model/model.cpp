@@ -231,12 +231,7 @@ class BatchStager {
  private:
   std::pair<Tensor, Tensor> make(std::int64_t step) const {
     const std::int64_t b = step * batch_size_, e = b + rows(step);
-    auto pick = [&](const Tensor& t) -> Tensor {
-      if (!t.defined()) return {};
-      Tensor r = order_.empty() ? t.detach().slice(b, e)
-                                : data::take_rows(t, std::vector<std::int64_t>(order_.begin() + b, order_.begin() + e));
-      return r.to(device_);
-    };
+    auto pick = [&](const Tensor& t) { return t.defined() ? data::rows_of(t, order_, b, e).to(device_) : Tensor(); };
     return {pick(x_), pick(y_)};
   }
 

@@ -42,7 +42,6 @@ std::string within(int seconds, std::function<std::string()> f) {
   if (result.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) return "(timed out)";
   return result.get();
 }
-std::string within_10s(std::function<std::string()> f) { return within(10, std::move(f)); }
 
 }  // namespace
 
@@ -63,11 +62,11 @@ TEST_CASE("readers and CSVLogger refuse a FIFO or a directory promptly instead o
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   auto m = small_mlp();
   m->build({8});
-  std::string e = within_10s([&] { return error_of([&] { m->load_weights(fifo); }); });
+  std::string e = within(10, [&] { return error_of([&] { m->load_weights(fifo); }); });
   CHECK(contains(e, "not a regular file"));
-  e = within_10s([&] { return error_of([&] { load_model(fifo); }); });
+  e = within(10, [&] { return error_of([&] { load_model(fifo); }); });
   CHECK(contains(e, "not a regular file"));
-  e = within_10s([&] { return error_of([&] { datasets::cifar10::read_batch(fifo); }); });
+  e = within(10, [&] { return error_of([&] { datasets::cifar10::read_batch(fifo); }); });
   CHECK(contains(e, "cifar10"));
   CHECK(contains(e, "not a regular file"));
   e = error_of([&] { datasets::cifar10::read_batch(dir.path.string()); });
@@ -77,7 +76,7 @@ TEST_CASE("readers and CSVLogger refuse a FIFO or a directory promptly instead o
   m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});
   Tensor x, y;
   std::tie(x, y) = quadrant_data(16, 1);
-  e = within_10s([&] {
+  e = within(10, [&] {
     return error_of([&] { m->fit(x, y, {.verbose = 0, .callbacks = {callbacks::CSVLogger(fifo)}}); });
   });
   CHECK(contains(e, "CSVLogger"));

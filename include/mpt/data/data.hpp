@@ -70,6 +70,10 @@ namespace data {
 /// must lie in [0, x.shape()[0]) (mpt::Error otherwise). The gather fit and batches use.
 Tensor take_rows(const Tensor& x, const std::vector<std::int64_t>& indices);
 
+/// Rows [begin, end) of t: a view when `order` is empty, else the rows order[begin, end)
+/// gathered into a copy (take_rows). Undefined for an undefined t.
+Tensor rows_of(const Tensor& t, const std::vector<std::int64_t>& order, std::int64_t begin, std::int64_t end);
+
 /// Batches of batch_size that cover n rows (the last one partial): ceil(n / batch_size).
 std::int64_t batch_count(std::int64_t n, std::int64_t batch_size);
 

@@ -61,6 +61,15 @@ MPT_HOST_DEVICE inline double uniform_at(std::uint64_t seed, std::uint64_t offse
   return uniform_from_words(r.v[0], r.v[1]);
 }
 
+/// c[0] z^(N-1) + c[1] z^(N-2) + ... + c[N-1] by Horner's rule, one explicit fma a step (the
+/// same rounding on every compiler).
+template <int N>
+MPT_HOST_DEVICE inline double horner(const double (&c)[N], double z) {
+  double p = c[0];
+  for (int i = 1; i < N; ++i) p = fma(p, z, c[i]);
+  return p;
+}
+
 /// Natural log of a positive normal finite x (meant for x in (0, 1]), within about 1 ulp.
 /// fdlibm's scheme with Taylor coefficients: x = 2^k * m, m in [sqrt(1/2), sqrt(2)), f = m - 1,
 /// s = f / (2 + f), log m = f - (f^2/2 - s * (f^2/2 + R(s^2))), R(z) = sum 2 z^j / (2j + 1).
@@ -78,17 +87,11 @@ MPT_HOST_DEVICE inline double det_log(double x) {
   const double f = m - 1.0;  // exact (Sterbenz)
   const double s = f / (2.0 + f);  // |s| <= 0.1716, s^2 <= 0.0295: 11 terms leave < 1e-19
   const double z = s * s;
-  double p = 0.08695652173913043;  // 2/23
-  p = fma(p, z, 0.09523809523809523);
-  p = fma(p, z, 0.10526315789473684);
-  p = fma(p, z, 0.11764705882352941);
-  p = fma(p, z, 0.13333333333333333);
-  p = fma(p, z, 0.15384615384615385);
-  p = fma(p, z, 0.18181818181818182);
-  p = fma(p, z, 0.2222222222222222);
-  p = fma(p, z, 0.2857142857142857);
-  p = fma(p, z, 0.4);
-  p = fma(p, z, 0.6666666666666666);  // R = p * z
+  const double log_c[] = {0.08695652173913043 /* 2/23 */, 0.09523809523809523, 0.10526315789473684,
+                          0.11764705882352941, 0.13333333333333333, 0.15384615384615385,
+                          0.18181818181818182, 0.2222222222222222,  0.2857142857142857,
+                          0.4,                 0.6666666666666666};
+  const double p = horner(log_c, z);  // R = p * z
   const double hf = 0.5 * f;  // exact
   const double dk = static_cast<double>(k);
   constexpr double ln2_hi = 0x1.62e42feep-1;  // k * ln2_hi is exact for |k| < 2000
@@ -112,27 +115,17 @@ MPT_HOST_DEVICE inline double det_cos_2pi(double u) {
   const double z = r * r;
   double c;
   if ((q & 1) == 0) {  // cos((pi/2) r) = sum (-1)^j (pi/2)^(2j) r^(2j) / (2j)!
-    double p = -5.294400200734623e-13;
-    p = fma(p, z, 6.565963114979473e-11);
-    p = fma(p, z, -6.386603083791852e-09);
-    p = fma(p, z, 4.710874778818172e-07);
-    p = fma(p, z, -2.5202042373060607e-05);
-    p = fma(p, z, 0.0009192602748394266);
-    p = fma(p, z, -0.02086348076335296);
-    p = fma(p, z, 0.25366950790104803);
-    p = fma(p, z, -1.2337005501361697);
-    c = fma(p, z, 1.0);
+    const double cos_c[] = {-5.294400200734623e-13, 6.565963114979473e-11, -6.386603083791852e-09,
+                            4.710874778818172e-07,  -2.5202042373060607e-05, 0.0009192602748394266,
+                            -0.02086348076335296,   0.25366950790104803,    -1.2337005501361697,
+                            1.0};
+    c = horner(cos_c, z);
   } else {  // sin((pi/2) r) = sum (-1)^j (pi/2)^(2j+1) r^(2j+1) / (2j+1)!
-    double p = -4.377065467313742e-14;
-    p = fma(p, z, 6.0669357311061955e-12);
-    p = fma(p, z, -6.688035109811468e-10);
-    p = fma(p, z, 5.692172921967927e-08);
-    p = fma(p, z, -3.598843235212085e-06);
-    p = fma(p, z, 0.00016044118478735983);
-    p = fma(p, z, -0.004681754135318688);
-    p = fma(p, z, 0.07969262624616705);
-    p = fma(p, z, -0.6459640975062463);
-    const double tail = fma(p, z, 6.123233995736766e-17);  // pi/2 = 1.5707963267948966 + 6.12e-17
+    const double sin_c[] = {-4.377065467313742e-14, 6.0669357311061955e-12, -6.688035109811468e-10,
+                            5.692172921967927e-08,  -3.598843235212085e-06, 0.00016044118478735983,
+                            -0.004681754135318688,  0.07969262624616705,    -0.6459640975062463,
+                            6.123233995736766e-17 /* pi/2 = 1.5707963267948966 + 6.12e-17 */};
+    const double tail = horner(sin_c, z);
     c = fma(r, 1.5707963267948966, r * tail);
   }
   // cos(q pi/2 + x): q = 0: cos x, 1: -sin x, 2: -cos x, 3: sin x.

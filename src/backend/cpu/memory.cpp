@@ -1,6 +1,4 @@
 // Host memory for CPU tensors (64-byte aligned, for AVX-512 loads) and plain copies.
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
 
@@ -11,9 +9,8 @@ namespace mpt::cpu {
 void* CpuBackend::allocate(std::size_t nbytes) {
   // More than the machine's memory is refused up front (an allocator may also say yes and let
   // the first touch fail, or abort under a sanitizer).
-  static const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  MPT_CHECK(static_cast<double>(nbytes) <= physical, "allocator: out of host memory allocating ", nbytes,
-            " bytes (this machine has ", static_cast<std::uint64_t>(physical), ")");
+  MPT_CHECK(static_cast<double>(nbytes) <= detail::host_memory_bytes(), "allocator: out of host memory allocating ",
+            nbytes, " bytes (this machine has ", static_cast<std::uint64_t>(detail::host_memory_bytes()), ")");
   void* p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
   MPT_CHECK(p != nullptr, "allocator: out of host memory allocating ", nbytes, " bytes");
   return p;
