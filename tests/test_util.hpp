@@ -67,7 +67,7 @@ inline void for_each_device(const std::function<void(Device)>& f) {
       said = true;
       MESSAGE("CUDA half skipped: ",
               gpus == 0 ? "no usable GPU (" + cuda::unavailable_reason() + ")"
-                        : std::string("the CUDA op backend is not built yet"));
+                        : std::string("mpt was built without the CUDA backend"));
     }
   }
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "mpt/dtype.hpp"
+
 namespace mpt {
 
 /// Test: a device whose backend only the test suite registers: the CPU kernels on memory that
@@ -56,6 +58,15 @@ bool built_with_cuda();
 int device_count();
 /// Properties of GPU `index`; mpt::Error when it does not exist.
 DeviceInfo device_info(int index);
+/// float32 GEMMs on GPUs use TF32 tensor cores only when allowed (off by default, as PyTorch's
+/// torch.backends.cuda.matmul.allow_tf32): TF32 keeps 10 fraction bits of each input.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+/// Keras's "mixed precision compatibility check": the warning for computing in `compute_dtype`
+/// on GPU `index` when it lacks tensor cores for it (float16 needs compute capability 7.0,
+/// bfloat16 8.0); "" when it has them, for other dtypes, and when there is no such GPU.
+/// set_global_policy prints it once per process and (GPU, dtype) for the default device.
+std::string capability_warning(int index, DType compute_dtype);
 /// Why device_count() is 0 ("built without CUDA", "no driver", "no device"), or "" if > 0.
 std::string unavailable_reason();
 

@@ -18,7 +18,7 @@ Backend& backend(Device device) {
   Backend* b = registry()[static_cast<int>(device.type)];
   MPT_CHECK(b != nullptr, "no ", device.is_cuda() ? "CUDA" : device.is_test() ? "test-device" : "CPU",
             " kernels in this build for device ", device.str(),
-            device.is_cuda() ? " (the CUDA op backend is not implemented yet; use MPT_DEVICE=cpu)"
+            device.is_cuda() ? " (built without CUDA; use MPT_DEVICE=cpu)"
                              : "");
   return *b;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "mpt/memory.hpp"
 #include "mpt/optim_ops.hpp"
 #include "mpt/tensor.hpp"
 
@@ -42,22 +43,30 @@ class Backend {
   virtual ~Backend() = default;
 
   // ---- memory (memory.cpp) ----------------------------------------------------------------
-  /// Raw device memory of at least nbytes (the caching allocator in src/core/memory.cpp sits on
-  /// top); never returns null.
-  virtual void* allocate(std::size_t nbytes) = 0;
-  virtual void deallocate(void* ptr) = 0;
-  /// Copies between this device and the host, or within this device.
-  virtual void copy_from_host(void* dst, const void* host_src, std::size_t n) = 0;
-  virtual void copy_to_host(void* host_dst, const void* src, std::size_t n) = 0;
-  virtual void copy_on_device(void* dst, const void* src, std::size_t n) = 0;
+  /// Raw memory of at least nbytes on `device` (one of this backend's devices); never returns
+  /// null. Unless caches_memory(), the caching allocator in src/core/memory.cpp sits on top.
+  virtual void* allocate(Device device, std::size_t nbytes) = 0;
+  virtual void deallocate(Device device, void* ptr) = 0;
+  /// Copies between `device` and the host, or within `device`. copy_to_host returns once the
+  /// bytes are on the host (after the work queued before it).
+  virtual void copy_from_host(Device device, void* dst, const void* host_src, std::size_t n) = 0;
+  virtual void copy_to_host(Device device, void* host_dst, const void* src, std::size_t n) = 0;
+  virtual void copy_on_device(Device device, void* dst, const void* src, std::size_t n) = 0;
+  /// True when allocate/deallocate are a caching allocator of the backend's own (CUDA: stream
+  /// ordered, with splitting); src/core/memory.cpp then calls them per tensor and asks the
+  /// backend for the statistics below instead of keeping size classes itself.
+  virtual bool caches_memory() const { return false; }
+  virtual MemoryStats memory_stats(Device device) { return {}; }
+  virtual void reset_peak_memory(Device device) {}
+  virtual void empty_cache(Device device) {}
 
   virtual void fill(Tensor& out, double value) = 0;
   /// out[i] = start + i * step.
   virtual void arange(Tensor& out, double start, double step) = 0;
   /// Converts x into out (same shape, any dtypes).
   virtual void cast(const Tensor& x, Tensor& out) = 0;
-  /// Copies `rows` rows of `row_bytes` bytes: dst + r*dst_pitch <- src + r*src_pitch.
-  virtual void copy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+  /// Copies `rows` rows of `row_bytes` bytes within `device`: dst + r*dst_pitch <- src + r*src_pitch.
+  virtual void copy2d(Device device, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                       std::size_t row_bytes, std::size_t rows) = 0;
 
   virtual void unary(UnaryOp op, const Tensor& x, Tensor& out) = 0;

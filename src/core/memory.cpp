@@ -45,6 +45,13 @@ Pool& pool_for(Device device) {
   return (*pools)[device.is_cpu() ? 0 : device.is_test() ? 1 : device.index + 2];
 }
 
+// The device's backend when it keeps its own cache (CUDA), else null (the pool here is used).
+Backend* own_cache(Device device) {
+  if (!detail::has_backend(device.type)) return nullptr;
+  Backend& b = detail::backend(device);
+  return b.caches_memory() ? &b : nullptr;
+}
+
 }  // namespace
 
 double detail::host_memory_bytes() {
@@ -52,24 +59,30 @@ double detail::host_memory_bytes() {
   return bytes;
 }
 
-void* detail::raw_alloc(Device device, std::size_t nbytes) { return backend(device).allocate(nbytes); }
+void* detail::raw_alloc(Device device, std::size_t nbytes) { return backend(device).allocate(device, nbytes); }
 
-void detail::raw_free(Device device, void* ptr) { backend(device).deallocate(ptr); }
+void detail::raw_free(Device device, void* ptr) { backend(device).deallocate(device, ptr); }
 
 void detail::copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                         std::size_t n) {
   if (n == 0) return;
-  if (dst_device == src_device) return backend(dst_device).copy_on_device(dst, src, n);
-  if (src_device.is_cpu()) return backend(dst_device).copy_from_host(dst, src, n);
-  if (dst_device.is_cpu()) return backend(src_device).copy_to_host(dst, src, n);
+  if (dst_device == src_device) return backend(dst_device).copy_on_device(dst_device, dst, src, n);
+  if (src_device.is_cpu()) return backend(dst_device).copy_from_host(dst_device, dst, src, n);
+  if (dst_device.is_cpu()) return backend(src_device).copy_to_host(src_device, dst, src, n);
   // Between two devices: through host memory.
   std::vector<char> host(n);
-  backend(src_device).copy_to_host(host.data(), src, n);
-  backend(dst_device).copy_from_host(dst, host.data(), n);
+  backend(src_device).copy_to_host(src_device, host.data(), src, n);
+  backend(dst_device).copy_from_host(dst_device, dst, host.data(), n);
 }
 
 Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   if (nbytes == 0) return;
+  Backend& b = detail::backend(device);
+  if (b.caches_memory()) {  // the backend's own caching allocator (CUDA: stream ordered)
+    block_ = 0;
+    data_ = b.allocate(device, nbytes);
+    return;
+  }
   block_ = size_class(nbytes);
   Pool& pool = pool_for(device);
   {
@@ -91,6 +104,10 @@ Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(d
 
 Storage::~Storage() {
   if (!data_) return;
+  if (block_ == 0) {
+    detail::backend(device_).deallocate(device_, data_);
+    return;
+  }
   Pool& pool = pool_for(device_);
   std::lock_guard<std::mutex> lock(pool.mutex);
   pool.free_blocks[block_].push_back(data_);
@@ -99,18 +116,21 @@ Storage::~Storage() {
 }
 
 MemoryStats memory_stats(Device device) {
+  if (Backend* b = own_cache(device)) return b->memory_stats(device);
   Pool& pool = pool_for(device);
   std::lock_guard<std::mutex> lock(pool.mutex);
   return pool.stats;
 }
 
 void reset_peak_memory(Device device) {
+  if (Backend* b = own_cache(device)) return b->reset_peak_memory(device);
   Pool& pool = pool_for(device);
   std::lock_guard<std::mutex> lock(pool.mutex);
   pool.stats.peak_bytes = pool.stats.current_bytes;
 }
 
 void empty_cache(Device device) {
+  if (Backend* b = own_cache(device)) return b->empty_cache(device);
   Pool& pool = pool_for(device);
   std::lock_guard<std::mutex> lock(pool.mutex);
   for (auto& [size, blocks] : pool.free_blocks)

@@ -1,7 +1,11 @@
 #include "mpt/mixed_precision/policy.hpp"
 
+#include <iostream>
 #include <mutex>
+#include <set>
+#include <utility>
 
+#include "mpt/device.hpp"
 #include "mpt/error.hpp"
 
 namespace mpt::mixed_precision {
@@ -30,11 +34,36 @@ Policy& global() {
   static Policy p("float32");
   return p;
 }
+
+// Keras's mixed precision compatibility check: once per process and (GPU, dtype), a warning when
+// the default device is a GPU without tensor cores for the policy's compute dtype.
+void check_compatibility(DType compute) {
+  if (compute != float16 && compute != bfloat16) return;
+  if (!cuda::built_with_cuda() || cuda::device_count() == 0) return;
+  static std::mutex mutex;
+  static std::set<std::pair<int, DType>> checked;
+  std::string warning;
+  try {
+    const Device device = default_device();
+    if (!device.is_cuda()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!checked.insert({device.index, compute}).second) return;
+    }
+    warning = cuda::capability_warning(device.index, compute);
+  } catch (const Error&) {
+    return;  // a bad MPT_DEVICE or a failed query is reported where tensors are made, not here
+  }
+  if (!warning.empty()) std::cerr << warning << "\n";
+}
 }  // namespace
 
 void set_global_policy(const Policy& policy) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  global() = policy;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    global() = policy;
+  }
+  check_compatibility(policy.compute_dtype());
 }
 
 const Policy& global_policy() {

@@ -77,9 +77,9 @@ void copy_along(const Tensor& small, Tensor& big, std::int64_t axis, std::int64_
   char* big_ptr = static_cast<char*>(big.data_ptr()) + static_cast<std::size_t>(at * inner) * es;
   char* small_ptr = static_cast<char*>(small.data_ptr());
   if (to_big)
-    backend_of(big).copy2d(big_ptr, big_pitch, small_ptr, small_pitch, small_pitch, outer);
+    backend_of(big).copy2d(big.device(), big_ptr, big_pitch, small_ptr, small_pitch, small_pitch, outer);
   else
-    backend_of(big).copy2d(small_ptr, small_pitch, big_ptr, big_pitch, small_pitch, outer);
+    backend_of(big).copy2d(big.device(), small_ptr, small_pitch, big_ptr, big_pitch, small_pitch, outer);
 }
 }  // namespace
 

@@ -41,7 +41,7 @@ class TestBackend final : public Backend {
   }
 
   // ---- memory ---------------------------------------------------------------------------
-  void* allocate(std::size_t nbytes) override {
+  void* allocate(Device, std::size_t nbytes) override {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::size_t n = (nbytes + 4095) / 4096 * 4096;
     MPT_CHECK(used_ + n <= kArenaBytes, "test device: arena of ", kArenaBytes, " bytes exhausted");
@@ -50,18 +50,18 @@ class TestBackend final : public Backend {
     if (depth_ > 0) protect(p, n, PROT_READ | PROT_WRITE);  // inside a call: usable at once
     return p;
   }
-  void deallocate(void* ptr) override {}  // the arena only grows; the caching allocator reuses blocks
-  void copy_from_host(void* dst, const void* host_src, std::size_t n) override {
+  void deallocate(Device, void* ptr) override {}  // the arena only grows; the caching allocator reuses blocks
+  void copy_from_host(Device, void* dst, const void* host_src, std::size_t n) override {
     Call c(*this);
     ++from_host_;
     std::memcpy(dst, host_src, n);
   }
-  void copy_to_host(void* host_dst, const void* src, std::size_t n) override {
+  void copy_to_host(Device, void* host_dst, const void* src, std::size_t n) override {
     Call c(*this);
     ++to_host_;
     std::memcpy(host_dst, src, n);
   }
-  void copy_on_device(void* dst, const void* src, std::size_t n) override {
+  void copy_on_device(Device, void* dst, const void* src, std::size_t n) override {
     Call c(*this);
     std::memcpy(dst, src, n);
   }
@@ -84,9 +84,9 @@ class TestBackend final : public Backend {
     Call c(*this);
     cpu_.cast(x, out);
   }
-  void copy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) override {
+  void copy2d(Device d, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) override {
     Call c(*this);
-    cpu_.copy2d(dst, dst_pitch, src, src_pitch, row_bytes, rows);
+    cpu_.copy2d(Device::cpu(), dst, dst_pitch, src, src_pitch, row_bytes, rows);
   }
   void unary(UnaryOp op, const Tensor& x, Tensor& out) override {
     Call c(*this);

@@ -6,15 +6,15 @@ namespace mpt::cpu {
 
 class CpuBackend final : public Backend {
  public:
-  void* allocate(std::size_t nbytes) override;
-  void deallocate(void* ptr) override;
-  void copy_from_host(void* dst, const void* host_src, std::size_t n) override;
-  void copy_to_host(void* host_dst, const void* src, std::size_t n) override;
-  void copy_on_device(void* dst, const void* src, std::size_t n) override;
+  void* allocate(Device device, std::size_t nbytes) override;
+  void deallocate(Device device, void* ptr) override;
+  void copy_from_host(Device device, void* dst, const void* host_src, std::size_t n) override;
+  void copy_to_host(Device device, void* host_dst, const void* src, std::size_t n) override;
+  void copy_on_device(Device device, void* dst, const void* src, std::size_t n) override;
   void fill(Tensor& out, double value) override;
   void arange(Tensor& out, double start, double step) override;
   void cast(const Tensor& x, Tensor& out) override;
-  void copy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+  void copy2d(Device device, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
               std::size_t row_bytes, std::size_t rows) override;
   void unary(UnaryOp op, const Tensor& x, Tensor& out) override;
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,

@@ -155,7 +155,7 @@ void CpuBackend::cast(const Tensor& x, Tensor& out) {
   });
 }
 
-void CpuBackend::copy2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+void CpuBackend::copy2d(Device, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                         std::size_t row_bytes, std::size_t rows) {
   if (row_bytes == 0 || rows == 0) return;  // empty tensors may have no memory at all
   if (row_bytes == dst_pitch && row_bytes == src_pitch) {

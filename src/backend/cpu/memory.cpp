@@ -6,7 +6,7 @@
 
 namespace mpt::cpu {
 
-void* CpuBackend::allocate(std::size_t nbytes) {
+void* CpuBackend::allocate(Device, std::size_t nbytes) {
   // More than the machine's memory is refused up front (an allocator may also say yes and let
   // the first touch fail, or abort under a sanitizer).
   MPT_CHECK(static_cast<double>(nbytes) <= detail::host_memory_bytes(), "allocator: out of host memory allocating ",
@@ -16,10 +16,10 @@ void* CpuBackend::allocate(std::size_t nbytes) {
   return p;
 }
 
-void CpuBackend::deallocate(void* ptr) { std::free(ptr); }
+void CpuBackend::deallocate(Device, void* ptr) { std::free(ptr); }
 
-void CpuBackend::copy_from_host(void* dst, const void* host_src, std::size_t n) { std::memcpy(dst, host_src, n); }
-void CpuBackend::copy_to_host(void* host_dst, const void* src, std::size_t n) { std::memcpy(host_dst, src, n); }
-void CpuBackend::copy_on_device(void* dst, const void* src, std::size_t n) { std::memcpy(dst, src, n); }
+void CpuBackend::copy_from_host(Device, void* dst, const void* host_src, std::size_t n) { std::memcpy(dst, host_src, n); }
+void CpuBackend::copy_to_host(Device, void* host_dst, const void* src, std::size_t n) { std::memcpy(host_dst, src, n); }
+void CpuBackend::copy_on_device(Device, void* dst, const void* src, std::size_t n) { std::memcpy(dst, src, n); }
 
 }  // namespace mpt::cpu

@@ -4,6 +4,8 @@
 
 #include "mpt/error.hpp"
 
+#include <atomic>
+
 #ifdef MPT_WITH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -13,6 +15,13 @@
 #endif
 
 namespace mpt::cuda {
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
+bool allow_tf32() { return g_allow_tf32; }
 
 #ifdef MPT_WITH_CUDA
 
@@ -84,6 +93,21 @@ DeviceInfo device_info(int index) {
   return info;
 }
 
+std::string capability_warning(int index, DType compute_dtype) {
+  int need_major = 0;
+  if (compute_dtype == DType::Float16) need_major = 7;
+  else if (compute_dtype == DType::BFloat16) need_major = 8;
+  else return "";
+  if (index < 0 || index >= device_count()) return "";
+  const DeviceInfo info = device_info(index);
+  if (info.major >= need_major) return "";
+  return detail::cat("mpt: mixed precision compatibility check (", to_string(compute_dtype),
+                     "): WARNING: GPU ", index, " (", info.name, ", compute capability ", info.major, ".",
+                     info.minor, ") has no ", to_string(compute_dtype),
+                     " tensor cores (they need compute capability ", need_major,
+                     ".0 or higher); computing in ", to_string(compute_dtype), " may run slowly");
+}
+
 #else  // !MPT_WITH_CUDA
 
 bool built_with_cuda() { return false; }
@@ -95,6 +119,8 @@ std::string unavailable_reason() { return "built without CUDA"; }
 DeviceInfo device_info(int index) {
   fail("cuda::device_info: no GPU with index ", index, " (0 devices, built without CUDA)");
 }
+
+std::string capability_warning(int, DType) { return ""; }
 
 #endif
 

@@ -1,0 +1,221 @@
+// 2-D convolution through cuDNN 9's graph API (backend C API, no cudnn-frontend): the graphs
+// and plans are built in conv_plans.cpp, here the per-device handle, the plan cache (one plan
+// per problem, dtypes, fused epilogue, alignment and device), workspace from mpt's allocator and
+// execution on the device's compute stream.
+//
+// NHWC activations and mpt's [kh, kw, Cin, Cout] weights are described to cuDNN in place by
+// their strides: cuDNN 9.19 plans the same engines with the same workspace for that layout as
+// for a KRSC copy (tests/cuda/test_cuda_conv_plans.cpp). Should no engine take a problem in
+// place, the weights (or dw) go through a KRSC copy instead.
+//
+// Forward tries conv + bias add + activation as one graph first; cuDNN fuses conv -> add ->
+// Relu/Sigmoid/Tanh but not an activation without the add, and where it cannot fuse, the bias
+// and activation run as binary()/unary() on the output. Every pass computes in float32 (float64
+// for float64) and, for float32 data, without TF32 unless mpt::cuda::allow_tf32().
+#include <cudnn_graph.h>
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/conv_plans.hpp"
+#include "backend/cuda/cuda_backend.hpp"
+#include "mpt/device.hpp"
+#include "mpt/error.hpp"
+
+namespace mpt::cuda {
+namespace {
+
+using namespace conv;
+
+constexpr int kMaxDevices = 16;
+
+struct State {
+  std::mutex mutex;
+  std::array<cudnnHandle_t, kMaxDevices> handles{};
+  /// Per device: the plan of each problem; an empty ConvPlan when cuDNN has none for it.
+  std::array<std::unordered_map<ConvKey, ConvPlan, ConvKeyHash>, kMaxDevices> plans;
+};
+
+State& state() {
+  static State* s = new State;  // never destroyed: handles and plans outlive static destructors
+  return *s;
+}
+
+/// The cuDNN handle of GPU idx, bound to its compute stream. Caller holds the state mutex.
+cudnnHandle_t handle_locked(State& s, int idx) {
+  MPT_CHECK(idx >= 0 && idx < kMaxDevices, "conv2d: no GPU with index ", idx);
+  if (!s.handles[idx]) {
+    cudnnHandle_t h = nullptr;
+    check_cudnn(cudnnCreate(&h), "conv2d: cudnnCreate");
+    check_cudnn(cudnnSetStream(h, stream(idx)), "conv2d: cudnnSetStream");
+    s.handles[idx] = h;
+  }
+  return s.handles[idx];
+}
+
+/// The cached plan of k on GPU idx (built on first use), or null when cuDNN has no engine for it.
+const ConvPlan* plan_for(const ConvKey& k, int idx) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  cudnnHandle_t h = handle_locked(s, idx);
+  auto it = s.plans[idx].find(k);
+  if (it == s.plans[idx].end()) {
+    std::vector<ConvPlan> built = build_plans(k, PlanTarget{h, nullptr}, 1);
+    it = s.plans[idx].emplace(k, built.empty() ? ConvPlan{} : std::move(built.front())).first;
+  }
+  return it->second.plan ? &it->second : nullptr;
+}
+
+/// k's plan with the weights in place, else with a KRSC copy (k.krsc set); mpt::Error when
+/// cuDNN has neither.
+const ConvPlan& require_plan(ConvKey& k, int idx) {
+  if (const ConvPlan* p = plan_for(k, idx)) return *p;
+  k.krsc = true;
+  if (const ConvPlan* p = plan_for(k, idx)) return *p;
+  k.krsc = false;
+  fail("conv2d: cuDNN ", CUDNN_VERSION / 10000, ".", CUDNN_VERSION / 100 % 100, " has no engine for ", describe(k),
+       " on GPU ", idx);
+}
+
+/// The largest power of two (at most 16 bytes) every pointer is aligned to: cuDNN picks
+/// vectorized kernels by the alignment the tensors promise.
+std::int64_t alignment_of(std::initializer_list<const void*> ptrs) {
+  std::uintptr_t bits = 16;
+  for (const void* p : ptrs)
+    if (p) bits |= reinterpret_cast<std::uintptr_t>(p);
+  return static_cast<std::int64_t>(bits & (~bits + 1));
+}
+
+void execute(const ConvPlan& plan, int idx, const std::vector<std::int64_t>& uids, std::vector<void*> ptrs,
+             Device device, const char* op) {
+  // Workspace from mpt's stream-ordered allocator: freed on return, reused by later work on the
+  // same stream only after cuDNN's kernels.
+  Tensor workspace = plan.workspace > 0 ? Tensor::empty({plan.workspace}, uint8, device) : Tensor();
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, (std::string(op) + ": variant pack").c_str());
+  check_cudnn(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                       static_cast<std::int64_t>(uids.size()), uids.data()),
+              (std::string(op) + ": variant pack uids").c_str());
+  check_cudnn(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+                                       static_cast<std::int64_t>(ptrs.size()), ptrs.data()),
+              (std::string(op) + ": variant pack pointers").c_str());
+  void* ws = workspace.defined() ? workspace.data_ptr() : nullptr;
+  check_cudnn(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws),
+              (std::string(op) + ": variant pack workspace").c_str());
+  check_cudnn(cudnnBackendFinalize(pack.get()), (std::string(op) + ": variant pack finalize").c_str());
+  cudnnHandle_t h;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    h = handle_locked(s, idx);
+  }
+  check_cudnn(cudnnBackendExecute(h, plan.plan.get(), pack.get()), (std::string(op) + ": execute").c_str());
+}
+
+UnaryOp unary_of(Activation act) {
+  switch (act) {
+    case Activation::Relu: return UnaryOp::Relu;
+    case Activation::Sigmoid: return UnaryOp::Sigmoid;
+    case Activation::Tanh: return UnaryOp::Tanh;
+    case Activation::Gelu: return UnaryOp::Gelu;
+    case Activation::Silu: return UnaryOp::Silu;
+    default: fail("conv2d: no unary op for activation ", static_cast<int>(act));
+  }
+}
+
+}  // namespace
+
+void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
+                         Activation act, Tensor& out) {
+  if (out.numel() == 0) return;
+  const int idx = out.device().index;
+  DeviceGuard guard(idx);
+  hint_tensor_core_shape("conv2d", static_cast<int>(x.dtype()), {x.shape()[3], w.shape()[3]});
+  ConvKey k = conv_key(ConvPass::Forward, x.shape(), w.shape(), out.shape(), g, x.dtype());
+  k.allow_tf32 = allow_tf32();
+  k.alignment = alignment_of({x.data_ptr(), w.data_ptr(), out.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr});
+  if (bias.defined() || act != Activation::Linear) {
+    ConvKey f = k;
+    f.bias = bias.defined();
+    if (f.bias) f.bias_dtype = bias.dtype();
+    f.act = act;
+    if (const ConvPlan* p = plan_for(f, idx)) {
+      std::vector<std::int64_t> uids{kUidX, kUidW, kUidY};
+      std::vector<void*> ptrs{x.data_ptr(), w.data_ptr(), out.data_ptr()};
+      if (f.bias) uids.push_back(kUidBias), ptrs.push_back(bias.data_ptr());
+      return execute(*p, idx, uids, ptrs, out.device(), "conv2d");
+    }
+  }
+  const ConvPlan& p = require_plan(k, idx);
+  Tensor wk = w;
+  if (k.krsc) {
+    wk = Tensor::empty({w.shape()[3], w.shape()[0], w.shape()[1], w.shape()[2]}, w.dtype(), w.device());
+    transpose(w, {3, 0, 1, 2}, wk);
+  }
+  execute(p, idx, {kUidX, kUidW, kUidY}, {x.data_ptr(), wk.data_ptr(), out.data_ptr()}, out.device(), "conv2d");
+  if (bias.defined()) binary(BinaryOp::Add, out, bias, out);  // bias [Cout] broadcasts over N, OH, OW
+  if (act != Activation::Linear) unary(unary_of(act), out, out);
+}
+
+void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGeometry& g,
+                                  Tensor& dx, Tensor& dw, Tensor& dbias) {
+  if (dy.numel() == 0) {  // an empty batch: zero gradients
+    for (Tensor* t : {&dx, &dw, &dbias})
+      if (t->defined()) fill(*t, 0.0);
+    return;
+  }
+  const int idx = dy.device().index;
+  DeviceGuard guard(idx);
+  const Shape& ws = w.shape();
+  hint_tensor_core_shape("conv2d backward", static_cast<int>(x.dtype()), {ws[2], ws[3]});
+  if (dx.defined()) {
+    ConvKey k = conv_key(ConvPass::BackwardData, x.shape(), ws, dy.shape(), g, dx.dtype());
+    k.allow_tf32 = allow_tf32();
+    k.alignment = alignment_of({dy.data_ptr(), w.data_ptr(), dx.data_ptr()});
+    const ConvPlan& p = require_plan(k, idx);
+    Tensor wk = w;
+    if (k.krsc) {
+      wk = Tensor::empty({ws[3], ws[0], ws[1], ws[2]}, w.dtype(), w.device());
+      transpose(w, {3, 0, 1, 2}, wk);
+    }
+    execute(p, idx, {kUidX, kUidW, kUidY}, {dx.data_ptr(), wk.data_ptr(), dy.data_ptr()}, dx.device(),
+            "conv2d backward (data)");
+  }
+  if (dw.defined()) {
+    // dw in its own dtype, accumulated in float32. cuDNN's wgrad writes dw in x's dtype: a
+    // float32 (or float64) dw of 16-bit data computes from float32 copies of x and dy, exact
+    // products as the CPU's; any other mix computes in x's dtype and casts.
+    Tensor xs = x, dys = dy, dwt = dw;
+    if (dw.dtype() != x.dtype()) {
+      if (dw.dtype() == float32 || dw.dtype() == float64) {
+        xs = Tensor::empty(x.shape(), dw.dtype(), x.device());
+        dys = Tensor::empty(dy.shape(), dw.dtype(), dy.device());
+        cast(x, xs);
+        cast(dy, dys);
+      } else {
+        dwt = Tensor::empty(ws, x.dtype(), dw.device());
+      }
+    }
+    ConvKey k = conv_key(ConvPass::BackwardFilter, xs.shape(), ws, dys.shape(), g, xs.dtype());
+    k.dw_dtype = dwt.dtype();
+    k.allow_tf32 = allow_tf32();
+    k.alignment = alignment_of({xs.data_ptr(), dys.data_ptr(), dwt.data_ptr()});
+    const ConvPlan& p = require_plan(k, idx);
+    Tensor dwk = k.krsc ? Tensor::empty({ws[3], ws[0], ws[1], ws[2]}, dwt.dtype(), dw.device()) : dwt;
+    execute(p, idx, {kUidX, kUidW, kUidY}, {xs.data_ptr(), dwk.data_ptr(), dys.data_ptr()}, dw.device(),
+            "conv2d backward (weights)");
+    if (k.krsc) transpose(dwk, {1, 2, 3, 0}, dwt);  // [Cout, kh, kw, Cin] -> [kh, kw, Cin, Cout]
+    if (dwt.data_ptr() != dw.data_ptr()) cast(dwt, dw);
+  }
+  if (dbias.defined()) {
+    // Sum of dy over N, OH, OW: dy viewed as [N*OH*OW, Cout] reduced over its rows.
+    const std::int64_t cout = dy.shape()[3];
+    Tensor rows = dy.reshape({dy.numel() / cout, cout});
+    Tensor db = dbias.reshape({1, cout});
+    reduce(ReduceOp::Sum, rows, 0, db);
+  }
+}
+
+}  // namespace mpt::cuda

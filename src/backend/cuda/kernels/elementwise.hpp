@@ -1,0 +1,470 @@
+#pragma once
+// Kernel bodies of the elementwise ops (src/backend/cuda/elementwise.cu launches them; the tests
+// run them on the host): fill, arange, cast, unary and its backward, broadcasting binary and
+// where, has_nonfinite and one_hot.
+//
+// They mirror src/backend/cpu/elementwise.cpp bit for bit:
+// - Conversions are src/core/convert.cpp's, element by element (convert_value): 16-bit NaNs keep
+//   sign and payload and come out quiet (mpt/half.hpp's rule, where cuda_fp16's intrinsics give
+//   a canonical NaN), double -> 16-bit rounds to odd in float first, float -> int truncates and
+//   gives x86's "integer indefinite" for NaN and out-of-range values (what the CPU's cvttsd2si
+//   does; C++ leaves it undefined), uint8 takes the low byte of that int32.
+// - Arithmetic is in compute_t<T> (float, double, int64) with the CPU's operation order; the ew::
+//   helpers are the round-to-nearest intrinsics on the device, which nvcc never contracts into
+//   an fma (the CPU rounds a * b + c twice), and plain operators on the host.
+// - Transcendentals are libm's on the host and CUDA's on the device: exp, log, tanh, erf and pow
+//   may differ from the CPU by a few ulp there (CUDA documents 1-2 ulp for expf, logf, tanhf,
+//   erff, powf); sqrt and everything else is exact.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/kernels/launch.hpp"
+#include "backend/cuda/kernels/types.hpp"
+
+namespace mpt::kernels {
+
+namespace ew {
+
+// ---- bits -------------------------------------------------------------------------------------
+template <class U, class T>
+MPT_HOST_DEVICE inline U bits_as(T v) {
+  static_assert(sizeof(U) == sizeof(T));
+  U u;
+  std::memcpy(static_cast<void*>(&u), static_cast<const void*>(&v), sizeof u);  // __half has no public bits
+  return u;
+}
+
+// ---- arithmetic that nvcc does not contract into fma ------------------------------------------
+template <class C>
+MPT_HOST_DEVICE inline C mul(C a, C b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<C, float>) return __fmul_rn(a, b);
+  else if constexpr (std::is_same_v<C, double>) return __dmul_rn(a, b);
+  else return a * b;
+#else
+  return a * b;
+#endif
+}
+template <class C>
+MPT_HOST_DEVICE inline C add(C a, C b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<C, float>) return __fadd_rn(a, b);
+  else if constexpr (std::is_same_v<C, double>) return __dadd_rn(a, b);
+  else return a + b;
+#else
+  return a + b;
+#endif
+}
+template <class C>
+MPT_HOST_DEVICE inline C sub(C a, C b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<C, float>) return __fsub_rn(a, b);
+  else if constexpr (std::is_same_v<C, double>) return __dsub_rn(a, b);
+  else return a - b;
+#else
+  return a - b;
+#endif
+}
+template <class C>
+MPT_HOST_DEVICE inline C div(C a, C b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<C, float>) return __fdiv_rn(a, b);  // IEEE even under fast math
+  else if constexpr (std::is_same_v<C, double>) return __ddiv_rn(a, b);
+  else return a / b;
+#else
+  return a / b;
+#endif
+}
+MPT_HOST_DEVICE inline float sqrt_(float v) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(v);
+#else
+  return std::sqrt(v);
+#endif
+}
+MPT_HOST_DEVICE inline double sqrt_(double v) {
+#if defined(__CUDA_ARCH__)
+  return __dsqrt_rn(v);
+#else
+  return std::sqrt(v);
+#endif
+}
+// libm's float functions on the host (what std::exp(float) calls), CUDA's on the device.
+MPT_HOST_DEVICE inline float exp_(float v) { return ::expf(v); }
+MPT_HOST_DEVICE inline double exp_(double v) { return ::exp(v); }
+MPT_HOST_DEVICE inline float log_(float v) { return ::logf(v); }
+MPT_HOST_DEVICE inline double log_(double v) { return ::log(v); }
+MPT_HOST_DEVICE inline float tanh_(float v) { return ::tanhf(v); }
+MPT_HOST_DEVICE inline double tanh_(double v) { return ::tanh(v); }
+MPT_HOST_DEVICE inline float erf_(float v) { return ::erff(v); }
+MPT_HOST_DEVICE inline double erf_(double v) { return ::erf(v); }
+MPT_HOST_DEVICE inline float pow_(float a, float b) { return ::powf(a, b); }
+MPT_HOST_DEVICE inline double pow_(double a, double b) { return ::pow(a, b); }
+
+// ---- conversions of src/core/convert.cpp, one element ----------------------------------------
+/// float16 / bfloat16 -> float32; NaNs come out quiet with sign and payload (mpt/half.hpp).
+template <class T>
+MPT_HOST_DEVICE inline float half_to_f32(T v) {
+  const auto h = bits_as<std::uint16_t>(v);
+  if constexpr (std::is_same_v<T, __half>) {
+    if ((h & 0x7fffu) > 0x7c00u)
+      return bits_as<float>((static_cast<std::uint32_t>(h & 0x8000u) << 16) | 0x7fc00000u |
+                            (static_cast<std::uint32_t>(h & 0x3ffu) << 13));
+  } else {
+    if ((h & 0x7fffu) > 0x7f80u) return bits_as<float>(static_cast<std::uint32_t>(h | 0x40u) << 16);
+  }
+  return load(v);
+}
+
+/// float32 -> float16 / bfloat16, round to nearest even; NaNs as mpt/half.hpp (quiet, sign and
+/// top payload bits kept).
+template <class T>
+MPT_HOST_DEVICE inline T f32_to_half(float f) {
+  const std::uint32_t x = bits_as<std::uint32_t>(f), a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) {
+    if constexpr (std::is_same_v<T, __half>)
+      return bits_as<__half>(static_cast<std::uint16_t>(((x >> 16) & 0x8000u) | 0x7e00u | ((a >> 13) & 0x3ffu)));
+    else
+      return bits_as<__nv_bfloat16>(static_cast<std::uint16_t>((x >> 16) | 0x40u));
+  }
+  return store<T>(f);
+}
+
+/// float32 <-> float64 as x86's cvtss2sd / cvtsd2ss, NaN payloads included (CUDA's cvt gives a
+/// canonical NaN).
+MPT_HOST_DEVICE inline double f32_to_f64(float f) {
+  const std::uint32_t x = bits_as<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return bits_as<double>((static_cast<std::uint64_t>(x & 0x80000000u) << 32) | 0x7ff8000000000000ull |
+                           (static_cast<std::uint64_t>(x & 0x7fffffu) << 29));
+  return static_cast<double>(f);
+}
+MPT_HOST_DEVICE inline float f64_to_f32(double d) {
+  const std::uint64_t x = bits_as<std::uint64_t>(d);
+  if ((x & 0x7fffffffffffffffull) > 0x7ff0000000000000ull)
+    return bits_as<float>(static_cast<std::uint32_t>((x >> 32) & 0x80000000u) | 0x7fc00000u |
+                          static_cast<std::uint32_t>((x >> 29) & 0x7fffffu));
+  return static_cast<float>(d);
+}
+
+/// double -> float rounding to odd, so that the next rounding to 16 bits is that of v itself.
+MPT_HOST_DEVICE inline float f64_to_f32_round_odd(double v) {
+  float f = f64_to_f32(v);
+  std::uint32_t b = bits_as<std::uint32_t>(f);
+  if (!nonfinite(v) && static_cast<double>(f) != v && (b & 1u) == 0) {
+    // One step towards v: away from zero when |v| > |f| (0 -> smallest subnormal, inf -> max).
+    b = ::fabs(v) > ::fabs(static_cast<double>(f)) ? b + 1u : b - 1u;
+    f = bits_as<float>(b);
+  }
+  return f;
+}
+
+/// double -> integer as x86-64's truncating conversion: NaN and values out of int32 (int64)
+/// range give INT32_MIN (INT64_MIN); uint8 keeps the low byte of the int32 conversion.
+template <class D>
+MPT_HOST_DEVICE inline D trunc_to_int(double v) {
+  if constexpr (std::is_same_v<D, std::int64_t>) {
+    return (v >= -0x1p63 && v < 0x1p63) ? static_cast<std::int64_t>(v) : INT64_MIN;
+  } else {
+    const std::int32_t r = (v > -2147483649.0 && v < 2147483648.0) ? static_cast<std::int32_t>(v) : INT32_MIN;
+    return static_cast<D>(r);
+  }
+}
+
+template <class S>
+MPT_HOST_DEVICE inline double to_double(S v) {
+  if constexpr (is_half_v<S>) return f32_to_f64(half_to_f32(v));
+  else if constexpr (std::is_same_v<S, float>) return f32_to_f64(v);
+  else return static_cast<double>(v);
+}
+
+template <class D>
+MPT_HOST_DEVICE inline D from_double(double v) {
+  if constexpr (is_half_v<D>) return f32_to_half<D>(f64_to_f32_round_odd(v));
+  else if constexpr (std::is_same_v<D, bool>) return v != 0.0;
+  else if constexpr (std::is_same_v<D, float>) return f64_to_f32(v);
+  else if constexpr (std::is_same_v<D, double>) return v;
+  else return trunc_to_int<D>(v);
+}
+
+}  // namespace ew
+
+/// One element of detail::convert(src dtype S -> dst dtype D), bit for bit.
+template <class D, class S>
+MPT_HOST_DEVICE inline D convert_value(S v) {
+  if constexpr (std::is_same_v<D, S>) return v;
+  else if constexpr (std::is_same_v<S, float> && is_half_v<D>) return ew::f32_to_half<D>(v);
+  else if constexpr (is_half_v<S> && std::is_same_v<D, float>) return ew::half_to_f32(v);
+  else if constexpr (is_half_v<S> && is_half_v<D>) return ew::f32_to_half<D>(ew::half_to_f32(v));
+  else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, double>) return ew::f32_to_f64(v);
+  else if constexpr (std::is_same_v<S, double> && std::is_same_v<D, float>) return ew::f64_to_f32(v);
+  else if constexpr (std::is_integral_v<S> && std::is_same_v<D, std::int64_t>) return static_cast<std::int64_t>(v);  // exact
+  else return ew::from_double<D>(ew::to_double(v));
+}
+
+/// An element as its compute type, and a compute value stored as T, as the CPU's load/store.
+template <class T>
+MPT_HOST_DEVICE inline compute_t<T> load_exact(T v) { return convert_value<compute_t<T>>(v); }
+template <class T, class C>
+MPT_HOST_DEVICE inline T store_exact(C v) { return convert_value<T>(v); }
+
+/// The element CpuBackend::fill writes for `value`: 16-bit rounds once from double, the other
+/// dtypes go through their compute type (so fill(bool, 0.5) is false, as on the CPU).
+template <class T>
+inline T fill_value(double value) {
+  if constexpr (is_half_v<T>) return convert_value<T>(value);
+  else return convert_value<T>(convert_value<compute_t<T>>(value));
+}
+
+// ---- fill, arange, cast -------------------------------------------------------------------------
+template <class T>
+MPT_HOST_DEVICE void fill_body(const Thread& t, T* out, T v, std::int64_t n) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) out[i] = v;
+}
+
+/// out[i] = start + i * step in double (two roundings, as the CPU), then converted to T.
+template <class T>
+MPT_HOST_DEVICE void arange_body(const Thread& t, T* out, double start, double step, std::int64_t n) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride())
+    out[i] = convert_value<T>(ew::add(start, ew::mul(static_cast<double>(i), step)));
+}
+
+template <class S, class D>
+MPT_HOST_DEVICE void cast_body(const Thread& t, const S* x, D* out, std::int64_t n) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) out[i] = convert_value<D>(x[i]);
+}
+
+// ---- unary ------------------------------------------------------------------------------------
+/// True for the unary ops the CPU defines on integers (computed in int64).
+constexpr bool unary_integer_op(UnaryOp op) {
+  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Square || op == UnaryOp::Sign ||
+         op == UnaryOp::Relu;
+}
+
+template <class C>
+MPT_HOST_DEVICE inline C sigmoid_c(C v) { return ew::div(C(1), ew::add(C(1), ew::exp_(-v))); }
+
+template <class C>
+MPT_HOST_DEVICE inline C gelu_grad_c(C x) {
+  const C cdf = ew::mul(C(0.5), ew::add(C(1), ew::erf_(ew::mul(x, C(M_SQRT1_2)))));
+  const C pdf = ew::mul(ew::exp_(ew::mul(ew::mul(C(-0.5), x), x)), C(0.3989422804014327));
+  return ew::add(cdf, ew::mul(x, pdf));
+}
+
+/// The CPU's forward formulas, in the compute type C.
+template <UnaryOp Op, class C>
+MPT_HOST_DEVICE inline C unary_apply(C v) {
+  if constexpr (Op == UnaryOp::Neg) return C(-v);
+  else if constexpr (Op == UnaryOp::Abs) return v < C(0) ? C(-v) : v;
+  else if constexpr (Op == UnaryOp::Square) return ew::mul(v, v);
+  else if constexpr (Op == UnaryOp::Sign) return C((v > C(0)) - (v < C(0)));
+  else if constexpr (Op == UnaryOp::Relu) return v > C(0) ? v : C(0);
+  else {
+    static_assert(std::is_floating_point_v<C>, "transcendental unary ops are floating only");
+    if constexpr (Op == UnaryOp::Exp) return ew::exp_(v);
+    else if constexpr (Op == UnaryOp::Log) return ew::log_(v);
+    else if constexpr (Op == UnaryOp::Sqrt) return ew::sqrt_(v);
+    else if constexpr (Op == UnaryOp::Sigmoid) return sigmoid_c(v);
+    else if constexpr (Op == UnaryOp::Tanh) return ew::tanh_(v);
+    else if constexpr (Op == UnaryOp::Gelu)
+      return ew::mul(ew::mul(C(0.5), v), ew::add(C(1), ew::erf_(ew::mul(v, C(M_SQRT1_2)))));
+    else return ew::mul(v, sigmoid_c(v));  // Silu
+  }
+}
+
+/// dx from x (a), the forward output y (o) and dy (d), with the CPU's choice of x or y.
+template <UnaryOp Op, class C>
+MPT_HOST_DEVICE inline C unary_grad(C a, C o, C d) {
+  if constexpr (Op == UnaryOp::Neg) return C(-d);
+  else if constexpr (Op == UnaryOp::Abs) return ew::mul(C((a > 0) - (a < 0)), d);
+  else if constexpr (Op == UnaryOp::Square) return ew::mul(ew::mul(C(2), a), d);
+  else if constexpr (Op == UnaryOp::Sign) return C(0);
+  else if constexpr (Op == UnaryOp::Relu) return a > C(0) ? d : C(0);
+  else if constexpr (Op == UnaryOp::Exp) return ew::mul(o, d);
+  else if constexpr (Op == UnaryOp::Log) return ew::div(d, a);
+  else if constexpr (Op == UnaryOp::Sqrt) return ew::div(d, ew::mul(C(2), o));
+  else if constexpr (Op == UnaryOp::Sigmoid) return ew::mul(ew::mul(d, o), ew::sub(C(1), o));
+  else if constexpr (Op == UnaryOp::Tanh) return ew::mul(d, ew::sub(C(1), ew::mul(o, o)));
+  else if constexpr (Op == UnaryOp::Gelu) return ew::mul(d, gelu_grad_c(a));
+  else {  // Silu
+    const C s = sigmoid_c(a);
+    return ew::mul(d, ew::add(s, ew::mul(ew::mul(a, s), ew::sub(C(1), s))));
+  }
+}
+
+template <UnaryOp Op, class T>
+MPT_HOST_DEVICE void unary_body(const Thread& t, const T* x, T* out, std::int64_t n) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride())
+    out[i] = store_exact<T>(unary_apply<Op>(load_exact(x[i])));
+}
+
+template <UnaryOp Op, class T>
+MPT_HOST_DEVICE void unary_backward_body(const Thread& t, const T* x, const T* y, const T* dy, T* dx,
+                                         std::int64_t n) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride())
+    dx[i] = store_exact<T>(unary_grad<Op>(load_exact(x[i]), load_exact(y[i]), load_exact(dy[i])));
+}
+
+// ---- broadcasting -------------------------------------------------------------------------------
+constexpr int kMaxBroadcastDims = 12;
+
+/// The output walked as collapsed dims (adjacent axes merged where every operand allows, size-1
+/// axes dropped, as the CPU's BroadcastPlan); per operand a stride per dim, 0 where broadcast.
+template <int K>
+struct BroadcastGeom {
+  int nd = 1;
+  std::int64_t n = 0;       // output elements
+  bool contiguous = false;  // every operand has the output's shape: index i everywhere
+  std::int64_t dims[kMaxBroadcastDims] = {};
+  std::int64_t strides[K][kMaxBroadcastDims] = {};
+
+  /// Element offsets of every operand at output element i.
+  MPT_HOST_DEVICE void offsets(std::int64_t i, std::int64_t (&off)[K]) const {
+    for (int k = 0; k < K; ++k) off[k] = 0;
+    for (int d = nd - 1; d >= 0; --d) {
+      const std::int64_t idx = i % dims[d];
+      i /= dims[d];
+      for (int k = 0; k < K; ++k) off[k] += idx * strides[k][d];
+    }
+  }
+};
+
+/// The geometry of operands `in` broadcast to `out` (shapes already validated by src/ops).
+template <int K>
+BroadcastGeom<K> make_broadcast(const Shape& out, const std::vector<const Shape*>& in) {
+  const std::size_t n = out.size();
+  std::vector<std::vector<std::int64_t>> full(K, std::vector<std::int64_t>(n, 0));
+  for (int k = 0; k < K; ++k) {
+    const Shape& s = *in[k];
+    std::int64_t stride = 1;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const std::size_t d = s.size() - 1 - i, o = n - 1 - i;
+      full[k][o] = s[d] == 1 ? 0 : stride;
+      stride *= s[d];
+    }
+  }
+  std::vector<std::int64_t> dims;
+  std::vector<std::vector<std::int64_t>> strides(K);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (out[i] == 1) continue;  // size-1 dims carry no iteration
+    bool merge = !dims.empty();
+    for (int k = 0; k < K && merge; ++k) merge = strides[k].back() == full[k][i] * out[i];
+    if (merge) {
+      dims.back() *= out[i];
+      for (int k = 0; k < K; ++k) strides[k].back() = full[k][i];
+    } else {
+      dims.push_back(out[i]);
+      for (int k = 0; k < K; ++k) strides[k].push_back(full[k][i]);
+    }
+  }
+  if (dims.empty()) {
+    dims.push_back(1);
+    for (int k = 0; k < K; ++k) strides[k].push_back(0);
+  }
+  MPT_CHECK(dims.size() <= static_cast<std::size_t>(kMaxBroadcastDims), "cuda broadcast: more than ",
+            kMaxBroadcastDims, " dimensions after merging (", dims.size(), ")");
+  BroadcastGeom<K> g;
+  g.nd = static_cast<int>(dims.size());
+  g.n = numel_of(out);
+  g.contiguous = g.nd == 1;
+  for (int d = 0; d < g.nd; ++d) {
+    g.dims[d] = dims[d];
+    for (int k = 0; k < K; ++k) {
+      g.strides[k][d] = strides[k][d];
+      if (strides[k][d] != 1) g.contiguous = false;
+    }
+  }
+  return g;
+}
+
+// ---- binary and where ------------------------------------------------------------------------
+constexpr bool is_comparison(BinaryOp op) {
+  return op == BinaryOp::Equal || op == BinaryOp::NotEqual || op == BinaryOp::Less ||
+         op == BinaryOp::LessEqual || op == BinaryOp::Greater || op == BinaryOp::GreaterEqual;
+}
+
+/// The CPU's binary formulas in compute type C (comparisons give C(0) or C(1)).
+template <BinaryOp Op, class C>
+MPT_HOST_DEVICE inline C binary_apply(C x, C y) {
+  if constexpr (Op == BinaryOp::Add) return ew::add(x, y);
+  else if constexpr (Op == BinaryOp::Sub) return ew::sub(x, y);
+  else if constexpr (Op == BinaryOp::Mul) return ew::mul(x, y);
+  else if constexpr (Op == BinaryOp::Div) {
+    if constexpr (std::is_floating_point_v<C>) return ew::div(x, y);
+    else return y == 0 ? C(0) : C(x / y);
+  } else if constexpr (Op == BinaryOp::Pow) {
+    if constexpr (std::is_floating_point_v<C>) return ew::pow_(x, y);
+    else return ew::trunc_to_int<C>(ew::pow_(static_cast<double>(x), static_cast<double>(y)));
+  }
+  else if constexpr (Op == BinaryOp::Maximum) return (x > y || x != x) ? x : y;  // NaN propagates
+  else if constexpr (Op == BinaryOp::Minimum) return (x < y || x != x) ? x : y;
+  else if constexpr (Op == BinaryOp::Equal) return C(x == y);
+  else if constexpr (Op == BinaryOp::NotEqual) return C(x != y);
+  else if constexpr (Op == BinaryOp::Less) return C(x < y);
+  else if constexpr (Op == BinaryOp::LessEqual) return C(x <= y);
+  else if constexpr (Op == BinaryOp::Greater) return C(x > y);
+  else return C(x >= y);  // GreaterEqual
+}
+
+/// out = a op b broadcast (O: T, or bool for comparisons).
+template <BinaryOp Op, class T, class O>
+MPT_HOST_DEVICE void binary_body(const Thread& t, const T* a, const T* b, O* out, const BroadcastGeom<2>& g) {
+  if (g.contiguous) {  // equal shapes: no index arithmetic
+    for (std::int64_t i = t.global(); i < g.n; i += t.stride())
+      out[i] = store_exact<O>(binary_apply<Op>(load_exact(a[i]), load_exact(b[i])));
+    return;
+  }
+  for (std::int64_t i = t.global(); i < g.n; i += t.stride()) {
+    std::int64_t off[2];
+    g.offsets(i, off);
+    out[i] = store_exact<O>(binary_apply<Op>(load_exact(a[off[0]]), load_exact(b[off[1]])));
+  }
+}
+
+/// out = cond ? a : b broadcast; cond is bool read as bytes; a and b pass through the compute
+/// type as on the CPU (a 16-bit signalling NaN comes out quiet).
+template <class T>
+MPT_HOST_DEVICE void where_body(const Thread& t, const std::uint8_t* cond, const T* a, const T* b, T* out,
+                                const BroadcastGeom<3>& g) {
+  for (std::int64_t i = t.global(); i < g.n; i += t.stride()) {
+    std::int64_t off[3];
+    if (g.contiguous) off[0] = off[1] = off[2] = i;
+    else g.offsets(i, off);
+    out[i] = store_exact<T>(cond[off[0]] != 0 ? load_exact(a[off[1]]) : load_exact(b[off[2]]));
+  }
+}
+
+// ---- has_nonfinite, one_hot -----------------------------------------------------------------
+/// Exponent bits all ones (inf or NaN), on the raw bits as the CPU.
+template <class T>
+MPT_HOST_DEVICE inline bool nonfinite_bits(T v) {
+  if constexpr (std::is_same_v<T, __half>) return (ew::bits_as<std::uint16_t>(v) & 0x7c00u) == 0x7c00u;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return (ew::bits_as<std::uint16_t>(v) & 0x7f80u) == 0x7f80u;
+  else return nonfinite(v);
+}
+
+/// Sets *flag = 1 when any element is inf or NaN (every writer stores the same value: an OR
+/// reduction without atomics); the caller zeroes the flag first.
+template <class T>
+MPT_HOST_DEVICE void nonfinite_body(const Thread& t, const T* x, std::int64_t n, unsigned* flag) {
+  bool hit = false;
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) hit |= nonfinite_bits(x[i]);
+  if (hit) *flag = 1u;
+}
+
+/// out [n, depth] = (indices[i] == j): one pass, no separate fill; out-of-range indices give a
+/// zero row, as the CPU.
+template <class I, class O>
+MPT_HOST_DEVICE void one_hot_body(const Thread& t, const I* indices, O* out, std::int64_t total, std::int64_t depth,
+                                  O one, O zero) {
+  for (std::int64_t e = t.global(); e < total; e += t.stride()) {
+    const std::int64_t i = e / depth, j = e - i * depth;
+    out[e] = static_cast<std::int64_t>(indices[i]) == j ? one : zero;
+  }
+}
+
+}  // namespace mpt::kernels

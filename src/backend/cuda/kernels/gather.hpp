@@ -1,0 +1,47 @@
+#pragma once
+// Row gathers and zero padding / cropping: pure data movement, so the bits equal the CPU's.
+// Both are grid-stride loops over the output in words W (gather: the widest word dividing the
+// row and both pointers; pad: the element's own size).
+#include <cstdint>
+
+#include "backend/cuda/kernels/launch.hpp"
+
+namespace mpt::kernels {
+
+/// out row k = x row indices[k]; rows of row_words words.
+template <class W>
+MPT_HOST_DEVICE void gather_rows_body(const Thread& t, const W* x, const std::int64_t* indices, W* out,
+                                      std::int64_t count, std::int64_t row_words) {
+  const std::int64_t total = count * row_words;
+  for (std::int64_t u = t.global(); u < total; u += t.stride()) {
+    const std::int64_t k = u / row_words, w = u - k * row_words;
+    out[u] = x[indices[k] * row_words + w];
+  }
+}
+
+constexpr int kMaxPadDims = 12;
+
+/// Shapes and per-axis offsets of a pad (out[i + offset] = x[i]), passed by value.
+struct PadGeom {
+  int nd = 0;
+  std::int64_t out_shape[kMaxPadDims], in_shape[kMaxPadDims], offset[kMaxPadDims];
+};
+
+/// Every out element: the source element it lands on, or zero.
+template <class W>
+MPT_HOST_DEVICE void pad_body(const Thread& t, const W* x, W* out, std::int64_t total, PadGeom g) {
+  for (std::int64_t u = t.global(); u < total; u += t.stride()) {
+    std::int64_t rest = u, src = 0, stride = 1;
+    bool inside = true;
+    for (int d = g.nd - 1; d >= 0; --d) {
+      const std::int64_t i = rest % g.out_shape[d] - g.offset[d];
+      rest /= g.out_shape[d];
+      inside = inside && i >= 0 && i < g.in_shape[d];
+      src += i * stride;
+      stride *= g.in_shape[d];
+    }
+    out[u] = inside ? x[src] : W(0);
+  }
+}
+
+}  // namespace mpt::kernels

@@ -1,0 +1,253 @@
+#pragma once
+// Kernel bodies of the fused optimizer updates, the multi-tensor unscale-and-check and the
+// loss-scale step (src/backend/cuda/optim.cu launches them; the tests run them on the host).
+//
+// The updates do the CPU backend's float32 arithmetic (src/backend/cpu/optim.cpp) in the same
+// order, one element per grid-stride step, so float32 results are bit-equal. nvcc would fuse
+// a * b + c into an fma (one rounding instead of two) where the CPU rounds twice; the exact::
+// helpers below are the round-to-nearest intrinsics on the device, which nvcc never contracts,
+// and plain operators on the host.
+#include <cmath>
+#include <cstdint>
+
+#include "backend/common/loss_scale.hpp"
+#include "backend/cuda/kernels/launch.hpp"
+#include "backend/cuda/kernels/types.hpp"
+
+namespace mpt::kernels {
+
+namespace exact {
+MPT_HOST_DEVICE inline float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+MPT_HOST_DEVICE inline float add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+MPT_HOST_DEVICE inline float sub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+MPT_HOST_DEVICE inline float div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);  // IEEE division even under -use_fast_math
+#else
+  return a / b;
+#endif
+}
+MPT_HOST_DEVICE inline float sqrt(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+}  // namespace exact
+
+/// A variable or gradient element as float32 (float64 gradients rounded, as the CPU's load).
+template <class T>
+MPT_HOST_DEVICE inline float load_f32(T v) {
+  return static_cast<float>(load(v));
+}
+
+// ---- fused updates: var (V) and grad (G) in their storage types, slots float32 ------------------
+
+/// SGD: var -= g * lr; with momentum m = m * mu - g * lr, var += nesterov ? m * mu - g * lr : m.
+template <class V, class G>
+MPT_HOST_DEVICE void sgd_body(const Thread& t, V* var, const G* grad, float* momentum, float lr,
+                              float mu, bool nesterov, std::int64_t n) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) {
+    float w = load_f32(var[i]);
+    const float g = load_f32(grad[i]);
+    if (!momentum) {
+      w = exact::sub(w, exact::mul(g, lr));
+    } else {
+      const float m = exact::sub(exact::mul(momentum[i], mu), exact::mul(g, lr));
+      momentum[i] = m;
+      w = exact::add(w, nesterov ? exact::sub(exact::mul(m, mu), exact::mul(g, lr)) : m);
+    }
+    var[i] = store<V>(w);
+  }
+}
+
+/// Adam/AdamW (Keras's form): c1 = 1 - beta_1, c2 = 1 - beta_2, decay the decoupled weight decay;
+/// vhat (amsgrad) null when unused.
+template <class V, class G>
+MPT_HOST_DEVICE void adam_body(const Thread& t, V* var, const G* grad, float* m, float* v, float* vhat,
+                               float alpha, float c1, float c2, float eps, float decay, std::int64_t n) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) {
+    float w = load_f32(var[i]);
+    const float g = load_f32(grad[i]);
+    if (decay != 0.0f) w = exact::sub(w, exact::mul(w, decay));
+    const float mm = exact::add(m[i], exact::mul(exact::sub(g, m[i]), c1));
+    const float vv = exact::add(v[i], exact::mul(exact::sub(exact::mul(g, g), v[i]), c2));
+    m[i] = mm;
+    v[i] = vv;
+    float second = vv;
+    if (vhat) {
+      const float h = vhat[i];
+      second = h < vv ? vv : h;  // std::max's rule, as the CPU: a NaN in vhat stays
+      vhat[i] = second;
+    }
+    w = exact::sub(w, exact::div(exact::mul(mm, alpha), exact::add(exact::sqrt(second), eps)));
+    var[i] = store<V>(w);
+  }
+}
+
+/// RMSprop (Keras's form): c = 1 - rho; average_grad (centered) and momentum null when unused.
+template <class V, class G>
+MPT_HOST_DEVICE void rmsprop_body(const Thread& t, V* var, const G* grad, float* velocity, float* average_grad,
+                                  float* momentum, float lr, float rho, float c, float mu, float eps,
+                                  std::int64_t n) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) {
+    float w = load_f32(var[i]);
+    const float g = load_f32(grad[i]);
+    const float vel = exact::add(exact::mul(rho, velocity[i]), exact::mul(c, exact::mul(g, g)));
+    velocity[i] = vel;
+    float denom;
+    if (average_grad) {
+      const float avg = exact::add(exact::mul(rho, average_grad[i]), exact::mul(c, g));
+      average_grad[i] = avg;
+      denom = exact::add(exact::sub(vel, exact::mul(avg, avg)), eps);
+    } else {
+      denom = exact::add(vel, eps);
+    }
+    const float inc = exact::div(exact::mul(lr, g), exact::sqrt(denom));
+    if (momentum) {
+      const float mo = exact::add(exact::mul(mu, momentum[i]), inc);
+      momentum[i] = mo;
+      w = exact::sub(w, mo);
+    } else {
+      w = exact::sub(w, inc);
+    }
+    var[i] = store<V>(w);
+  }
+}
+
+// ---- unscale_and_check: PyTorch's multi_tensor_apply pattern ------------------------------------
+//
+// One launch covers many gradients: the kernel argument (within the 4 KB parameter limit) holds
+// up to kUnscaleTensors tensors and, per block, which tensor and which chunk of it that block
+// unscales. Large tensors spread over many blocks (and launches); a tensor cut by a full launch
+// carries over to the next one as its first entry.
+
+/// Gradient element types, by code (the dtype switch runs once per block).
+enum class GradType : std::int32_t { F32, F64, F16, BF16 };
+
+struct UnscaleTensor {
+  const void* in;
+  float* out;
+  std::int64_t numel;
+  GradType type;
+  std::int32_t index;  ///< position in the caller's list (for the per-tensor flags)
+};
+
+constexpr int kUnscaleTensors = 60;
+constexpr int kUnscaleBlocks = 320;
+
+struct UnscaleArgs {
+  UnscaleTensor tensors[kUnscaleTensors];
+  std::int32_t block_chunk[kUnscaleBlocks];   ///< chunk of its tensor that block b unscales
+  std::uint8_t block_tensor[kUnscaleBlocks];  ///< entry of tensors[] block b works on
+  const float* inv_scale;                     ///< device scalar
+  float* found;                               ///< device scalar, zeroed before the first launch
+  float* flags;                               ///< per-tensor flags (zeroed, one per caller index), or null
+  std::int64_t chunk;                         ///< elements per chunk
+};
+static_assert(sizeof(UnscaleArgs) <= 4096, "kernel parameters are limited to 4 KB");
+static_assert(kUnscaleTensors <= 256, "block_tensor is a uint8");
+
+/// One gradient of the list (in: its storage; out: float32 of the same numel).
+struct UnscaleItem {
+  const void* in;
+  float* out;
+  std::int64_t numel;
+  GradType type;
+};
+
+/// Packs items into as few UnscaleArgs as fit and calls launch(args, blocks) for each (blocks:
+/// the grid). Host code; the tests call it with a small chunk so tensors cross chunks and launches.
+template <class Launch>
+void pack_unscale(const UnscaleItem* items, std::int32_t count, const float* inv_scale, float* found, float* flags,
+                  std::int64_t chunk, Launch&& launch) {
+  UnscaleArgs a{};
+  a.inv_scale = inv_scale, a.found = found, a.flags = flags, a.chunk = chunk;
+  int tensors = 0, blocks = 0;
+  for (std::int32_t k = 0; k < count; ++k) {
+    const UnscaleItem& it = items[k];
+    if (it.numel <= 0) continue;
+    a.tensors[tensors++] = {it.in, it.out, it.numel, it.type, k};
+    const std::int64_t chunks = (it.numel + chunk - 1) / chunk;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      a.block_tensor[blocks] = static_cast<std::uint8_t>(tensors - 1);
+      a.block_chunk[blocks] = static_cast<std::int32_t>(c);
+      ++blocks;
+      const bool last_chunk = c == chunks - 1;
+      if (blocks == kUnscaleBlocks || (tensors == kUnscaleTensors && last_chunk)) {
+        launch(static_cast<const UnscaleArgs&>(a), static_cast<unsigned>(blocks));
+        blocks = 0;
+        if (last_chunk) {
+          tensors = 0;
+        } else {  // the rest of this tensor goes on in the next launch
+          a.tensors[0] = a.tensors[tensors - 1];
+          tensors = 1;
+        }
+      }
+    }
+  }
+  if (blocks > 0) launch(static_cast<const UnscaleArgs&>(a), static_cast<unsigned>(blocks));
+}
+
+template <class G>
+MPT_HOST_DEVICE inline bool unscale_range(const G* in, float* out, std::int64_t i, std::int64_t end,
+                                          std::int64_t step, float s) {
+  bool bad = false;
+  for (; i < end; i += step) {
+    const float o = load_f32(in[i]) * s;
+    out[i] = o;
+    bad |= nonfinite(o);
+  }
+  return bad;
+}
+
+/// Block b unscales chunk block_chunk[b] of tensor block_tensor[b]; any thread that met inf or
+/// NaN stores 1 into found (the same value from every such thread: a benign race).
+MPT_HOST_DEVICE inline void unscale_body(const Thread& t, const UnscaleArgs& a) {
+  const UnscaleTensor& e = a.tensors[a.block_tensor[t.block.x]];
+  const std::int64_t begin = static_cast<std::int64_t>(a.block_chunk[t.block.x]) * a.chunk;
+  const std::int64_t end = begin + a.chunk < e.numel ? begin + a.chunk : e.numel;
+  const std::int64_t i = begin + t.thread.x, step = t.block_dim.x;
+  const float s = *a.inv_scale;
+  bool bad = false;
+  switch (e.type) {
+    case GradType::F32: bad = unscale_range(static_cast<const float*>(e.in), e.out, i, end, step, s); break;
+    case GradType::F64: bad = unscale_range(static_cast<const double*>(e.in), e.out, i, end, step, s); break;
+    case GradType::F16: bad = unscale_range(static_cast<const __half*>(e.in), e.out, i, end, step, s); break;
+    case GradType::BF16: bad = unscale_range(static_cast<const __nv_bfloat16*>(e.in), e.out, i, end, step, s); break;
+  }
+  if (bad) {
+    *a.found = 1.0f;
+    if (a.flags) a.flags[e.index] = 1.0f;
+  }
+}
+
+/// The loss-scale rule's step (backend/common/loss_scale.hpp) in one thread.
+MPT_HOST_DEVICE inline void loss_scale_body(const Thread& t, float* scale, float* inv_scale, std::int64_t* counters,
+                                            const float* found, bool dynamic, std::int64_t growth_steps,
+                                            std::int64_t hysteresis, double min_scale, double max_scale) {
+  if (t.global() != 0) return;
+  loss_scale_step(*scale, *inv_scale, counters[0], counters[1], *found != 0.0f, dynamic, growth_steps, hysteresis,
+                  min_scale, max_scale);
+}
+
+}  // namespace mpt::kernels

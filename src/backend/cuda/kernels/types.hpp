@@ -1,0 +1,91 @@
+#pragma once
+// Element types of the CUDA kernels and their "load 16-bit, compute float32, store 16-bit"
+// conversions, usable in device code and in plain host code (the tests run kernel bodies on the
+// CPU with these very types: cuda_fp16.h and cuda_bf16.h compile under g++).
+//
+//   dispatch(x.dtype(), [&](auto tag) { using T = typename decltype(tag)::type; ... });
+//
+// Storage types: float, double, __half, __nv_bfloat16, int32_t, int64_t, uint8_t, bool.
+// Compute types (compute_t<T>): double for double, int64_t for integers and bool, float else.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "backend/common/host_device.hpp"
+#include "mpt/dtype.hpp"
+#include "mpt/error.hpp"
+
+namespace mpt::kernels {
+
+template <class T> struct Type { using type = T; };
+
+/// Calls f(Type<T>{}) with the storage type of dtype d.
+template <class F>
+decltype(auto) dispatch(DType d, F&& f) {
+  switch (d) {
+    case DType::Float32: return f(Type<float>{});
+    case DType::Float64: return f(Type<double>{});
+    case DType::Float16: return f(Type<__half>{});
+    case DType::BFloat16: return f(Type<__nv_bfloat16>{});
+    case DType::Int32: return f(Type<std::int32_t>{});
+    case DType::Int64: return f(Type<std::int64_t>{});
+    case DType::UInt8: return f(Type<std::uint8_t>{});
+    case DType::Bool: return f(Type<bool>{});
+  }
+  fail("cuda: unknown dtype ", static_cast<int>(d));
+}
+
+/// Calls f(Type<T>{}) for a floating dtype only (float32, float64, float16, bfloat16).
+template <class F>
+decltype(auto) dispatch_float(DType d, const char* op, F&& f) {
+  switch (d) {
+    case DType::Float32: return f(Type<float>{});
+    case DType::Float64: return f(Type<double>{});
+    case DType::Float16: return f(Type<__half>{});
+    case DType::BFloat16: return f(Type<__nv_bfloat16>{});
+    default: break;
+  }
+  fail(op, ": expected a floating dtype, got ", to_string(d));
+}
+
+template <class T> inline constexpr bool is_half_v =
+    std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+template <class T>
+using compute_t = std::conditional_t<std::is_same_v<T, double>, double,
+                                     std::conditional_t<std::is_integral_v<T>, std::int64_t, float>>;
+
+/// An element as its compute type.
+template <class T>
+MPT_HOST_DEVICE inline compute_t<T> load(T v) {
+  if constexpr (std::is_same_v<T, __half>) return __half2float(v);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
+  else return static_cast<compute_t<T>>(v);
+}
+
+/// A compute value stored as T: round to nearest even for 16-bit types (overflow to inf, NaN
+/// stays NaN), (v != 0) for bool, a plain conversion otherwise.
+template <class T, class C>
+MPT_HOST_DEVICE inline T store(C v) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, bool>) return v != C(0);
+  else return static_cast<T>(v);
+}
+
+/// True when a float is inf or NaN, by its exponent bits (robust under fast-math).
+MPT_HOST_DEVICE inline bool nonfinite(float v) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return (bits & 0x7f800000u) == 0x7f800000u;
+}
+MPT_HOST_DEVICE inline bool nonfinite(double v) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return (bits & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+}
+
+}  // namespace mpt::kernels

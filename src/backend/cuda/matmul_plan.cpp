@@ -1,0 +1,233 @@
+// The host half of the CUDA GEMM (see matmul_plan.hpp): operand swap, layouts, epilogue choice,
+// cuBLASLt descriptors.
+#include "backend/cuda/matmul_plan.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "mpt/error.hpp"
+
+namespace mpt::cuda {
+namespace {
+
+/// A 16-bit tensor-core kernel reads 16 bytes at a time from each column and batch.
+bool aligned16(std::uint32_t pointer_alignment, std::int64_t ld, std::int64_t stride, std::size_t bytes) {
+  return pointer_alignment >= 16 && (ld * static_cast<std::int64_t>(bytes)) % 16 == 0 &&
+         (stride * static_cast<std::int64_t>(bytes)) % 16 == 0;
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, T value, const char* what) {
+  check_cublas(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof value), what);
+}
+
+template <typename T>
+void set(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr, T value, const char* what) {
+  check_cublas(cublasLtMatrixLayoutSetAttribute(layout, attr, &value, sizeof value), what);
+}
+
+void make_layout(cublasLtMatrixLayout_t* layout, const LtMatrix& m) {
+  check_cublas(cublasLtMatrixLayoutCreate(layout, m.type, m.rows, m.cols, m.ld),
+               "matmul: cublasLtMatrixLayoutCreate");
+  set<std::int32_t>(*layout, CUBLASLT_MATRIX_LAYOUT_ORDER, CUBLASLT_ORDER_COL,
+                    "matmul: cublasLtMatrixLayoutSetAttribute(ORDER)");
+  set<std::int32_t>(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, m.batch_count,
+                    "matmul: cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+  set<std::int64_t>(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, m.batch_stride,
+                    "matmul: cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+}
+
+}  // namespace
+
+UnaryOp unary_of(Activation act) {
+  switch (act) {
+    case Activation::Relu: return UnaryOp::Relu;
+    case Activation::Sigmoid: return UnaryOp::Sigmoid;
+    case Activation::Tanh: return UnaryOp::Tanh;
+    case Activation::Gelu: return UnaryOp::Gelu;
+    case Activation::Silu: return UnaryOp::Silu;
+    case Activation::Linear: break;
+  }
+  fail("matmul: no elementwise op for the linear activation");
+}
+
+cudaDataType_t cuda_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return CUDA_R_32F;
+    case DType::Float64: return CUDA_R_64F;
+    case DType::Float16: return CUDA_R_16F;
+    case DType::BFloat16: return CUDA_R_16BF;
+    default: break;
+  }
+  fail("matmul: cuBLASLt takes float32, float64, float16 or bfloat16, got ", to_string(dtype));
+}
+
+std::uint32_t address_alignment(std::uintptr_t address) {
+  std::uint32_t a = 1;
+  while (a < 256 && address % (2 * a) == 0) a *= 2;
+  return a;
+}
+
+MatmulPlan plan_matmul(const MatmulShape& s, DType dtype, bool has_bias, Activation act,
+                       const PlanOptions& options, const MatmulAddresses& addresses) {
+  constexpr std::int64_t kMax = INT32_MAX;  // cuBLASLt supports int32 rows, cols and ld
+  MPT_CHECK(s.m >= 1 && s.n >= 1 && s.k >= 1 && s.m <= kMax && s.n <= kMax && s.k <= kMax,
+            "matmul: cuBLASLt needs 1 <= M, N, K <= ", kMax, ", got M=", s.m, " N=", s.n, " K=", s.k);
+  MPT_CHECK(s.batch_a >= 1 && s.batch_b >= 1 && (s.batch_a == s.batch_b || s.batch_a == 1 || s.batch_b == 1),
+            "matmul: batch counts ", s.batch_a, " and ", s.batch_b, " are neither equal nor broadcast");
+  const std::int64_t batch = std::max(s.batch_a, s.batch_b);
+  MPT_CHECK(batch <= kMax, "matmul: cuBLASLt batch count ", batch, " exceeds ", kMax);
+
+  MatmulPlan p;
+  const cudaDataType_t type = cuda_data_type(dtype);
+  p.m = static_cast<std::uint64_t>(s.n);
+  p.n = static_cast<std::uint64_t>(s.m);
+  p.k = static_cast<std::uint64_t>(s.k);
+  // cuBLASLt's A is mpt's b: row-major [K, N] is column-major N x K (ld N), op N; row-major
+  // [N, K] (transpose_b) is column-major K x N (ld K), op T.
+  p.transa = s.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  p.a.rows = static_cast<std::uint64_t>(s.transpose_b ? s.k : s.n);
+  p.a.cols = static_cast<std::uint64_t>(s.transpose_b ? s.n : s.k);
+  p.a.batch_stride = s.batch_b == 1 ? 0 : s.k * s.n;
+  // cuBLASLt's B is mpt's a: row-major [M, K] is column-major K x M (ld K), op N; row-major
+  // [K, M] (transpose_a) is column-major M x K (ld M), op T.
+  p.transb = s.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  p.b.rows = static_cast<std::uint64_t>(s.transpose_a ? s.m : s.k);
+  p.b.cols = static_cast<std::uint64_t>(s.transpose_a ? s.k : s.m);
+  p.b.batch_stride = s.batch_a == 1 ? 0 : s.m * s.k;
+  // D (and C) is out: row-major [M, N] is column-major N x M (ld N).
+  p.d.rows = static_cast<std::uint64_t>(s.n);
+  p.d.cols = static_cast<std::uint64_t>(s.m);
+  p.d.batch_stride = s.m * s.n;
+  for (LtMatrix* mat : {&p.a, &p.b, &p.d}) {
+    mat->type = type;
+    mat->ld = static_cast<std::int64_t>(mat->rows);  // contiguous operands: columns packed
+    mat->batch_count = static_cast<std::int32_t>(batch);
+    MPT_CHECK(mat->ld >= static_cast<std::int64_t>(mat->rows) && mat->ld >= 1,
+              "matmul: leading dimension ", mat->ld, " below the ", mat->rows, " rows");
+  }
+  MPT_CHECK((p.transa == CUBLAS_OP_N ? p.a.rows : p.a.cols) == p.m &&
+                (p.transb == CUBLAS_OP_N ? p.b.cols : p.b.rows) == p.n &&
+                (p.transa == CUBLAS_OP_N ? p.a.cols : p.a.rows) == p.k,
+            "matmul: inconsistent cuBLASLt plan");  // cannot fail; guards edits above
+
+  switch (dtype) {
+    case DType::Float16:
+    case DType::BFloat16:  // float32 accumulate on tensor cores, as the CPU computes
+      p.compute = CUBLAS_COMPUTE_32F;
+      p.scale_type = CUDA_R_32F;
+      break;
+    case DType::Float32:
+      p.compute = options.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      p.scale_type = CUDA_R_32F;
+      break;
+    default:  // float64 (cuda_data_type rejected the rest)
+      p.compute = CUBLAS_COMPUTE_64F;
+      p.scale_type = CUDA_R_64F;
+      break;
+  }
+
+  // Epilogues: bias (in D's type, as cuBLASLt requires for these types) and ReLU. cuBLASLt's
+  // GELU is the tanh approximation while the CPU's is erf-based, so GELU (like sigmoid, tanh
+  // and SiLU, which cuBLASLt lacks) runs as unary() afterwards.
+  const bool fuse_bias = has_bias && options.fuse_epilogue && options.bias_dtype_matches;
+  const bool fuse_relu = act == Activation::Relu && options.fuse_epilogue && (fuse_bias || !has_bias);
+  p.epilogue = fuse_bias ? (fuse_relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                         : (fuse_relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+  p.epilogue_bias = fuse_bias;
+  p.bias_type = type;
+  p.add_bias_after = has_bias && !fuse_bias;
+  p.unary_after = act != Activation::Linear && !fuse_relu;
+  if (p.unary_after) p.post_op = unary_of(act);
+
+  p.align_a = address_alignment(addresses.b);
+  p.align_b = address_alignment(addresses.a);
+  p.align_d = address_alignment(addresses.out);
+  p.align_bias = fuse_bias ? address_alignment(addresses.bias) : 256;
+  if (dtype == DType::Float16 || dtype == DType::BFloat16) {
+    p.tensor_core_aligned = aligned16(p.align_a, p.a.ld, p.a.batch_stride, 2) &&
+                            aligned16(p.align_b, p.b.ld, p.b.batch_stride, 2) &&
+                            aligned16(p.align_d, p.d.ld, p.d.batch_stride, 2) &&
+                            p.align_bias >= 16;
+  }
+  return p;
+}
+
+std::string plan_key(const MatmulPlan& p) {
+  std::string key;
+  auto add = [&key](long long v) { key += std::to_string(v) + ','; };
+  for (const LtMatrix* mat : {&p.a, &p.b, &p.d}) {
+    add(mat->type);
+    add(static_cast<long long>(mat->rows));
+    add(static_cast<long long>(mat->cols));
+    add(mat->ld);
+    add(mat->batch_count);
+    add(mat->batch_stride);
+  }
+  for (long long v : {static_cast<long long>(p.transa), static_cast<long long>(p.transb),
+                      static_cast<long long>(p.compute), static_cast<long long>(p.scale_type),
+                      static_cast<long long>(p.epilogue), static_cast<long long>(p.bias_type),
+                      static_cast<long long>(p.align_a), static_cast<long long>(p.align_b),
+                      static_cast<long long>(p.align_d), static_cast<long long>(p.align_bias)})
+    add(v);
+  return key;
+}
+
+LtDescriptors::~LtDescriptors() { reset(); }
+
+LtDescriptors::LtDescriptors(LtDescriptors&& o) noexcept
+    : op(std::exchange(o.op, nullptr)),
+      a(std::exchange(o.a, nullptr)),
+      b(std::exchange(o.b, nullptr)),
+      c(std::exchange(o.c, nullptr)),
+      d(std::exchange(o.d, nullptr)) {}
+
+LtDescriptors& LtDescriptors::operator=(LtDescriptors&& o) noexcept {
+  if (this != &o) {
+    reset();
+    op = std::exchange(o.op, nullptr);
+    a = std::exchange(o.a, nullptr);
+    b = std::exchange(o.b, nullptr);
+    c = std::exchange(o.c, nullptr);
+    d = std::exchange(o.d, nullptr);
+  }
+  return *this;
+}
+
+void LtDescriptors::reset() {
+  // Destroy statuses are ignored: this runs in destructors, and they fail only for null.
+  if (op) (void)cublasLtMatmulDescDestroy(op);
+  for (cublasLtMatrixLayout_t l : {a, b, c, d})
+    if (l) (void)cublasLtMatrixLayoutDestroy(l);
+  op = nullptr;
+  a = b = c = d = nullptr;
+}
+
+LtDescriptors make_descriptors(const MatmulPlan& p, const void* bias) {
+  LtDescriptors out;
+  check_cublas(cublasLtMatmulDescCreate(&out.op, p.compute, p.scale_type), "matmul: cublasLtMatmulDescCreate");
+  set<std::int32_t>(out.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, CUBLASLT_POINTER_MODE_HOST,
+                    "matmul: cublasLtMatmulDescSetAttribute(POINTER_MODE)");
+  set<std::int32_t>(out.op, CUBLASLT_MATMUL_DESC_TRANSA, p.transa, "matmul: cublasLtMatmulDescSetAttribute(TRANSA)");
+  set<std::int32_t>(out.op, CUBLASLT_MATMUL_DESC_TRANSB, p.transb, "matmul: cublasLtMatmulDescSetAttribute(TRANSB)");
+  set<std::uint32_t>(out.op, CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue,
+                     "matmul: cublasLtMatmulDescSetAttribute(EPILOGUE)");
+  if (p.epilogue_bias) {
+    set<std::int32_t>(out.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, p.bias_type,
+                      "matmul: cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+    set<const void*>(out.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
+                     "matmul: cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+    // One bias [N] for every batch.
+    set<std::int64_t>(out.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, 0,
+                      "matmul: cublasLtMatmulDescSetAttribute(BIAS_BATCH_STRIDE)");
+  }
+  make_layout(&out.a, p.a);
+  make_layout(&out.b, p.b);
+  make_layout(&out.c, p.d);  // C = D's layout; beta = 0 so C is never read
+  make_layout(&out.d, p.d);
+  return out;
+}
+
+}  // namespace mpt::cuda

@@ -1,0 +1,117 @@
+#pragma once
+/// The host half of the CUDA GEMM: how a row-major mpt matmul maps onto cuBLASLt's column-major
+/// one, and the cuBLASLt descriptors that say so. Nothing here needs a GPU (descriptor creation
+/// works without one), so tests/cuda/test_cuda_matmul_desc.cpp checks it all on the CPU;
+/// matmul.cpp adds the handle, the heuristic and the launch.
+///
+///   MatmulPlan p = plan_matmul({.batch_a = 4, .m = 128, .n = 64, .k = 32}, float16, true,
+///                              Activation::Relu, false);
+///   LtDescriptors d = make_descriptors(p, bias_ptr);   // epilogue RELU_BIAS, A = b, B = a
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.hpp"
+
+namespace mpt::cuda {
+
+/// A matmul as the backend receives it: out [batch, M, N] = op(a) [batch_a, M, K] . op(b)
+/// [batch_b, K, N]; a batch of 1 is broadcast when the other side has more.
+struct MatmulShape {
+  std::int64_t batch_a = 1, batch_b = 1, m = 0, n = 0, k = 0;
+  bool transpose_a = false, transpose_b = false;
+};
+
+/// Device addresses of the operands: their alignment decides which kernels cuBLASLt may use.
+/// Zero (the default) counts as fully aligned.
+struct MatmulAddresses {
+  std::uintptr_t a = 0, b = 0, out = 0, bias = 0;
+};
+
+/// One column-major matrix (cuBLASLt's view) as stored: rows x cols with leading dimension ld,
+/// batch_count matrices batch_stride elements apart (0: the same matrix for every batch).
+struct LtMatrix {
+  cudaDataType_t type = CUDA_R_32F;
+  std::uint64_t rows = 0, cols = 0;
+  std::int64_t ld = 0;
+  std::int32_t batch_count = 1;
+  std::int64_t batch_stride = 0;
+};
+
+/// Which mpt operand feeds cuBLASLt's A and B. Row-major C = op(a).op(b) is the column-major
+/// C^T = op(b)^T . op(a)^T, so cuBLASLt's A is mpt's b and its B is mpt's a (always swapped).
+struct MatmulPlan {
+  // cuBLASLt's problem: D (m x n) = op(A) (m x k) . op(B) (k x n), m = mpt's N, n = mpt's M.
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  std::uint64_t m = 0, n = 0, k = 0;
+  LtMatrix a, b, d;  ///< a: mpt's b; b: mpt's a; d (also C, beta = 0): out
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cudaDataType_t scale_type = CUDA_R_32F;  ///< type of alpha and beta
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  cudaDataType_t bias_type = CUDA_R_32F;  ///< meaningful when the epilogue adds bias
+  bool epilogue_bias = false;             ///< bias added by the epilogue
+  bool add_bias_after = false;            ///< bias added by binary(Add) after the GEMM
+  bool unary_after = false;               ///< activation applied by unary(post_op, out, out)
+  UnaryOp post_op = UnaryOp::Relu;
+  // Alignment (bytes, a power of two, at most 256) the heuristic is told for A, B, C/D.
+  std::uint32_t align_a = 256, align_b = 256, align_d = 256;
+  std::uint32_t align_bias = 256;  ///< the heuristic reads the bias pointer's alignment too
+  /// 16-bit only: every pointer, leading dimension and batch stride 16-byte aligned, so
+  /// tensor-core kernels need no fallback (cuBLASLt still runs otherwise, slower).
+  bool tensor_core_aligned = true;
+};
+
+struct PlanOptions {
+  bool allow_tf32 = false;
+  /// false: no bias/activation epilogue (bias and activation run as separate ops afterwards),
+  /// the fallback when cuBLASLt has no algorithm for the fused epilogue.
+  bool fuse_epilogue = true;
+  /// Bias dtype when it differs from the operands' (the epilogue then cannot take it).
+  bool bias_dtype_matches = true;
+};
+
+/// The elementwise op of an activation (mpt::Error for Linear, which has none).
+UnaryOp unary_of(Activation act);
+
+/// cuBLASLt's data type for an mpt floating dtype; mpt::Error for the others.
+cudaDataType_t cuda_data_type(DType dtype);
+
+/// The largest power of two (at most 256) dividing `address`; 256 for 0.
+std::uint32_t address_alignment(std::uintptr_t address);
+
+/// Maps the matmul onto cuBLASLt: operand swap, transposes, dims, leading dimensions, batch
+/// strides, compute/scale/data types, epilogue and the post-ops left to other kernels.
+/// mpt::Error for an unsupported dtype, a negative or too large dimension, or an ld < rows.
+MatmulPlan plan_matmul(const MatmulShape& shape, DType dtype, bool has_bias, Activation act,
+                       const PlanOptions& options = {}, const MatmulAddresses& addresses = {});
+inline MatmulPlan plan_matmul(const MatmulShape& shape, DType dtype, bool has_bias, Activation act,
+                              bool allow_tf32) {
+  return plan_matmul(shape, dtype, has_bias, act, PlanOptions{.allow_tf32 = allow_tf32});
+}
+
+/// Everything the plan's heuristic result depends on (the cache key, without the device).
+std::string plan_key(const MatmulPlan& plan);
+
+/// Owning cuBLASLt descriptors of one plan (destroyed with it; movable, not copyable).
+class LtDescriptors {
+ public:
+  LtDescriptors() = default;
+  ~LtDescriptors();
+  LtDescriptors(LtDescriptors&& o) noexcept;
+  LtDescriptors& operator=(LtDescriptors&& o) noexcept;
+  LtDescriptors(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(const LtDescriptors&) = delete;
+
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+
+ private:
+  void reset();
+};
+
+/// Creates the matmul descriptor and the A, B, C and D layouts with every attribute of the plan
+/// set (bias pointer included when the epilogue adds bias). Each status through check_cublas.
+LtDescriptors make_descriptors(const MatmulPlan& plan, const void* bias = nullptr);
+
+}  // namespace mpt::cuda

@@ -1,0 +1,155 @@
+// Fused optimizer updates, the multi-tensor unscale-and-check and the loss-scale step on the GPU
+// (the CUDA twin of src/backend/cpu/optim.cpp; arithmetic in kernels/optim.hpp). Nothing here
+// reads device memory from the host: the loss scale and the overflow flag stay on the device.
+#include <vector>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/kernels/optim.hpp"
+#include "mpt/error.hpp"
+
+namespace mpt::cuda {
+namespace {
+
+namespace k = mpt::kernels;
+
+constexpr unsigned kThreads = 256;
+constexpr unsigned kMaxBlocks = 4096;        // grid-stride loops cover the rest
+constexpr unsigned kUnscaleThreads = 256;
+constexpr std::int64_t kUnscaleChunk = 16384;  // elements per block of unscale_and_check
+
+template <class V, class G>
+__global__ void sgd_kernel(V* var, const G* grad, float* momentum, float lr, float mu, bool nesterov,
+                           std::int64_t n) {
+  k::sgd_body(k::this_thread(), var, grad, momentum, lr, mu, nesterov, n);
+}
+
+template <class V, class G>
+__global__ void adam_kernel(V* var, const G* grad, float* m, float* v, float* vhat, float alpha, float c1, float c2,
+                            float eps, float decay, std::int64_t n) {
+  k::adam_body(k::this_thread(), var, grad, m, v, vhat, alpha, c1, c2, eps, decay, n);
+}
+
+template <class V, class G>
+__global__ void rmsprop_kernel(V* var, const G* grad, float* velocity, float* average_grad, float* momentum,
+                               float lr, float rho, float c, float mu, float eps, std::int64_t n) {
+  k::rmsprop_body(k::this_thread(), var, grad, velocity, average_grad, momentum, lr, rho, c, mu, eps, n);
+}
+
+__global__ void unscale_kernel(const k::UnscaleArgs a) { k::unscale_body(k::this_thread(), a); }
+
+__global__ void loss_scale_kernel(float* scale, float* inv_scale, std::int64_t* counters, const float* found,
+                                  bool dynamic, std::int64_t growth_steps, std::int64_t hysteresis, double min_scale,
+                                  double max_scale) {
+  k::loss_scale_body(k::this_thread(), scale, inv_scale, counters, found, dynamic, growth_steps, hysteresis,
+                     min_scale, max_scale);
+}
+
+float* slot_ptr(Tensor* t) { return t ? t->data<float>() : nullptr; }
+
+/// Calls f(V*, const G*) with var's and grad's storage types.
+template <class F>
+void with_var_and_grad(Tensor& var, const Tensor& grad, const char* op, F&& f) {
+  k::dispatch_float(var.dtype(), op, [&](auto vt) {
+    using V = typename decltype(vt)::type;
+    k::dispatch_float(grad.dtype(), op, [&](auto gt) {
+      using G = typename decltype(gt)::type;
+      f(static_cast<V*>(var.data_ptr()), static_cast<const G*>(grad.data_ptr()));
+    });
+  });
+}
+
+k::GradType grad_type(DType d) {
+  switch (d) {
+    case DType::Float32: return k::GradType::F32;
+    case DType::Float64: return k::GradType::F64;
+    case DType::Float16: return k::GradType::F16;
+    case DType::BFloat16: return k::GradType::BF16;
+    default: break;
+  }
+  fail("unscale_and_check: gradients must be floating, got ", to_string(d));
+}
+
+}  // namespace
+
+void CudaBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef,
+                             bool nesterov) {
+  const std::int64_t n = var.numel();
+  if (n == 0) return;
+  DeviceGuard g(var.device().index);
+  float* pm = slot_ptr(momentum);
+  const float l = static_cast<float>(lr), mu = static_cast<float>(momentum_coef);
+  with_var_and_grad(var, grad, "sgd_update", [&](auto* w, const auto* gr) {
+    sgd_kernel<<<k::blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, stream(g.index())>>>(w, gr, pm, l, mu,
+                                                                                          nesterov, n);
+  });
+  check_launch("sgd_update");
+}
+
+void CudaBackend::adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat, double alpha,
+                              double beta_1, double beta_2, double epsilon, double decay) {
+  const std::int64_t n = var.numel();
+  if (n == 0) return;
+  DeviceGuard g(var.device().index);
+  float* pm = m.data<float>();
+  float* pv = v.data<float>();
+  float* ph = slot_ptr(vhat);
+  // The CPU's float32 constants, rounded from the same doubles.
+  const float a = static_cast<float>(alpha), c1 = static_cast<float>(1 - beta_1), c2 = static_cast<float>(1 - beta_2),
+              eps = static_cast<float>(epsilon), d = static_cast<float>(decay);
+  with_var_and_grad(var, grad, "adam_update", [&](auto* w, const auto* gr) {
+    adam_kernel<<<k::blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, stream(g.index())>>>(w, gr, pm, pv, ph, a, c1,
+                                                                                           c2, eps, d, n);
+  });
+  check_launch("adam_update");
+}
+
+void CudaBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
+                                 Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon) {
+  const std::int64_t n = var.numel();
+  if (n == 0) return;
+  DeviceGuard g(var.device().index);
+  float* pv = velocity.data<float>();
+  float* pa = slot_ptr(average_grad);
+  float* pm = slot_ptr(momentum);
+  const float l = static_cast<float>(lr), r = static_cast<float>(rho), c = static_cast<float>(1 - rho),
+              mu = static_cast<float>(momentum_coef), eps = static_cast<float>(epsilon);
+  with_var_and_grad(var, grad, "rmsprop_update", [&](auto* w, const auto* gr) {
+    rmsprop_kernel<<<k::blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, stream(g.index())>>>(w, gr, pv, pa, pm, l,
+                                                                                              r, c, mu, eps, n);
+  });
+  check_launch("rmsprop_update");
+}
+
+void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
+                                    std::vector<Tensor>& outs, Tensor& found) {
+  DeviceGuard g(found.device().index);
+  cudaStream_t s = stream(g.index());
+  float* flag = found.data<float>();
+  check_cuda(cudaMemsetAsync(flag, 0, sizeof(float), s), "unscale_and_check");
+  std::vector<k::UnscaleItem> items;
+  items.reserve(grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) {
+      items.push_back({nullptr, nullptr, 0, k::GradType::F32});  // skipped; keeps the indices
+      continue;
+    }
+    items.push_back({grads[i].data_ptr(), outs[i].data<float>(), grads[i].numel(), grad_type(grads[i].dtype())});
+  }
+  k::pack_unscale(items.data(), static_cast<std::int32_t>(items.size()), inv_scale.data<float>(), flag, nullptr,
+                  kUnscaleChunk, [&](const k::UnscaleArgs& a, unsigned blocks) {
+                    unscale_kernel<<<blocks, kUnscaleThreads, 0, s>>>(a);
+                    check_launch("unscale_and_check");
+                  });
+}
+
+void CudaBackend::update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,
+                                    const ops::LossScaleRule& rule) {
+  DeviceGuard g(scale.device().index);
+  loss_scale_kernel<<<1, 1, 0, stream(g.index())>>>(scale.data<float>(), inv_scale.data<float>(),
+                                                    counters.data<std::int64_t>(), found.data<float>(), rule.dynamic,
+                                                    rule.growth_steps, rule.hysteresis, rule.min_scale,
+                                                    rule.max_scale);
+  check_launch("update_loss_scale");
+}
+
+}  // namespace mpt::cuda

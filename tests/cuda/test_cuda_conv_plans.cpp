@@ -1,0 +1,263 @@
+// The CUDA convolutions' cuDNN graphs planned without a GPU (src/backend/cuda/conv_plans.hpp):
+// for every convolution of models B and C (bench/bench_gpu.cpp, bench/bench_conv.cpp,
+// examples/fashion_mnist_cnn.cpp) and examples/resnet_cifar.cpp, at the batch sizes they use,
+// cuDNN 9 builds the forward, backward-data and backward-filter graphs in float32, float16 and
+// bfloat16 and finalizes at least one execution plan for an H100 SXM described by
+// tests/data/cuda/h100_sm90.json (a CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR from JSON: no handle, no
+// GPU). Negative control: bfloat16 on an sm_75 (T4) description gets no plan.
+#include <cudnn_graph.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/conv_plans.hpp"
+#include "test_util.hpp"
+
+using namespace mpt;
+using namespace mpt::test;
+using namespace mpt::cuda::conv;
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  REQUIRE_MESSAGE(f.good(), "cannot read ", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+const std::string& h100() {
+  static const std::string json = read_text(std::string(MPT_TEST_DATA_DIR) + "/cuda/h100_sm90.json");
+  return json;
+}
+
+/// A Tesla T4 (sm_75): tensor cores for float16, none for bfloat16.
+const char* kT4 = R"({"deviceName":"Tesla T4","deviceVer":750,"driverVer":13000,"cudaDeviceId":0,
+  "totalGlobalMem":15642329088,"maxGridSize":[2147483647,65535,65535],"maxBlockSize":[1024,1024,64],
+  "regsPerBlock":65536,"multiProcessorCount":40,"warpSize":32,"maxSharedMemoryPerBlock":49152,
+  "maxSharedMemoryPerBlockOptin":65536,"reservedSharedMemoryPerBlock":0,"maxRegistersPerSM":65536,
+  "maxCtasPerSM":16,"maxThreadsPerBlock":1024,"maxThreadsPerSM":1024,"pciDeviceId":0,"isTccDriver":0,
+  "supportCoopLaunch":1,"smClockRateKHz":1590000,"memClockRateKHz":5001000,"l2CacheSize":4194304})";
+
+/// One Conv2D as a model creates it: Keras 'same' (output ceil(in / stride), the odd padding row
+/// at the bottom/right) or 'valid', as src/ops/conv.cpp computes it.
+struct ConvLayer {
+  const char* where;
+  std::int64_t n, h, w, cin, cout, k, stride;
+  bool same;
+  std::int64_t dilation = 1;
+  bool bias = false;
+  Activation act = Activation::Linear;
+};
+
+struct Problem {
+  Shape x, w, y;
+  Conv2dGeometry g;
+};
+
+Problem problem(const ConvLayer& l) {
+  Problem p;
+  const std::int64_t eff = (l.k - 1) * l.dilation + 1;
+  auto axis = [&](std::int64_t in, std::int64_t& out, std::int64_t& lo, std::int64_t& hi) {
+    if (l.same) {
+      out = (in + l.stride - 1) / l.stride;
+      const std::int64_t total = std::max<std::int64_t>((out - 1) * l.stride + eff - in, 0);
+      lo = total / 2, hi = total - lo;
+    } else {
+      out = (in - eff) / l.stride + 1, lo = hi = 0;
+    }
+  };
+  std::int64_t oh, ow;
+  axis(l.h, oh, p.g.pad_top, p.g.pad_bottom);
+  axis(l.w, ow, p.g.pad_left, p.g.pad_right);
+  p.g.stride_h = p.g.stride_w = l.stride;
+  p.g.dilation_h = p.g.dilation_w = l.dilation;
+  p.x = {l.n, l.h, l.w, l.cin};
+  p.w = {l.k, l.k, l.cin, l.cout};
+  p.y = {l.n, oh, ow, l.cout};
+  return p;
+}
+
+/// Every distinct convolution of the models, at each batch size they run.
+std::vector<ConvLayer> model_layers() {
+  std::vector<ConvLayer> out;
+  const Activation relu = Activation::Relu;
+  // Model C (Fashion-MNIST CNN): 28x28x1, Conv 32 3x3 relu, pool, Conv 64 3x3 relu ('valid', bias).
+  // Batch 128 (fashion_mnist_cnn, bench_conv), 1024 (bench_gpu), 512 (evaluate).
+  for (std::int64_t n : {128, 512, 1024}) {
+    out.push_back({"C conv1", n, 28, 28, 1, 32, 3, 1, false, 1, true, relu});
+    out.push_back({"C conv2", n, 13, 13, 32, 64, 3, 1, false, 1, true, relu});
+  }
+  // Model B of bench_gpu (CIFAR CNN): 32x32x3, Conv 32 3x3 relu, pool, Conv 64 3x3 relu.
+  for (std::int64_t n : {128, 1024}) {
+    out.push_back({"B(gpu) conv1", n, 32, 32, 3, 32, 3, 1, false, 1, true, relu});
+    out.push_back({"B(gpu) conv2", n, 15, 15, 32, 64, 3, 1, false, 1, true, relu});
+  }
+  // Model B of bench_conv and resnet_cifar (small ResNets, 'same', no bias; BN follows): the
+  // stem, 32-channel blocks, the stride-2 3x3 (asymmetric 'same': 0 rows above, 1 below), its
+  // 1x1 stride-2 shortcut (resnet_cifar) and the 64-channel blocks at 16x16. Batch 128 (fit),
+  // 256 (resnet_cifar's evaluate) and 20 (the last, partial batch of 4500 training images).
+  for (std::int64_t n : {128, 256, 20}) {
+    out.push_back({"ResNet stem", n, 32, 32, 3, 32, 3, 1, true});
+    out.push_back({"ResNet block32", n, 32, 32, 32, 32, 3, 1, true});
+    out.push_back({"ResNet down 3x3/2", n, 32, 32, 32, 64, 3, 2, true});
+    out.push_back({"ResNet shortcut 1x1/2", n, 32, 32, 32, 64, 1, 2, true});
+    out.push_back({"ResNet block64", n, 16, 16, 64, 64, 3, 1, true});
+  }
+  // Conv2D's dilation_rate: a dilated 'same' 3x3 (rate 2) on the 32-channel blocks' shape.
+  out.push_back({"dilated 3x3 rate 2", 128, 32, 32, 32, 32, 3, 1, true, 2});
+  return out;
+}
+
+const DType kDtypes[] = {float32, float16, bfloat16};
+const ConvPass kPasses[] = {ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter};
+
+ConvKey key_of(const ConvLayer& l, ConvPass pass, DType d) {
+  const Problem p = problem(l);
+  return conv_key(pass, p.x, p.w, p.y, p.g, d);
+}
+
+}  // namespace
+
+TEST_CASE("cuda conv plans: the H100 description loads and round-trips through cuDNN") {
+  Descriptor props = device_properties(h100());
+  CHECK(props);
+  // A description missing a key is an mpt::Error naming it (cuDNN's own message).
+  const std::string err = error_of([] { device_properties(R"({"deviceName":"x"})"); });
+  CHECK(contains(err, "device properties"));
+  CHECK(contains(err, "maxGridSize"));
+}
+
+TEST_CASE("cuda conv plans: geometry of the models' layers") {
+  // The stride-2 'same' 3x3 pads 0 above and 1 below (Keras/TensorFlow), the 1x1 not at all.
+  const Problem down = problem({"", 128, 32, 32, 32, 64, 3, 2, true});
+  CHECK(down.y == Shape{128, 16, 16, 64});
+  CHECK(down.g.pad_top == 0);
+  CHECK(down.g.pad_bottom == 1);
+  CHECK(down.g.pad_left == 0);
+  CHECK(down.g.pad_right == 1);
+  const Problem sc = problem({"", 128, 32, 32, 32, 64, 1, 2, true});
+  CHECK(sc.y == Shape{128, 16, 16, 64});
+  CHECK(sc.g.pad_top + sc.g.pad_bottom + sc.g.pad_left + sc.g.pad_right == 0);
+  const Problem c2 = problem({"", 128, 13, 13, 32, 64, 3, 1, false});
+  CHECK(c2.y == Shape{128, 11, 11, 64});
+}
+
+TEST_CASE("cuda conv plans: every convolution of models B, C and resnet_cifar plans on an H100") {
+  const Descriptor props = device_properties(h100());
+  const PlanTarget target{nullptr, props.get()};
+  int graphs = 0, min_count = 1 << 30;
+  for (const ConvLayer& l : model_layers())
+    for (DType d : kDtypes)
+      for (ConvPass pass : kPasses) {
+        ConvKey k = key_of(l, pass, d);
+        const int n = static_cast<int>(build_plans(k, target, 0).size());
+        MESSAGE(std::string(l.where), ": ", describe(k), ": ", n, " plans");
+        CHECK_MESSAGE(n >= 1, std::string(l.where), ": ", describe(k));
+        // The graph conv.cpp runs for the layer's forward: bias and activation fused.
+        if (pass == ConvPass::Forward && (l.bias || l.act != Activation::Linear)) {
+          k.bias = l.bias;
+          k.act = l.act;
+          const int f = static_cast<int>(build_plans(k, target, 0).size());
+          MESSAGE(std::string(l.where), ": ", describe(k), ": ", f, " plans");
+          if (d != float32) CHECK_MESSAGE(f >= 1, std::string(l.where), ": fused ", describe(k));
+          ++graphs;
+        }
+        min_count = std::min(min_count, n);
+        ++graphs;
+      }
+  MESSAGE(graphs, " graphs planned; fewest plans for one: ", min_count);
+}
+
+TEST_CASE("cuda conv plans: fused bias + ReLU forward graphs plan in 16-bit") {
+  const Descriptor props = device_properties(h100());
+  const PlanTarget target{nullptr, props.get()};
+  for (DType d : {float16, bfloat16}) {
+    for (Activation act : {Activation::Relu, Activation::Sigmoid, Activation::Tanh}) {
+      ConvKey k = key_of({"C conv2", 128, 13, 13, 32, 64, 3, 1, false}, ConvPass::Forward, d);
+      k.bias = true;
+      k.bias_dtype = d;
+      k.act = act;
+      const int n = static_cast<int>(build_plans(k, target, 0).size());
+      MESSAGE(describe(k), ": ", n, " plans");
+      if (act == Activation::Relu) CHECK(n >= 1);
+    }
+    // Bias alone plans; an activation without a bias add does not (cuDNN 9.19's runtime-fusion
+    // engines want conv -> add -> activation), so conv.cpp runs that one as conv + unary().
+    ConvKey b = key_of({"B(gpu) conv2", 1024, 15, 15, 32, 64, 3, 1, false}, ConvPass::Forward, d);
+    b.bias = true;
+    const int nb = static_cast<int>(build_plans(b, target, 0).size());
+    MESSAGE(describe(b), ": ", nb, " plans");
+    CHECK(nb >= 1);
+    ConvKey r = key_of({"ResNet block32", 128, 32, 32, 32, 32, 3, 1, true}, ConvPass::Forward, d);
+    r.act = Activation::Relu;
+    const int nr = static_cast<int>(build_plans(r, target, 0).size());
+    MESSAGE(describe(r), ": ", nr, " plans (conv.cpp falls back to conv + unary)");
+  }
+}
+
+TEST_CASE("cuda conv plans: 16-bit weight gradients into a float32 dw (reported), and float64") {
+  const Descriptor props = device_properties(h100());
+  const PlanTarget target{nullptr, props.get()};
+  for (DType d : {float16, bfloat16}) {
+    ConvKey k = key_of({"ResNet block32", 128, 32, 32, 32, 32, 3, 1, true}, ConvPass::BackwardFilter, d);
+    k.dw_dtype = float32;
+    const int n = static_cast<int>(build_plans(k, target, 0).size());
+    // cuDNN 9.19 has no engine for this mix: conv.cpp stages x and dy in float32 instead.
+    MESSAGE(describe(k), ": ", n, " plans");
+  }
+  for (ConvPass pass : kPasses) {
+    const ConvKey k = key_of({"ResNet down 3x3/2", 128, 32, 32, 32, 64, 3, 2, true}, pass, float64);
+    const int n = static_cast<int>(build_plans(k, target, 0).size());
+    MESSAGE(describe(k), ": ", n, " plans");
+    CHECK(n >= 1);
+  }
+}
+
+TEST_CASE("cuda conv plans: mpt's [kh, kw, Cin, Cout] weights need no KRSC copy") {
+  // The same engines plan for the weights described in place and for a KRSC copy, with the same
+  // workspace (a layout cuDNN had to reorder would add the filter's size to the workspace).
+  const Descriptor props = device_properties(h100());
+  const PlanTarget target{nullptr, props.get()};
+  for (DType d : kDtypes)
+    for (ConvPass pass : kPasses) {
+      ConvKey k = key_of({"ResNet down 3x3/2", 128, 32, 32, 32, 64, 3, 2, true}, pass, d);
+      const auto in_place = build_plans(k, target, 0);
+      k.krsc = true;
+      const auto krsc = build_plans(k, target, 0);
+      REQUIRE(in_place.size() >= 1);
+      REQUIRE(krsc.size() >= 1);
+      CHECK(in_place[0].engine == krsc[0].engine);
+      CHECK(in_place[0].workspace == krsc[0].workspace);
+    }
+}
+
+TEST_CASE("cuda conv plans: strict float32 leaves out TF32 engines") {
+  const Descriptor props = device_properties(h100());
+  const PlanTarget target{nullptr, props.get()};
+  ConvKey k = key_of({"ResNet block32", 128, 32, 32, 32, 32, 3, 1, true}, ConvPass::Forward, float32);
+  const int strict = static_cast<int>(build_plans(k, target, 0).size());
+  k.allow_tf32 = true;
+  const int tf32 = static_cast<int>(build_plans(k, target, 0).size());
+  MESSAGE("float32 fprop: ", strict, " plans strict, ", tf32, " with TF32 allowed");
+  CHECK(strict >= 1);
+  CHECK(tf32 > strict);
+}
+
+TEST_CASE("cuda conv plans: negative control, bfloat16 on an sm_75 description plans nothing") {
+  const ConvLayer l{"ResNet block32", 128, 32, 32, 32, 32, 3, 1, true};
+  for (ConvPass pass : kPasses) {
+    const ConvKey bf = key_of(l, pass, bfloat16);
+    const int n_t4 = plan_count(bf, kT4), n_h100 = plan_count(bf, h100());
+    MESSAGE(describe(bf), ": ", n_t4, " plans on sm_75, ", n_h100, " on sm_90");
+    CHECK(n_t4 == 0);
+    CHECK(n_h100 >= 1);
+    // float16 does plan on the T4: the description, not the graph, rules bfloat16 out.
+    CHECK(plan_count(key_of(l, pass, float16), kT4) >= 1);
+  }
+}

@@ -1,0 +1,417 @@
+// The CUDA optimizer, loss-scaling and pooling kernels (src/backend/cuda/kernels/optim.hpp,
+// pool.hpp) run on the host through emulate, on small grids so grid-stride loops wrap and chunk
+// tails are partial, against the CPU backend: the same bits in every dtype.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/kernels/optim.hpp"
+#include "backend/cuda/kernels/pool.hpp"
+#include "test_util.hpp"
+
+using namespace mpt;
+namespace k = mpt::kernels;
+
+namespace {
+
+Backend& cpu() { return detail::backend(Device::cpu()); }
+
+/// A CPU tensor of dtype d holding vals (rounded from float64).
+Tensor make(const std::vector<double>& vals, const Shape& shape, DType d) {
+  return Tensor::from_vector(vals, shape, Device::cpu()).to(d).copy();
+}
+
+std::vector<double> uniform(std::size_t n, double lo, double hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(n);
+  for (double& x : v) x = u(rng);
+  return v;
+}
+
+/// A tensor's storage as T (the kernel's view of device memory).
+template <class T>
+std::vector<T> storage(const Tensor& t) {
+  std::vector<T> v(static_cast<std::size_t>(t.numel()));
+  if (!v.empty()) std::memcpy(v.data(), t.data_ptr(), t.nbytes());
+  return v;
+}
+
+template <class T>
+bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T> || k::is_half_v<T>) {
+    const auto c = k::load(v);
+    return c != c;
+  } else {
+    return false;
+  }
+}
+
+/// Index of the first element whose bits differ, or -1. Two NaNs count as equal: a NaN that a
+/// kernel computes and stores as 16-bit comes out as CUDA's canonical 0x7fff (types.hpp's store,
+/// as the device's cvt instruction), where the CPU's conversion keeps the sign (0x7e00 / 0xfe00).
+template <class T>
+std::int64_t first_diff(const Tensor& expected, const std::vector<T>& actual) {
+  REQUIRE(expected.nbytes() == actual.size() * sizeof(T));
+  const T* e = static_cast<const T*>(expected.data_ptr());
+  for (std::size_t i = 0; i < actual.size(); ++i)
+    if (std::memcmp(&e[i], &actual[i], sizeof(T)) != 0 && !(is_nan(e[i]) && is_nan(actual[i])))
+      return static_cast<std::int64_t>(i);
+  return -1;
+}
+
+#define CHECK_SAME_BITS(expected, actual, what)                                                         \
+  do {                                                                                                  \
+    const std::int64_t at_ = first_diff(expected, actual);                                              \
+    CHECK_MESSAGE(at_ == -1, what, ": first differing element ", at_);                                  \
+  } while (0)
+
+template <class F>
+void with_type(DType d, F&& f) {
+  k::dispatch_float(d, "test", std::forward<F>(f));
+}
+
+const k::Dim kGrid{3}, kBlock{32};  // 96 threads over ~1000 elements: grid-stride loops wrap
+
+}  // namespace
+
+// ---- optimizer updates --------------------------------------------------------------------------
+
+namespace {
+
+struct Update {
+  Tensor var, grad;
+  std::vector<Tensor> slots;  // float32, some null per case
+};
+
+/// The same starting state twice: one copy for the CPU backend, one as kernel storage.
+Update start(std::int64_t n, DType var_dtype, DType grad_dtype, unsigned seed) {
+  Update u;
+  u.var = make(uniform(n, -2, 2, seed), {n}, var_dtype);
+  std::vector<double> g = uniform(n, -1, 1, seed + 1);
+  g[0] = 0.0, g[n / 2] = -0.0;
+  u.grad = make(g, {n}, grad_dtype);
+  u.slots.push_back(make(uniform(n, -0.5, 0.5, seed + 2), {n}, float32));  // m / momentum / avg
+  u.slots.push_back(make(uniform(n, 1.0, 2.0, seed + 3), {n}, float32));   // v / velocity (> avg^2)
+  u.slots.push_back(make(uniform(n, 0.0, 3.0, seed + 4), {n}, float32));   // vhat / momentum
+  return u;
+}
+
+float* ptr(std::vector<float>& v, bool used) { return used ? v.data() : nullptr; }
+
+}  // namespace
+
+TEST_CASE("sgd, adam and rmsprop kernels give the CPU backend's bits") {
+  const std::int64_t n = 1001;
+  for (DType vd : {float32, float16, bfloat16}) {
+    for (DType gd : {float32, float16, bfloat16, float64}) {
+      CAPTURE(to_string(vd));
+      CAPTURE(to_string(gd));
+      with_type(vd, [&](auto vt) {
+        using V = typename decltype(vt)::type;
+        with_type(gd, [&](auto gt) {
+          using G = typename decltype(gt)::type;
+          // SGD: plain, momentum, nesterov.
+          for (int mode = 0; mode < 3; ++mode) {
+            CAPTURE(mode);
+            Update u = start(n, vd, gd, 10 + mode);
+            auto w = storage<V>(u.var);
+            auto g = storage<G>(u.grad);
+            auto m = storage<float>(u.slots[0]);
+            const bool use_m = mode > 0;
+            cpu().sgd_update(u.var, u.grad, use_m ? &u.slots[0] : nullptr, 0.01, 0.9, mode == 2);
+            k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
+              k::sgd_body(t, w.data(), g.data(), ptr(m, use_m), 0.01f, 0.9f, mode == 2, n);
+            });
+            CHECK_SAME_BITS(u.var, w, "sgd var");
+            CHECK_SAME_BITS(u.slots[0], m, "sgd momentum");
+          }
+          // Adam (no decay, no amsgrad) and AdamW with amsgrad.
+          for (int mode = 0; mode < 2; ++mode) {
+            CAPTURE(mode);
+            Update u = start(n, vd, gd, 20 + mode);
+            auto w = storage<V>(u.var);
+            auto g = storage<G>(u.grad);
+            auto m = storage<float>(u.slots[0]);
+            auto v = storage<float>(u.slots[1]);
+            auto h = storage<float>(u.slots[2]);
+            const double alpha = 0.001 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.9 * 0.9), decay = mode ? 0.004 * 0.001 : 0;
+            cpu().adam_update(u.var, u.grad, u.slots[0], u.slots[1], mode ? &u.slots[2] : nullptr, alpha, 0.9, 0.999,
+                              1e-7, decay);
+            k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
+              k::adam_body(t, w.data(), g.data(), m.data(), v.data(), ptr(h, mode), static_cast<float>(alpha),
+                           static_cast<float>(1 - 0.9), static_cast<float>(1 - 0.999), static_cast<float>(1e-7),
+                           static_cast<float>(decay), n);
+            });
+            CHECK_SAME_BITS(u.var, w, "adam var");
+            CHECK_SAME_BITS(u.slots[0], m, "adam m");
+            CHECK_SAME_BITS(u.slots[1], v, "adam v");
+            CHECK_SAME_BITS(u.slots[2], h, "adam vhat");
+          }
+          // RMSprop: plain, centered, centered with momentum, momentum only.
+          for (int mode = 0; mode < 4; ++mode) {
+            CAPTURE(mode);
+            Update u = start(n, vd, gd, 30 + mode);
+            auto w = storage<V>(u.var);
+            auto g = storage<G>(u.grad);
+            auto a = storage<float>(u.slots[0]);
+            auto vel = storage<float>(u.slots[1]);
+            auto mo = storage<float>(u.slots[2]);
+            const bool centered = mode == 1 || mode == 2, momentum = mode >= 2;
+            cpu().rmsprop_update(u.var, u.grad, u.slots[1], centered ? &u.slots[0] : nullptr,
+                                 momentum ? &u.slots[2] : nullptr, 0.001, 0.9, 0.5, 1e-7);
+            k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
+              k::rmsprop_body(t, w.data(), g.data(), vel.data(), ptr(a, centered), ptr(mo, momentum), 0.001f, 0.9f,
+                              static_cast<float>(1 - 0.9), 0.5f, static_cast<float>(1e-7), n);
+            });
+            CHECK_SAME_BITS(u.var, w, "rmsprop var");
+            CHECK_SAME_BITS(u.slots[1], vel, "rmsprop velocity");
+            CHECK_SAME_BITS(u.slots[0], a, "rmsprop average_grad");
+            CHECK_SAME_BITS(u.slots[2], mo, "rmsprop momentum");
+          }
+        });
+      });
+    }
+  }
+}
+
+// ---- unscale_and_check ----------------------------------------------------------------------------
+
+namespace {
+
+k::GradType grad_type(DType d) {
+  switch (d) {
+    case DType::Float64: return k::GradType::F64;
+    case DType::Float16: return k::GradType::F16;
+    case DType::BFloat16: return k::GradType::BF16;
+    default: return k::GradType::F32;
+  }
+}
+
+/// Runs pack_unscale + unscale_body on the host over grads (undefined ones skipped) and checks
+/// outs and the flag against the CPU backend; returns the number of launches and the per-tensor
+/// flags.
+int check_unscale(const std::vector<Tensor>& grads, float inv_scale, std::int64_t chunk, unsigned threads,
+                  std::vector<float>& flags, float& found) {
+  std::vector<Tensor> outs(grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    if (grads[i].defined()) outs[i] = Tensor::empty(grads[i].shape(), float32, Device::cpu());
+  Tensor inv = Tensor::scalar(inv_scale, float32, Device::cpu());
+  Tensor cpu_found = Tensor::scalar(0.5, float32, Device::cpu());
+  cpu().unscale_and_check(grads, inv, outs, cpu_found);
+
+  // Kernel side: its own outs (filled with a sentinel so unwritten elements show), inputs as storage.
+  std::vector<std::vector<unsigned char>> in(grads.size());
+  std::vector<std::vector<float>> out(grads.size());
+  std::vector<k::UnscaleItem> items;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) {
+      items.push_back({nullptr, nullptr, 0, k::GradType::F32});
+      continue;
+    }
+    in[i].resize(grads[i].nbytes());
+    std::memcpy(in[i].data(), grads[i].data_ptr(), grads[i].nbytes());
+    out[i].assign(static_cast<std::size_t>(grads[i].numel()), -12345.0f);
+    items.push_back({in[i].data(), out[i].data(), grads[i].numel(), grad_type(grads[i].dtype())});
+  }
+  found = 0.0f;  // the memset before the launches
+  flags.assign(grads.size(), 0.0f);
+  const float s = inv_scale;
+  int launches = 0;
+  k::pack_unscale(items.data(), static_cast<std::int32_t>(items.size()), &s, &found, flags.data(), chunk,
+                  [&](const k::UnscaleArgs& a, unsigned blocks) {
+                    ++launches;
+                    k::emulate({blocks}, {threads}, [&](const k::Thread& t) { k::unscale_body(t, a); });
+                  });
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    CAPTURE(i);
+    if (!grads[i].defined()) continue;
+    CHECK_SAME_BITS(outs[i], out[i], "unscaled gradient");
+  }
+  CHECK(found == *cpu_found.data<float>());
+  return launches;
+}
+
+}  // namespace
+
+TEST_CASE("unscale_and_check packs many gradients into few launches and gives the CPU's outs and flag") {
+  const std::int64_t chunk = 64;  // small chunks: tensors span blocks, tails are partial
+  auto grad = [](std::int64_t n, DType d, unsigned seed) { return make(uniform(n, -3e3, 3e3, seed), {n}, d); };
+  std::vector<Tensor> grads{grad(1000, float32, 1), grad(37, float16, 2), Tensor(), grad(3 * chunk + 5, bfloat16, 3),
+                            grad(129, float64, 4), grad(0, float32, 5), grad(2 * chunk + 7, float16, 6),
+                            grad(chunk, float32, 7)};
+  std::vector<float> flags;
+  float found = -1;
+
+  SUBCASE("all finite") {
+    CHECK(check_unscale(grads, 1.0f / 1024, chunk, 32, flags, found) == 1);
+    CHECK(found == 0.0f);
+    CHECK(std::count(flags.begin(), flags.end(), 1.0f) == 0);
+    check_unscale(grads, 0.3f, chunk, 32, flags, found);  // an inexact scale: the same rounding
+    CHECK(found == 0.0f);
+  }
+  SUBCASE("inf in the last element of a chunk tail") {
+    std::vector<double> v = uniform(2 * chunk + 7, -1, 1, 9);
+    v.back() = INFINITY;
+    grads[6] = make(v, {static_cast<std::int64_t>(v.size())}, float16);
+    check_unscale(grads, 1.0f / 1024, chunk, 32, flags, found);
+    CHECK(found == 1.0f);
+    CHECK(flags == std::vector<float>{0, 0, 0, 0, 0, 0, 1, 0});
+  }
+  SUBCASE("one NaN") {
+    std::vector<double> v = uniform(129, -1, 1, 10);
+    v[77] = NAN;
+    grads[4] = make(v, {129}, float64);
+    check_unscale(grads, 0.5f, chunk, 32, flags, found);
+    CHECK(found == 1.0f);
+    CHECK(flags == std::vector<float>{0, 0, 0, 0, 1, 0, 0, 0});
+  }
+  SUBCASE("a finite float16 gradient that overflows once unscaled") {
+    grads[1] = make(std::vector<double>(37, 60000.0), {37}, float16);
+    check_unscale(grads, 1e35f, chunk, 32, flags, found);
+    CHECK(found == 1.0f);
+  }
+  SUBCASE("more tensors and chunks than one launch holds") {
+    std::vector<Tensor> many;
+    for (int i = 0; i < 2 * k::kUnscaleTensors + 7; ++i)
+      many.push_back(grad(1 + (i * 37) % 200, i % 2 ? bfloat16 : float32, 100 + i));
+    many.push_back(grad(chunk * (k::kUnscaleBlocks + 30) + 3, float32, 99));  // crosses a launch
+    std::vector<double> v = uniform(chunk * 500 + 1, -1, 1, 98);
+    v[chunk * 450 + 17] = -INFINITY;  // in the second launch of this tensor
+    many.push_back(make(v, {static_cast<std::int64_t>(v.size())}, float16));
+    many.push_back(grad(5, float64, 97));
+    const int launches = check_unscale(many, 0.25f, chunk, 32, flags, found);
+    CHECK(launches >= 4);
+    CHECK(found == 1.0f);
+    CHECK(std::count(flags.begin(), flags.end(), 1.0f) == 1);
+    CHECK(flags[many.size() - 2] == 1.0f);
+  }
+  SUBCASE("no gradients") {
+    CHECK(check_unscale({Tensor()}, 1.0f, chunk, 32, flags, found) == 0);
+    CHECK(found == 0.0f);
+  }
+}
+
+TEST_CASE("update_loss_scale's kernel follows the CPU backend's scale and counters") {
+  ops::LossScaleRule dynamic_rule{true, 3, 2, 1.0, 256.0};
+  ops::LossScaleRule static_rule{false, 3, 1, 1.0, 65536.0};
+  for (const auto& rule : {dynamic_rule, static_rule}) {
+    Tensor scale = Tensor::scalar(8.0, float32, Device::cpu()), inv = Tensor::scalar(0.125, float32, Device::cpu());
+    Tensor counters = Tensor::zeros({2}, int64, Device::cpu());
+    float s = 8.0f, i = 0.125f;
+    std::int64_t c[2] = {0, 0};
+    bool saw_max = false;
+    // Growth to the maximum, hysteresis (one overflow is not enough), halving to the minimum.
+    std::vector<int> flags{0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 1, 1, 1, 1};
+    for (int f = 0; f < 60; ++f) flags.push_back(f < 24 ? 0 : 1);
+    for (int f : flags) {
+      const float flag = static_cast<float>(f);
+      Tensor found = Tensor::scalar(flag, float32, Device::cpu());
+      cpu().update_loss_scale(scale, inv, counters, found, rule);
+      k::emulate({1}, {1}, [&](const k::Thread& t) {
+        k::loss_scale_body(t, &s, &i, c, &flag, rule.dynamic, rule.growth_steps, rule.hysteresis, rule.min_scale,
+                           rule.max_scale);
+      });
+      REQUIRE(s == *scale.data<float>());
+      REQUIRE(i == *inv.data<float>());
+      REQUIRE(c[0] == counters.data<std::int64_t>()[0]);
+      REQUIRE(c[1] == counters.data<std::int64_t>()[1]);
+      saw_max |= s == 256.0f;
+    }
+    if (rule.dynamic) CHECK(s == 1.0f);  // the overflows at the end reached the minimum
+    if (rule.dynamic) CHECK(saw_max);     // and the finite run before them the maximum
+  }
+}
+
+// ---- pooling --------------------------------------------------------------------------------------
+
+namespace {
+
+struct PoolCase {
+  const char* name;
+  Pool2dGeometry g;
+  std::int64_t h, w;
+};
+
+std::int64_t out_size(std::int64_t in, std::int64_t pool, std::int64_t stride, std::int64_t pad) {
+  return (in + pad - pool) / stride + 1;
+}
+
+/// Values with many ties (multiples of 0.5 in a small range), -0 beside +0, -inf, and, when
+/// `nan`, a few NaNs.
+std::vector<double> pool_input(std::int64_t n, unsigned seed, bool nan) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> u(-6, 6);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (double& x : v) x = 0.5 * u(rng);
+  for (std::size_t i = 3; i < v.size(); i += 17) v[i] = -0.0;
+  for (std::size_t i = 11; i < v.size(); i += 41) v[i] = -INFINITY;
+  if (nan)
+    for (std::size_t i = 29; i < v.size(); i += 97) v[i] = NAN;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("pooling kernels give the CPU backend's outputs, workspace and gradients") {
+  const std::vector<PoolCase> cases{
+      {"2x2/2 valid", {PoolKind::Max, 2, 2, 2, 2, 0, 0, 0, 0}, 7, 9},
+      {"2x2/2 same", {PoolKind::Max, 2, 2, 2, 2, 0, 1, 0, 1}, 7, 9},
+      {"3x3/1 same, asymmetric", {PoolKind::Max, 3, 3, 1, 1, 0, 2, 2, 0}, 6, 7},
+      {"3x3/2 same", {PoolKind::Max, 3, 3, 2, 2, 1, 1, 0, 1}, 7, 8},
+      {"3x3/2 valid", {PoolKind::Max, 3, 3, 2, 2, 0, 0, 0, 0}, 9, 7},
+      {"2x2/3 gaps, asymmetric", {PoolKind::Max, 2, 2, 3, 3, 0, 1, 1, 0}, 8, 7},
+      {"2x3/1x2 mixed", {PoolKind::Max, 2, 3, 1, 2, 1, 0, 1, 1}, 5, 8},
+  };
+  const std::int64_t N = 2, C = 5;
+  for (const PoolCase& pc : cases) {
+    for (PoolKind kind : {PoolKind::Max, PoolKind::Avg}) {
+      for (DType d : {float32, float16, bfloat16, float64}) {
+        for (bool nan : {false, true}) {
+          Pool2dGeometry g = pc.g;
+          g.kind = kind;
+          const std::string name = pc.name;
+          CAPTURE(name);
+          CAPTURE(kind == PoolKind::Max ? "max" : "avg");
+          CAPTURE(to_string(d));
+          CAPTURE(nan);
+          const std::int64_t oh = out_size(pc.h, g.pool_h, g.stride_h, g.pad_top + g.pad_bottom),
+                             ow = out_size(pc.w, g.pool_w, g.stride_w, g.pad_left + g.pad_right);
+          Tensor x = make(pool_input(N * pc.h * pc.w * C, 7, nan), {N, pc.h, pc.w, C}, d);
+          Tensor y = Tensor::empty({N, oh, ow, C}, d, Device::cpu()), ws;
+          cpu().pool2d(x, g, true, y, ws);
+          Tensor dy = make(uniform(N * oh * ow * C, -1, 1, 8), {N, oh, ow, C}, d);
+          Tensor dx = Tensor::empty(x.shape(), d, Device::cpu());
+          cpu().pool2d_backward(x, y, dy, ws, g, dx);
+
+          const k::PoolDims dims{N, pc.h, pc.w, C, oh, ow, g.pool_h, g.pool_w, g.stride_h, g.stride_w,
+                                 g.pad_top, g.pad_left, kind == PoolKind::Max,
+                                 g.stride_h >= g.pool_h && g.stride_w >= g.pool_w};
+          with_type(d, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            auto hx = storage<T>(x);
+            std::vector<T> hy(static_cast<std::size_t>(y.numel()));
+            std::vector<std::uint16_t> hws(kind == PoolKind::Max ? hy.size() : 0);
+            k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
+              k::pool_forward_body(t, hx.data(), hy.data(), hws.empty() ? nullptr : hws.data(), dims);
+            });
+            CHECK_SAME_BITS(y, hy, "pool2d output");
+            if (kind == PoolKind::Max) {
+              REQUIRE(ws.defined());
+              CHECK_SAME_BITS(ws, hws, "pool2d workspace");
+            }
+            auto hdy = storage<T>(dy);
+            std::vector<T> hdx(static_cast<std::size_t>(dx.numel()));
+            k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
+              k::pool_backward_body(t, hdy.data(), hws.empty() ? nullptr : hws.data(), hdx.data(), dims);
+            });
+            CHECK_SAME_BITS(dx, hdx, "pool2d_backward dx");
+          });
+        }
+      }
+    }
+  }
+}
