@@ -2,9 +2,9 @@
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED)
 find_package(xtensor REQUIRED)
+find_package(nlohmann_json REQUIRED)  # JSON of checkpoint configs; public: Layer::config() returns nlohmann::json
 find_package(dnnl REQUIRED)  # Debian's config also wants OpenCL (ocl-icd-opencl-dev)
 find_package(HDF5 REQUIRED COMPONENTS C)
-find_package(cereal REQUIRED)
 find_package(ZLIB REQUIRED)
 # Optional: the .keras (zip) checkpoint format. Found by hand: Debian's libzip CMake config
 # insists on the zipcmp/zipmerge/ziptool programs, which libzip-dev does not install.
@@ -20,9 +20,6 @@ if(NOT TARGET hdf5::hdf5)
   add_library(hdf5::hdf5 INTERFACE IMPORTED)
   target_include_directories(hdf5::hdf5 INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
   target_link_libraries(hdf5::hdf5 INTERFACE ${HDF5_C_LIBRARIES})
-endif()
-if(NOT TARGET cereal::cereal AND TARGET cereal)
-  add_library(cereal::cereal ALIAS cereal)
 endif()
 
 if(MPT_WITH_CUDA)
@@ -49,3 +46,7 @@ if(MPT_WITH_CUDA)
 else()
   message(STATUS "mpt: CUDA backend OFF")
 endif()
+
+# TensorBoard event files: the Event/Summary protocol buffers (src/model/tensorboard/event.proto),
+# compiled by protoc (Debian: libprotobuf-dev protobuf-compiler).
+find_package(Protobuf REQUIRED)

@@ -1,6 +1,6 @@
 # Installs libmpt, its headers and a CMake package: find_package(mpt CONFIG REQUIRED) -> mpt::mpt.
-# The package only re-finds PUBLIC dependencies (xtensor); the PRIVATE ones (oneDNN, OpenMP, HDF5,
-# zlib, cereal, CUDA) are linked into the shared libmpt and are not a consumer's concern.
+# The package only re-finds PUBLIC dependencies (xtensor, nlohmann_json); the PRIVATE ones (oneDNN, OpenMP, HDF5,
+# zlib, protobuf, libzip, CUDA) are linked into the shared libmpt and are not a consumer's concern.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 

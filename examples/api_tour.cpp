@@ -3,16 +3,18 @@
 //
 //   ./api_tour [--epochs 5]
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include <mpt/mpt.hpp>
+
+#include "flags.hpp"
 namespace layers = mpt::layers;
 
 int main(int argc, char** argv) {
   int epochs = 5;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoi(argv[i + 1]);
+  CLI::App app{"API.md's whole program and custom training loop"};
+  app.add_option("--epochs", epochs, "epochs to train")->check(examples::kPositive)->capture_default_str();
+  if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
   mpt::mixed_precision::set_global_policy("mixed_float16");   // or "mixed_bfloat16", "float32"
 
   auto data = mpt::datasets::fashion_mnist::load();   // Debian package dataset-fashion-mnist

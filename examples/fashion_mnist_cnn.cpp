@@ -1,32 +1,41 @@
 // Model C on Fashion-MNIST: Conv2D 32 3x3 relu -> MaxPool 2 -> Conv2D 64 3x3 relu -> MaxPool 2 ->
 // Flatten -> Dense 128 relu -> Dense 10 -> softmax; Adam 1e-3, batch 128, under a global policy.
-// Writes a checkpoint of the trained model (--checkpoint, default fashion_cnn.weights.h5).
+// Writes a checkpoint of the trained model (--checkpoint, default fashion_cnn.weights.h5; "" for
+// none); --tensorboard DIR logs the run for TensorBoard (scalars every 20 batches and per epoch,
+// weight and gradient histograms per epoch), --csv-log PATH keeps History in a CSV file.
 //
 //   ./fashion_mnist_cnn [--policy mixed_float16|mixed_bfloat16|float32] [--epochs 3] [--batch-size 128]
-//                       [--seed 1] [--checkpoint PATH]
+//                       [--seed 1] [--checkpoint PATH] [--validation-split 0.1] [--tensorboard DIR]
+//                       [--csv-log PATH]
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include <mpt/mpt.hpp>
 
+#include "flags.hpp"
+
 namespace layers = mpt::layers;
 
 int main(int argc, char** argv) {
-  std::string policy = "mixed_float16", checkpoint = "fashion_cnn.weights.h5";
+  std::string policy = "mixed_float16", checkpoint = "fashion_cnn.weights.h5", tensorboard, csv_log;
+  double validation_split = 0.0;
   int epochs = 3;
   std::int64_t batch_size = 128;
   std::uint64_t seed = 1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc) { std::cerr << "missing value for " << a << "\n"; return 2; }
-    if (a == "--policy") policy = argv[++i];
-    else if (a == "--epochs") epochs = std::stoi(argv[++i]);
-    else if (a == "--batch-size") batch_size = std::stoll(argv[++i]);
-    else if (a == "--seed") seed = std::stoull(argv[++i]);
-    else if (a == "--checkpoint") checkpoint = argv[++i];
-    else { std::cerr << "unknown flag " << a << "\n"; return 2; }
-  }
+  CLI::App app{"Model C (a small CNN) on Fashion-MNIST under a global dtype policy"};
+  examples::add_policy(app, policy);
+  app.add_option("--epochs", epochs, "epochs to train")->check(examples::kPositive)->capture_default_str();
+  app.add_option("--batch-size", batch_size, "batch size")->check(examples::kPositive)->capture_default_str();
+  app.add_option("--seed", seed, "random seed")->capture_default_str();
+  app.add_option("--checkpoint", checkpoint, "weights file written after training (\"\" for none)")
+      ->capture_default_str();
+  app.add_option("--validation-split", validation_split, "fraction of the training data held out")
+      ->check(examples::kFraction)
+      ->capture_default_str();
+  app.add_option("--tensorboard", tensorboard, "TensorBoard log directory (none by default)");
+  app.add_option("--csv-log", csv_log, "CSV file of the History (none by default)");
+  if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
   try {
     mpt::set_random_seed(seed);
     mpt::mixed_precision::set_global_policy(policy);
@@ -47,7 +56,13 @@ int main(int argc, char** argv) {
                    .loss = "sparse_categorical_crossentropy",
                    .metrics = {"accuracy"}});
     model.summary();
-    mpt::History h = model.fit(data.x_train, data.y_train, {.batch_size = batch_size, .epochs = epochs});
+    std::vector<mpt::callbacks::CallbackArg> callbacks;
+    if (!tensorboard.empty())
+      callbacks.emplace_back(mpt::callbacks::TensorBoard({.log_dir = tensorboard, .update_freq = 20, .histogram_freq = 1}));
+    if (!csv_log.empty()) callbacks.emplace_back(mpt::callbacks::CSVLogger(csv_log));
+    mpt::History h = model.fit(data.x_train, data.y_train,
+                               {.batch_size = batch_size, .epochs = epochs, .callbacks = callbacks,
+                                .validation_split = validation_split});
     auto scores = model.evaluate(data.x_test, data.y_test, {.batch_size = 512});
     if (!checkpoint.empty()) {
       model.save_weights(checkpoint);
@@ -56,6 +71,7 @@ int main(int argc, char** argv) {
     }
     std::printf("policy %s: test loss %.4f, test accuracy %.4f, final loss scale %g\n", policy.c_str(),
                 scores["loss"], scores["accuracy"], h.history["loss_scale"].back());
+    if (!tensorboard.empty()) std::printf("TensorBoard logs: %s (tensorboard --logdir %s)\n", tensorboard.c_str(), tensorboard.c_str());
     std::printf("test_accuracy=%.4f\n", scores["accuracy"]);
   } catch (const mpt::Error& e) {
     std::cerr << "error: " << e.what() << "\n";

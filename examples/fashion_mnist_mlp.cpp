@@ -4,11 +4,12 @@
 //   ./fashion_mnist_mlp [--policy mixed_float16|mixed_bfloat16|float32] [--epochs 3] [--batch-size 128]
 //                       [--seed 1]
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <string>
 
 #include <mpt/mpt.hpp>
+
+#include "flags.hpp"
 
 namespace layers = mpt::layers;
 
@@ -17,15 +18,12 @@ int main(int argc, char** argv) {
   int epochs = 3;
   std::int64_t batch_size = 128;
   std::uint64_t seed = 1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc) { std::cerr << "missing value for " << a << "\n"; return 2; }
-    if (a == "--policy") policy = argv[++i];
-    else if (a == "--epochs") epochs = std::stoi(argv[++i]);
-    else if (a == "--batch-size") batch_size = std::stoll(argv[++i]);
-    else if (a == "--seed") seed = std::stoull(argv[++i]);
-    else { std::cerr << "unknown flag " << a << "\n"; return 2; }
-  }
+  CLI::App app{"Model A (an MLP) on Fashion-MNIST under a global dtype policy"};
+  examples::add_policy(app, policy);
+  app.add_option("--epochs", epochs, "epochs to train")->check(examples::kPositive)->capture_default_str();
+  app.add_option("--batch-size", batch_size, "batch size")->check(examples::kPositive)->capture_default_str();
+  app.add_option("--seed", seed, "random seed")->capture_default_str();
+  if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
   try {
     mpt::set_random_seed(seed);
     mpt::mixed_precision::set_global_policy(policy);

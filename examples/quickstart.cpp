@@ -5,20 +5,21 @@
 //   ./quickstart [--policy mixed_float16|mixed_bfloat16|float32] [--steps N]
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include <mpt/mpt.hpp>
+
+#include "flags.hpp"
 
 using namespace mpt;
 
 int main(int argc, char** argv) {
   std::string policy = "mixed_float16";
   int steps = 300;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--policy")) policy = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::stoi(argv[i + 1]);
-  }
+  CLI::App app{"A two-layer classifier trained with GradientTape in mixed precision"};
+  examples::add_policy(app, policy, {"float32", "mixed_float16", "mixed_bfloat16"});
+  app.add_option("--steps", steps, "training steps")->check(examples::kPositive)->capture_default_str();
+  if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
   const DType compute = policy == "mixed_float16" ? float16 : policy == "mixed_bfloat16" ? bfloat16 : float32;
   const bool scale_loss = compute == float16;
 

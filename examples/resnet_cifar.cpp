@@ -11,6 +11,8 @@
 
 #include <mpt/mpt.hpp>
 
+#include "flags.hpp"
+
 namespace layers = mpt::layers;
 using mpt::KerasTensor;
 
@@ -52,16 +54,15 @@ int main(int argc, char** argv) {
   std::string policy = "mixed_bfloat16", data_dir;
   int epochs = 2;
   std::int64_t batch_size = 128, train_samples = 5000;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc) { std::cerr << "missing value for " << a << "\n"; return 2; }
-    if (a == "--policy") policy = argv[++i];
-    else if (a == "--epochs") epochs = std::stoi(argv[++i]);
-    else if (a == "--batch-size") batch_size = std::stoll(argv[++i]);
-    else if (a == "--data-dir") data_dir = argv[++i];
-    else if (a == "--train-samples") train_samples = std::stoll(argv[++i]);
-    else { std::cerr << "unknown flag " << a << "\n"; return 2; }
-  }
+  CLI::App app{"A small ResNet on CIFAR-10 (or generated CIFAR-shaped data) under a global dtype policy"};
+  examples::add_policy(app, policy);
+  app.add_option("--epochs", epochs, "epochs to train")->check(examples::kPositive)->capture_default_str();
+  app.add_option("--batch-size", batch_size, "batch size")->check(examples::kPositive)->capture_default_str();
+  app.add_option("--data-dir", data_dir, "folder of CIFAR-10's binary batches (generated data without it)");
+  app.add_option("--train-samples", train_samples, "generated training images when there is no --data-dir")
+      ->check(examples::kPositive)
+      ->capture_default_str();
+  if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
   try {
     mpt::set_random_seed(1);
     mpt::mixed_precision::set_global_policy(policy);

@@ -12,8 +12,8 @@ class ActivationLayer : public Layer {
   }
   Tensor call(const Tensor& x, bool) override { return ops::activation(x, activation_); }
   bool ends_in_softmax() const override { return activation_ == "softmax"; }
-  std::vector<std::pair<std::string, std::string>> config() const override {
-    if (class_name() == "ReLU") return {{"max_value", "null"}, {"negative_slope", "0.0"}, {"threshold", "0.0"}};  // Keras's
+  nlohmann::json config() const override {
+    if (class_name() == "ReLU") return {{"max_value", nullptr}, {"negative_slope", 0.0}, {"threshold", 0.0}};  // Keras's
     return {{"activation", activation_}};
   }
 
@@ -29,7 +29,7 @@ class SoftmaxLayer : public Layer {
     return ops::softmax(x, axis_);
   }
   bool ends_in_softmax() const override { return true; }
-  std::vector<std::pair<std::string, std::string>> config() const override { return {{"axis", std::to_string(axis_)}}; }
+  nlohmann::json config() const override { return {{"axis", axis_}}; }
 
  private:
   std::int64_t axis_;

@@ -8,7 +8,6 @@
 namespace mpt::layers {
 namespace {
 
-using detail::json;
 
 class BatchNormalizationLayer : public Layer {
  public:
@@ -55,12 +54,12 @@ class BatchNormalizationLayer : public Layer {
     pending_mean_ = pending_variance_ = Tensor();
   }
 
-  std::vector<std::pair<std::string, std::string>> config() const override {
-    return {{"axis", json(o_.axis)},
-            {"momentum", json(o_.momentum)},
-            {"epsilon", json(o_.epsilon)},
-            {"center", json(o_.center)},
-            {"scale", json(o_.scale)},
+  nlohmann::json config() const override {
+    return {{"axis", o_.axis},
+            {"momentum", o_.momentum},
+            {"epsilon", o_.epsilon},
+            {"center", o_.center},
+            {"scale", o_.scale},
             {"beta_initializer", o_.beta_initializer},
             {"gamma_initializer", o_.gamma_initializer},
             {"moving_mean_initializer", o_.moving_mean_initializer},

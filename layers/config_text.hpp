@@ -1,5 +1,5 @@
 #pragma once
-// JSON text for config() values (see Layer::config) shared by the layer files.
+// config() values (see Layer::config) shared by the layer files.
 #include <cstdio>
 #include <string>
 
@@ -7,15 +7,10 @@
 
 namespace mpt::layers::detail {
 
-inline std::string json(bool v) { return v ? "true" : "false"; }
-inline std::string json(std::int64_t v) { return std::to_string(v); }
-/// Shortest text that reads back as the same double for Keras-style constants (0.99, 0.001).
-inline std::string json(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.15g", v);
-  return buf;
-}
-inline std::string json(const IntPair& p) {
+/// [h, w], as Keras writes kernel_size, strides and pool_size.
+inline nlohmann::json json(const IntPair& p) { return nlohmann::json::array({p.h, p.w}); }
+/// "[3, 3]" for messages.
+inline std::string text(const IntPair& p) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "[%lld, %lld]", static_cast<long long>(p.h), static_cast<long long>(p.w));
   return buf;

@@ -7,16 +7,17 @@ namespace mpt::layers {
 namespace {
 
 using detail::json;
+using detail::text;
 
 class Conv2DLayer : public Layer {
  public:
   Conv2DLayer(std::int64_t filters, IntPair kernel_size, Conv2DOptions o)
       : Layer("Conv2D", o.dtype, o.name), filters_(filters), kernel_size_(kernel_size), o_(std::move(o)) {
     if (filters <= 0) error("filters must be positive, got ", filters);
-    if (kernel_size.h <= 0 || kernel_size.w <= 0) error("kernel_size must be positive, got ", json(kernel_size));
-    if (o_.strides.h <= 0 || o_.strides.w <= 0) error("strides must be positive, got ", json(o_.strides));
+    if (kernel_size.h <= 0 || kernel_size.w <= 0) error("kernel_size must be positive, got ", text(kernel_size));
+    if (o_.strides.h <= 0 || o_.strides.w <= 0) error("strides must be positive, got ", text(o_.strides));
     if (o_.dilation_rate.h <= 0 || o_.dilation_rate.w <= 0)
-      error("dilation_rate must be positive, got ", json(o_.dilation_rate));
+      error("dilation_rate must be positive, got ", text(o_.dilation_rate));
     if (o_.padding != "valid" && o_.padding != "same") error("padding must be \"valid\" or \"same\", got \"", o_.padding, "\"");
     ops::check_activation(o_.activation);
   }
@@ -42,16 +43,16 @@ class Conv2DLayer : public Layer {
 
   bool ends_in_softmax() const override { return o_.activation == "softmax"; }
 
-  std::vector<std::pair<std::string, std::string>> config() const override {
-    return {{"filters", json(filters_)},
+  nlohmann::json config() const override {
+    return {{"filters", filters_},
             {"kernel_size", json(kernel_size_)},
             {"strides", json(o_.strides)},
             {"padding", o_.padding},
             {"data_format", "channels_last"},
             {"dilation_rate", json(o_.dilation_rate)},
-            {"groups", "1"},
+            {"groups", 1},
             {"activation", o_.activation},
-            {"use_bias", json(o_.use_bias)},
+            {"use_bias", o_.use_bias},
             {"kernel_initializer", o_.kernel_initializer},
             {"bias_initializer", o_.bias_initializer}};
   }
@@ -63,7 +64,7 @@ class Conv2DLayer : public Layer {
       error("expected an input of rank 4 (batch, height, width, channels), got shape ", to_string(s));
     const std::int64_t eh = (kernel_size_.h - 1) * o_.dilation_rate.h + 1, ew = (kernel_size_.w - 1) * o_.dilation_rate.w + 1;
     if (o_.padding == "valid" && (eh > s[1] || ew > s[2]))
-      error("kernel_size ", json(kernel_size_), (eh != kernel_size_.h || ew != kernel_size_.w ? " (dilated to [" +
+      error("kernel_size ", text(kernel_size_), (eh != kernel_size_.h || ew != kernel_size_.w ? " (dilated to [" +
                 std::to_string(eh) + ", " + std::to_string(ew) + "])" : std::string()),
             " is larger than the input image ", s[1], "x", s[2], " with padding 'valid' (input shape ", to_string(s), ")");
   }

@@ -22,10 +22,10 @@ class DenseLayer : public Layer {
     return softmax ? ops::softmax(y) : y;
   }
   bool ends_in_softmax() const override { return o_.activation == "softmax"; }
-  std::vector<std::pair<std::string, std::string>> config() const override {
-    return {{"units", std::to_string(units_)},
+  nlohmann::json config() const override {
+    return {{"units", units_},
             {"activation", o_.activation},
-            {"use_bias", o_.use_bias ? "true" : "false"},
+            {"use_bias", o_.use_bias},
             {"kernel_initializer", o_.kernel_initializer},
             {"bias_initializer", o_.bias_initializer}};
   }

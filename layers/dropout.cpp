@@ -20,11 +20,7 @@ class DropoutLayer : public Layer {
     Tensor zero = Tensor::scalar(0.0, x.dtype(), x.device());
     return ops::where(keep, ops::mul(x, Tensor::scalar(1.0 / (1.0 - rate_), x.dtype(), x.device())), zero);
   }
-  std::vector<std::pair<std::string, std::string>> config() const override {
-    char rate[32];
-    std::snprintf(rate, sizeof rate, "%.17g", rate_);
-    return {{"rate", rate}, {"seed", std::to_string(seed_)}, {"noise_shape", "null"}};
-  }
+  nlohmann::json config() const override { return {{"rate", rate_}, {"seed", seed_}, {"noise_shape", nullptr}}; }
   std::vector<std::uint64_t> rng_state() const override { return {calls_}; }
   void set_rng_state(const std::vector<std::uint64_t>& s) override {
     if (s.size() != 1) error("expected 1 random-state value, got ", s.size());

@@ -12,10 +12,10 @@ class InputLayer : public Layer {
       error("expected inputs of shape ", batch_shape_string(shape_), ", got ", to_string(x.shape()));
     return x;
   }
-  std::vector<std::pair<std::string, std::string>> config() const override {
-    std::string s = "[null";
-    for (auto d : shape_) s += ", " + std::to_string(d);
-    return {{"batch_shape", s + "]"}};
+  nlohmann::json config() const override {
+    nlohmann::json s = nlohmann::json::array({nullptr});
+    for (auto d : shape_) s.push_back(d);
+    return {{"batch_shape", s}};
   }
   const Shape& shape() const { return shape_; }
 

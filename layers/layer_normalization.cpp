@@ -5,7 +5,6 @@
 namespace mpt::layers {
 namespace {
 
-using detail::json;
 
 class LayerNormalizationLayer : public Layer {
  public:
@@ -30,11 +29,11 @@ class LayerNormalizationLayer : public Layer {
     return ops::layer_norm(x, o_.scale ? gamma_.read(pd) : Tensor(), o_.center ? beta_.read(pd) : Tensor(), o_.epsilon);
   }
 
-  std::vector<std::pair<std::string, std::string>> config() const override {
-    return {{"axis", json(o_.axis)},
-            {"epsilon", json(o_.epsilon)},
-            {"center", json(o_.center)},
-            {"scale", json(o_.scale)},
+  nlohmann::json config() const override {
+    return {{"axis", o_.axis},
+            {"epsilon", o_.epsilon},
+            {"center", o_.center},
+            {"scale", o_.scale},
             {"beta_initializer", o_.beta_initializer},
             {"gamma_initializer", o_.gamma_initializer}};
   }

@@ -47,7 +47,7 @@ class ConcatenateLayer : public Layer {
   void build_multi(const std::vector<Shape>& shapes) override { check(shapes); }
   Tensor call(const Tensor&, bool) override { error("expects a list of at least 2 inputs, got 1"); }
   Tensor call_multi(const std::vector<Tensor>& xs, bool) override { return ops::concat(xs, check(shapes_of(xs))); }
-  std::vector<std::pair<std::string, std::string>> config() const override { return {{"axis", detail::json(axis_)}}; }
+  nlohmann::json config() const override { return {{"axis", axis_}}; }
 
  private:
   /// The normalized axis; every other axis must agree.

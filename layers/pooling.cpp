@@ -6,14 +6,15 @@ namespace mpt::layers {
 namespace {
 
 using detail::json;
+using detail::text;
 
 class Pooling2DLayer : public Layer {
  public:
   Pooling2DLayer(const char* class_name, bool max, IntPair pool_size, Pooling2DOptions o)
       : Layer(class_name, o.dtype, o.name), max_(max), pool_(pool_size), strides_(o.strides.value_or(pool_size)),
         padding_(o.padding) {
-    if (pool_.h <= 0 || pool_.w <= 0) error("pool_size must be positive, got ", json(pool_));
-    if (strides_.h <= 0 || strides_.w <= 0) error("strides must be positive, got ", json(strides_));
+    if (pool_.h <= 0 || pool_.w <= 0) error("pool_size must be positive, got ", text(pool_));
+    if (strides_.h <= 0 || strides_.w <= 0) error("strides must be positive, got ", text(strides_));
     if (padding_ != "valid" && padding_ != "same") error("padding must be \"valid\" or \"same\", got \"", padding_, "\"");
   }
 
@@ -21,13 +22,13 @@ class Pooling2DLayer : public Layer {
     const Shape& s = x.shape();
     if (s.size() != 4) error("expected an input of rank 4 (batch, height, width, channels), got shape ", to_string(s));
     if (padding_ == "valid" && (pool_.h > s[1] || pool_.w > s[2]))
-      error("pool_size ", json(pool_), " is larger than the input image ", s[1], "x", s[2],
+      error("pool_size ", text(pool_), " is larger than the input image ", s[1], "x", s[2],
             " with padding 'valid' (input shape ", to_string(s), ")");
     ops::Pool2dOptions o{.strides = strides_.array(), .padding = padding_};
     return max_ ? ops::max_pool2d(x, pool_.array(), o) : ops::avg_pool2d(x, pool_.array(), o);
   }
 
-  std::vector<std::pair<std::string, std::string>> config() const override {
+  nlohmann::json config() const override {
     return {{"pool_size", json(pool_)}, {"padding", padding_}, {"strides", json(strides_)}, {"data_format", "channels_last"}};
   }
 
@@ -46,8 +47,8 @@ class GlobalAveragePooling2DLayer : public Layer {
     if (x.shape()[1] == 0 || x.shape()[2] == 0) error("empty image in input of shape ", to_string(x.shape()));
     return ops::global_avg_pool2d(x, keepdims_);
   }
-  std::vector<std::pair<std::string, std::string>> config() const override {
-    return {{"data_format", "channels_last"}, {"keepdims", json(keepdims_)}};
+  nlohmann::json config() const override {
+    return {{"data_format", "channels_last"}, {"keepdims", keepdims_}};
   }
 
  private:
@@ -55,7 +56,7 @@ class GlobalAveragePooling2DLayer : public Layer {
 };
 
 Pooling2DOptions pooling_options(const LayerConfig& c) {
-  return {.strides = c.has("strides") && c.get("strides") != "null" ? std::optional<IntPair>(detail::pair_of(c, "strides"))
+  return {.strides = c.has("strides") ? std::optional<IntPair>(detail::pair_of(c, "strides"))
                                                                     : std::nullopt,
           .padding = c.get("padding", "valid"),
           .dtype = c.dtype,

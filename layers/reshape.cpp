@@ -40,11 +40,7 @@ class ReshapeLayer : public Layer {
       error("cannot reshape input of shape ", to_string(x.shape()), " to ", batch_shape_string(target_));
     return ops::reshape(x, s);
   }
-  std::vector<std::pair<std::string, std::string>> config() const override {
-    std::string s;
-    for (auto d : target_) s += (s.empty() ? "" : ", ") + std::to_string(d);
-    return {{"target_shape", "[" + s + "]"}};
-  }
+  nlohmann::json config() const override { return {{"target_shape", target_}}; }
 
  private:
   Shape target_;

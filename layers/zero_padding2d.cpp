@@ -1,4 +1,4 @@
-#include <cctype>
+#include <cstdio>
 
 #include "config_text.hpp"
 #include "mpt/layers/conv.hpp"
@@ -16,8 +16,8 @@ class ZeroPadding2DLayer : public Layer {
     if (x.dim() != 4) error("expected an input of rank 4 (batch, height, width, channels), got shape ", to_string(x.shape()));
     return ops::zero_pad2d(x, p_.top, p_.bottom, p_.left, p_.right);
   }
-  std::vector<std::pair<std::string, std::string>> config() const override {
-    return {{"padding", padding_text()}, {"data_format", "channels_last"}};
+  nlohmann::json config() const override {
+    return {{"padding", {{p_.top, p_.bottom}, {p_.left, p_.right}}}, {"data_format", "channels_last"}};
   }
 
  private:
@@ -35,19 +35,24 @@ const bool registered = [] {
     Padding2D p;
     if (c.has("padding")) {
       // [[top, bottom], [left, right]], [h, w] or one number
-      std::string text = c.get("padding");
+      const std::string w = "layer config of ZeroPadding2D '" + c.name + "', 'padding'";
       std::vector<std::int64_t> v;
-      for (std::size_t i = 0; i < text.size();) {
-        if (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '-') {
-          std::size_t used = 0;
-          v.push_back(std::stoll(text.substr(i), &used));
-          i += used;
-        } else {
-          ++i;
-        }
+      const nlohmann::json& j = c.at("padding");
+      auto add = [&](const nlohmann::json& x) {
+        MPT_CHECK(x.is_number_integer(), w, " must hold integers, got ", j.dump());
+        v.push_back(x.get<std::int64_t>());
+      };
+      if (j.is_array()) {
+        for (const auto& x : j)
+          if (x.is_array()) {
+            for (const auto& y : x) add(y);
+          } else {
+            add(x);
+          }
+      } else {
+        add(j);
       }
-      MPT_CHECK(v.size() == 1 || v.size() == 2 || v.size() == 4, "layer config of ZeroPadding2D '", c.name,
-                "': 'padding' must hold 1, 2 or 4 integers, got ", text);
+      MPT_CHECK(v.size() == 1 || v.size() == 2 || v.size() == 4, w, " must hold 1, 2 or 4 integers, got ", j.dump());
       p = v.size() == 1 ? Padding2D(v[0]) : v.size() == 2 ? Padding2D(v[0], v[1]) : Padding2D({v[0], v[1]}, {v[2], v[3]});
     }
     return ZeroPadding2D(p, {.dtype = c.dtype, .name = c.name});

@@ -27,6 +27,32 @@ void detail::adam_step(Optimizer& opt, const Tensor& grad, const Variable& var, 
   var.mark_modified();
 }
 
+void detail::adam_steps(Optimizer& opt, const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr,
+                        double beta_1, double beta_2, double epsilon, bool amsgrad, double decay) {
+  if (!fits_one_list_op(vars)) {  // one after another, as the per-variable loop
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      adam_step(opt, grads[i], vars[i], lr, beta_1, beta_2, epsilon, amsgrad, decay);
+    return;
+  }
+  // adam_step's alpha: the same iteration count for every variable of the step.
+  const double t = static_cast<double>(opt.iterations() + 1);
+  const double alpha = lr * std::sqrt(1 - std::pow(beta_2, t)) / (1 - std::pow(beta_1, t));
+  std::vector<Tensor> values;
+  std::vector<Tensor*> m, v, vhat;
+  for (const auto& var : vars) {  // slots created in adam_step's order
+    values.push_back(var.value());
+    m.push_back(&opt.slot(var, "m"));
+    v.push_back(&opt.slot(var, "v"));
+    if (amsgrad) vhat.push_back(&opt.slot(var, "vhat"));
+  }
+  ops::adam_update_all(values, grads, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay);
+  for (const auto& var : vars) var.mark_modified();
+}
+
+void AdamOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) {
+  detail::adam_steps(*this, grads, vars, lr, o_.beta_1, o_.beta_2, o_.epsilon, o_.amsgrad, 0.0);
+}
+
 void AdamOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
   detail::adam_step(*this, grad, var, lr, o_.beta_1, o_.beta_2, o_.epsilon, o_.amsgrad, 0.0);
 }

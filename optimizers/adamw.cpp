@@ -20,6 +20,10 @@ void AdamWOptimizer::update_step(const Tensor& grad, const Variable& var, double
   detail::adam_step(*this, grad, var, lr, o_.beta_1, o_.beta_2, o_.epsilon, o_.amsgrad, o_.weight_decay * lr);
 }
 
+void AdamWOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) {
+  detail::adam_steps(*this, grads, vars, lr, o_.beta_1, o_.beta_2, o_.epsilon, o_.amsgrad, o_.weight_decay * lr);
+}
+
 std::shared_ptr<AdamWOptimizer> AdamW(AdamWOptions options) { return std::make_shared<AdamWOptimizer>(std::move(options)); }
 
 }  // namespace mpt::optimizers

@@ -22,6 +22,24 @@ void RMSpropOptimizer::update_step(const Tensor& grad, const Variable& var, doub
   var.mark_modified();
 }
 
+void RMSpropOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                                    double lr) {
+  if (!detail::fits_one_list_op(vars)) {  // one after another, as the per-variable loop
+    Optimizer::update_steps(grads, vars, lr);
+    return;
+  }
+  std::vector<Tensor> values;
+  std::vector<Tensor*> velocity, average, momentum;
+  for (const auto& var : vars) {  // slots created in update_step's order
+    values.push_back(var.value());
+    velocity.push_back(&slot(var, "velocity"));
+    if (o_.centered) average.push_back(&slot(var, "average_gradient"));
+    if (o_.momentum > 0) momentum.push_back(&slot(var, "momentum"));
+  }
+  ops::rmsprop_update_all(values, grads, velocity, average, momentum, lr, o_.rho, o_.momentum, o_.epsilon);
+  for (const auto& var : vars) var.mark_modified();
+}
+
 std::shared_ptr<RMSpropOptimizer> RMSprop(RMSpropOptions options) { return std::make_shared<RMSpropOptimizer>(std::move(options)); }
 
 }  // namespace mpt::optimizers

@@ -18,6 +18,21 @@ void SGDOptimizer::update_step(const Tensor& grad, const Variable& var, double l
   var.mark_modified();
 }
 
+void SGDOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) {
+  if (!detail::fits_one_list_op(vars)) {  // one after another, as the per-variable loop
+    Optimizer::update_steps(grads, vars, lr);
+    return;
+  }
+  std::vector<Tensor> values;
+  std::vector<Tensor*> momenta;
+  for (const auto& var : vars) {
+    values.push_back(var.value());
+    if (o_.momentum != 0) momenta.push_back(&slot(var, "momentum"));
+  }
+  ops::sgd_update_all(values, grads, momenta, lr, o_.momentum, o_.nesterov);
+  for (const auto& var : vars) var.mark_modified();
+}
+
 std::shared_ptr<SGDOptimizer> SGD(SGDOptions options) { return std::make_shared<SGDOptimizer>(std::move(options)); }
 
 }  // namespace mpt::optimizers

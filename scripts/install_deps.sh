@@ -2,9 +2,10 @@
 # Installs mpt's build and run dependencies from Debian packages. Idempotent; run as root.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
-      libxtensor-dev libxsimd-dev libhdf5-dev libcereal-dev doctest-dev
+      libxtensor-dev libhdf5-dev doctest-dev nlohmann-json3-dev libcli11-dev
       libdnnl-dev ocl-icd-opencl-dev zlib1g-dev dataset-fashion-mnist
       libzip-dev   # libzip: the optional .keras checkpoint format
+      libprotobuf-dev protobuf-compiler   # TensorBoard's event protocol buffers
       clang libclang-rt-dev libomp-dev)  # the sanitizer and fuzzing half of scripts/test.sh
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,6 +1,6 @@
 #pragma once
-/// Callbacks for fit: EarlyStopping, LambdaCallback, CSVLogger, ModelCheckpoint, and the
-/// progress bar that fit adds by itself for verbose > 0.
+/// Callbacks for fit: EarlyStopping, LambdaCallback, CSVLogger, ModelCheckpoint, TensorBoard,
+/// and the progress bar that fit adds by itself for verbose > 0.
 ///
 ///   model.fit(x, y, {.epochs = 50, .callbacks = {mpt::callbacks::EarlyStopping(
 ///                        {.monitor = "val_loss", .patience = 3, .restore_best_weights = true})}});
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mpt/tensor.hpp"
+#include "mpt/variable.hpp"
 
 namespace mpt {
 class Model;
@@ -36,6 +37,13 @@ class Callback {
   /// device and reads them back only for batches some callback asks for; the others get empty
   /// logs. A callback that never reads batch logs returns false (the built-in ones do).
   virtual bool wants_batch_logs(std::int64_t batch) { return true; }
+  /// Whether fit should pass batch `batch`'s gradients to on_train_batch_gradients (asked after
+  /// on_train_batch_begin). Keeping them costs no host read; reading them does.
+  virtual bool wants_gradients(std::int64_t batch) { return false; }
+  /// The gradients the optimizer got (unscaled, float32, on the model's device; inf/NaN where a
+  /// LossScaleOptimizer skipped the step), in the order of `variables`. Before on_train_batch_end.
+  virtual void on_train_batch_gradients(std::int64_t batch, const std::vector<Variable>& variables,
+                                        const std::vector<Tensor>& gradients) {}
   /// Set by fit before on_train_begin.
   void set_model(Model* model) { model_ = model; }
   Model* model() const { return model_; }
@@ -48,6 +56,9 @@ class Callback {
 class CallbackArg {
  public:
   CallbackArg(std::shared_ptr<Callback> c) : ptr_(std::move(c)) {}  // NOLINT
+  template <class C>
+    requires std::derived_from<C, Callback>
+  CallbackArg(std::shared_ptr<C> c) : ptr_(std::move(c)) {}  // NOLINT: a shared TensorBoard, EarlyStopping, ...
   template <class C>
     requires std::derived_from<std::decay_t<C>, Callback>
   CallbackArg(C&& c) : ptr_(std::make_shared<std::decay_t<C>>(std::forward<C>(c))) {}  // NOLINT
@@ -162,6 +173,61 @@ class ModelCheckpoint : public Callback {
   std::int64_t batches_since_save_ = 0;
   int current_epoch_ = 0;
   double best_;
+};
+
+struct TensorBoardOptions {
+  std::string log_dir = "logs";
+  /// "epoch" (scalars once per epoch), "batch" (every batch too), or every that many batches.
+  std::variant<std::string, std::int64_t> update_freq = std::string("epoch");
+  /// Weight and gradient histograms every that many epochs; 0 = none.
+  int histogram_freq = 0;
+};
+namespace detail {
+struct TensorBoardWriters;
+}
+/// Keras's TensorBoard callback: event files TensorBoard reads, in
+/// `<log_dir>/train/events.out.tfevents.*.v2` and `<log_dir>/validation/...`:
+///
+///   model.fit(x, y, {.epochs = 5, .validation_split = 0.1,
+///                    .callbacks = {mpt::callbacks::TensorBoard({.log_dir = "logs/run1", .histogram_freq = 1})}});
+///   // then: tensorboard --logdir logs
+///
+/// Per epoch (step = epoch): `epoch_<name>` for every log entry, loss, metrics, `learning_rate`,
+/// `loss_scale` and `skipped_steps` under train/, the `val_*` entries under validation/ (without
+/// the prefix) with `evaluation_<name>_vs_iterations` (step = optimizer iterations). With
+/// update_freq N: `batch_<name>` (running epoch means, and `batch_loss_scale`) every N batches
+/// (step = batches since fit began, 1-based); only those batches' logs are read back from the
+/// device. Every histogram_freq epochs: `<layer>/<variable>/histogram` for every weight and
+/// `<layer>/<variable>/gradient/histogram` for the gradients of that epoch's last batch (30
+/// buckets, as TensorFlow). mpt::Error names TensorBoard and the path it cannot write.
+class TensorBoard : public Callback {
+ public:
+  explicit TensorBoard(TensorBoardOptions o = {});
+  TensorBoard(TensorBoard&&) noexcept;
+  ~TensorBoard() override;
+  bool wants_batch_logs(std::int64_t batch) override;
+  bool wants_gradients(std::int64_t batch) override;
+  void on_train_begin(const Logs& logs) override;
+  void on_train_end(const Logs& logs) override;
+  void on_epoch_begin(int epoch, const Logs& logs) override;
+  void on_train_batch_begin(std::int64_t batch, const Logs& logs) override;
+  void on_train_batch_gradients(std::int64_t batch, const std::vector<Variable>& variables,
+                                const std::vector<Tensor>& gradients) override;
+  void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  /// The event files written so far ("" before fit; validation's before the first val_* log).
+  std::string train_event_file() const;
+  std::string validation_event_file() const;
+
+ private:
+  bool histogram_epoch() const;
+  TensorBoardOptions o_;
+  std::int64_t freq_ = 0;  ///< batches between batch scalars; 0 = per epoch only
+  std::int64_t global_batch_ = 0;
+  int epoch_ = 0;
+  std::vector<Variable> grad_vars_;
+  std::vector<Tensor> grads_;
+  std::unique_ptr<detail::TensorBoardWriters> writers_;
 };
 
 /// Keras's progress bar: verbose 1 = a live bar with ETA and time per step; 2 = one line per

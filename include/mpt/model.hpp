@@ -164,8 +164,11 @@ class Model {
   struct StepResult {
     Tensor loss;  // a scalar on the model's device
     bool applied = true;
+    // With keep_gradients: the unscaled gradients the optimizer got, and their variables.
+    std::vector<Tensor> gradients;
+    std::vector<Variable> variables;
   };
-  StepResult train_step(const Tensor& x, const Tensor& y);
+  StepResult train_step(const Tensor& x, const Tensor& y, bool keep_gradients = false);
   Tensor test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& metrics);
   void check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const;
   /// Where the model's variables are (default_device() before any exists).

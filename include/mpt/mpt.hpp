@@ -8,6 +8,7 @@
 #include "mpt/dtype.hpp"
 #include "mpt/error.hpp"
 #include "mpt/half.hpp"
+#include "mpt/log.hpp"
 #include "mpt/memory.hpp"
 #include "mpt/ops.hpp"
 #include "mpt/nn_ops.hpp"

@@ -40,6 +40,27 @@ void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* 
 void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
                     Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon);
 
+/// The three updates above for many variables in one call, with the step's hyperparameters
+/// shared: entry i updates vars[i] with grads[i] and entry i of each slot list, exactly as the
+/// single-variable op would, in the same bits (a CUDA device does it in a few launches for all
+/// variables instead of one per variable). Each entry is validated as the single op does (an
+/// error names the op and the entry). Required slot lists (Adam's m and v, RMSprop's velocity)
+/// have one non-null entry per variable; optional ones are empty (unused by every variable) or
+/// have one entry per variable, null where unused. All tensors are on one device, and no
+/// variable appears twice. Empty lists do nothing.
+///
+///   std::vector<mpt::Tensor> ws{w1, w2}, gs{g1, g2};
+///   mpt::ops::adam_update_all(ws, gs, {&m1, &m2}, {&v1, &v2}, {}, alpha, 0.9, 0.999, 1e-7);
+void sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                    const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov);
+void adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads, const std::vector<Tensor*>& m,
+                     const std::vector<Tensor*>& v, const std::vector<Tensor*>& vhat, double alpha, double beta_1,
+                     double beta_2, double epsilon, double decay = 0.0);
+void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                        const std::vector<Tensor*>& velocity, const std::vector<Tensor*>& average_grad,
+                        const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
+                        double epsilon);
+
 struct UnscaleResult {
   std::vector<Tensor> grads;     ///< grads[i] * inv_scale in float32 (undefined stays undefined)
   Tensor found_flag;             ///< float32 scalar on the gradients' device: 1 when any is inf/NaN

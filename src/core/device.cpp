@@ -7,6 +7,7 @@
 #include "backend/backend.hpp"
 #include "mpt/device.hpp"
 #include "mpt/error.hpp"
+#include "mpt/log.hpp"
 
 namespace mpt {
 
@@ -42,6 +43,9 @@ Device default_device() {
       g_default = Device::cuda(0);
     } else {
       g_default = Device::cpu();
+      // A CUDA build on a machine without a driver or GPU says so once, and runs on the CPU.
+      if (detail::has_backend(DeviceType::CUDA))
+        mpt::log(LogLevel::info, "no usable GPU (", cuda::unavailable_reason(), "); running on the CPU");
     }
   }
   return *g_default;

@@ -7,7 +7,7 @@
 
 #include "io/checked_file.hpp"
 #include "io/checkpoint_access.hpp"
-#include "io/json.hpp"
+#include "io/json_util.hpp"
 #include "io/keras_zip.hpp"
 #include "io/model_config.hpp"
 #include "io/weights_io.hpp"
@@ -17,28 +17,22 @@ namespace mpt {
 namespace {
 
 using Access = detail::CheckpointAccess;
-using io::json::ObjectWriter;
-namespace json = io::json;
+using io::Json;
 
 constexpr const char* kFormat = "mpt-checkpoint";
 constexpr std::int64_t kFormatVersion = 1;
 
-std::string state_json(const Model& m) {
+Json state_json(const Model& m) {
   const auto [gseed, gcount] = detail::seed_state();
-  ObjectWriter rng;
+  Json rng = Json::object();
   for (const auto& l : m.layers()) {
     const auto s = l->rng_state();
-    if (s.empty()) continue;
-    std::string v;
-    for (auto x : s) v += (v.empty() ? "" : ", ") + json::number(x);
-    rng.raw(l->name(), "[" + v + "]");
+    if (!s.empty()) rng[l->name()] = s;
   }
-  return ObjectWriter()
-      .raw("epoch", json::number(m.epoch()))
-      .raw("seed", json::number(Access::seed(m)))
-      .raw("global_seed", std::string("[").append(json::number(gseed)).append(", ").append(json::number(gcount)).append("]"))
-      .raw("layer_rng", rng.done())
-      .done();
+  return {{"epoch", m.epoch()},
+          {"seed", Access::seed(m)},
+          {"global_seed", Json::array({gseed, gcount})},
+          {"layer_rng", rng}};
 }
 
 }  // namespace
@@ -48,9 +42,10 @@ void Model::save(const std::string& filepath) const {
   for (const auto& l : layers())
     MPT_CHECK(l->built(), "save: layer '", l->name(), "' of model '", name_,
               "' is not built; build the model (model.build(shape)) or call it once first");
-  const std::string model_config = io::model_config_json(*this);
-  const std::string compile_config = compiled() ? io::compile_config_json(*this) : "";
-  const std::string state = state_json(*this);
+  const std::string where = "save: model '" + name_ + "'";
+  const std::string model_config = io::dump_json(io::model_config_json(*this), where);
+  const std::string compile_config = compiled() ? io::dump_json(io::compile_config_json(*this), where) : "";
+  const std::string state = io::dump_json(state_json(*this), where);
   auto write = [&](const std::string& tmp) {
     io::h5::File f = io::h5::File::create(tmp, io::kUserblockSize, filepath);
     io::write_keras3(f, *this, {});
@@ -69,14 +64,10 @@ void Model::save(const std::string& filepath) const {
   std::tm tm{};
   ::localtime_r(&now, &tm);
   std::strftime(date, sizeof date, "%Y-%m-%d@%H:%M:%S", &tm);
-  const std::string metadata = ObjectWriter()
-                                   .str("keras_version", "3.15.1")
-                                   .str("date_saved", date)
-                                   .str("mpt_version", "0.1.0")
-                                   .str("mpt_format", kFormat)
-                                   .done();
+  const std::string metadata = io::dump_json(
+      Json{{"keras_version", "3.15.1"}, {"date_saved", date}, {"mpt_version", "0.1.0"}, {"mpt_format", kFormat}}, where);
   std::vector<char> zip = io::make_zip({{"metadata.json", bytes(metadata)},
-                                        {"config.json", bytes(io::model_config_json(*this, true))},
+                                        {"config.json", bytes(io::dump_json(io::model_config_json(*this, true), where))},
                                         {"model.weights.h5", io::stamped_image(filepath, kFormat, write)}},
                                        filepath);
   io::write_atomically(filepath, zip);
@@ -92,18 +83,20 @@ std::unique_ptr<Model> load_from(const std::vector<char>& bytes, const std::stri
   MPT_CHECK(mpt_file || !keras_config.empty(), w,
             ": not an mpt full checkpoint or .keras archive (no model_config); weights files load with "
             "model.load_weights");
-  json::Value model_config, state;
-  std::optional<json::Value> compile_config;
+  Json model_config, state;
+  std::optional<Json> compile_config;
   if (mpt_file) {
     const auto version = f.attr_int("mpt_format_version").value_or(0);
     MPT_CHECK(version == kFormatVersion, w, ": checkpoint format version ", version,
               " is not supported (this build reads ", kFormatVersion, ")");
-    model_config = json::parse(*f.attr_string("model_config"), w + ", model_config");
-    if (auto text = f.attr_string("compile_config")) compile_config = json::parse(*text, w + ", compile_config");
-    state = json::parse(f.attr_string("mpt_state").value_or("{}"), w + ", mpt_state");
+    model_config = io::parse_json(*f.attr_string("model_config"), w + ", model_config");
+    if (auto text = f.attr_string("compile_config")) compile_config = io::parse_json(*text, w + ", compile_config");
+    state = io::parse_json(f.attr_string("mpt_state").value_or("{}"), w + ", mpt_state");
   } else {  // a .keras archive written by Keras: its config.json, no mpt state
-    model_config = json::parse(keras_config, w + ", config.json");
-    if (const json::Value* cc = model_config.find("compile_config"); cc && !cc->is_null()) compile_config = *cc;
+    model_config = io::parse_json(keras_config, w + ", config.json");
+    // Keras writes {} (or null) for a model that was never compiled.
+    if (const Json* cc = io::find(model_config, "compile_config"); cc && !cc->is_null() && !cc->empty())
+      compile_config = *cc;
   }
 
   std::unique_ptr<Model> m = io::model_from_config(model_config, w + ", model_config");
@@ -118,21 +111,22 @@ std::unique_ptr<Model> load_from(const std::vector<char>& bytes, const std::stri
 
   // Check the whole state before touching the model or the global seed.
   const std::string sw = w + ", mpt_state";
-  const int epoch = static_cast<int>(state.at("epoch", sw).as_int(sw + ", epoch"));
-  MPT_CHECK(epoch >= 0, sw, ": negative epoch ", epoch);
-  const std::uint64_t seed = state.at("seed", sw).as_uint(sw + ", seed");
-  const auto& g = state.at("global_seed", sw).as_array(sw + ", global_seed");
+  const std::int64_t epoch64 = io::as_int(io::at(state, "epoch", sw), sw + ", epoch");
+  MPT_CHECK(epoch64 >= 0 && epoch64 < (std::int64_t{1} << 31), sw, ": epoch ", epoch64, " is out of range");
+  const int epoch = static_cast<int>(epoch64);
+  const std::uint64_t seed = io::as_uint(io::at(state, "seed", sw), sw + ", seed");
+  const Json& g = io::as_array(io::at(state, "global_seed", sw), sw + ", global_seed");
   MPT_CHECK(g.size() == 2, sw, ": global_seed needs two numbers");
-  const std::uint64_t gseed = g[0].as_uint(sw), gcount = g[1].as_uint(sw);
+  const std::uint64_t gseed = io::as_uint(g[0], sw + ", global_seed"), gcount = io::as_uint(g[1], sw + ", global_seed");
   std::vector<std::pair<LayerRef, std::vector<std::uint64_t>>> rng;
-  if (const json::Value* r = state.find("layer_rng")) {
-    for (const auto& [name, values] : r->members) {
+  if (const Json* r = io::find(state, "layer_rng"); r && r->is_object()) {
+    for (const auto& [name, values] : r->items()) {
       LayerRef layer;
       for (const auto& l : m->layers())
         if (l->name() == name) layer = l;
       MPT_CHECK(static_cast<bool>(layer), sw, ": random state for layer '", name, "', which the model does not have");
       std::vector<std::uint64_t> s;
-      for (const auto& x : values.as_array(sw)) s.push_back(x.as_uint(sw));
+      for (const auto& x : io::as_array(values, sw + ", layer_rng")) s.push_back(io::as_uint(x, sw + ", layer_rng"));
       MPT_CHECK(s.size() == layer->rng_state().size(), sw, ": layer '", name, "' keeps ", layer->rng_state().size(),
                 " random-state values, the file has ", s.size());
       rng.emplace_back(layer, std::move(s));
@@ -156,6 +150,8 @@ std::unique_ptr<Model> load_model(const std::string& filepath) {
     return m;
   } catch (const Error& e) {
     throw Error(std::string("load_model: ") + e.what());
+  } catch (const nlohmann::json::exception& e) {  // every JSON read names its key; this is a safety net
+    throw Error("load_model: file '" + filepath + "': bad JSON config (" + e.what() + ")");
   }
 }
 

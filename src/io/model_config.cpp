@@ -1,7 +1,9 @@
-// Architecture and compile settings as JSON for full checkpoints and .keras archives, in Keras's
-// config layout (module / class_name / config): Keras's load_model reads what mpt writes, and mpt
-// reads the config.json Keras writes for Sequential models.
+// Architecture and compile settings as JSON for full checkpoints and .keras archives, in Keras 3's
+// config layout (module / class_name / config; functional models as Keras's layers with
+// inbound_nodes): Keras's load_model reads what mpt writes, and mpt reads the config.json Keras
+// writes for Sequential and functional models.
 #include <map>
+#include <set>
 #include <typeinfo>
 
 #include "io/checkpoint_access.hpp"
@@ -13,64 +15,67 @@ namespace mpt::io {
 namespace {
 
 using Access = detail::CheckpointAccess;
-using json::ObjectWriter;
-using json::quote;
 
-std::string policy_json(const mixed_precision::Policy& p) {
-  return ObjectWriter()
-      .str("module", "keras")
-      .str("class_name", "DTypePolicy")
-      .raw("config", ObjectWriter().str("name", p.name()).done())
-      .raw("registered_name", "null")
-      .done();
+Json policy_json(const mixed_precision::Policy& p) {
+  return {{"module", "keras"}, {"class_name", "DTypePolicy"}, {"config", {{"name", p.name()}}}, {"registered_name", nullptr}};
 }
 
-mixed_precision::Policy policy_from(const json::Value& v, const std::string& where) {
-  if (v.is_string()) return mixed_precision::Policy(v.text);
-  return mixed_precision::Policy(v.at("config", where).at("name", where).as_string(where + ", dtype"));
+mixed_precision::Policy policy_from(const Json& v, const std::string& where) {
+  if (v.is_string()) return mixed_precision::Policy(v.get<std::string>());
+  return mixed_precision::Policy(as_string(at(at(v, "config", where + ", dtype"), "name", where + ", dtype"), where + ", dtype"));
 }
 
-std::string shape_json(const Shape& per_example) {
-  std::string s = "[null";
-  for (auto d : per_example) s += ", " + std::to_string(d);
-  return s + "]";
+/// [null, d0, d1, ...] for a per-example shape.
+Json shape_json(const Shape& per_example) {
+  Json s = Json::array({nullptr});
+  for (auto d : per_example) s.push_back(d);
+  return s;
 }
 
+/// A batch shape [null, ...] back to the per-example shape; dimensions must be positive.
+Shape per_example_shape(const Json& v, const std::string& w) {
+  Shape s;
+  for (const auto& d : as_array(v, w)) s.push_back(d.is_null() ? -1 : as_int(d, w));
+  MPT_CHECK(!s.empty(), w, ": empty input shape");
+  s.erase(s.begin());
+  return s;
+}
+
+/// {"module": "keras.layers", "class_name", "config", "registered_name"} of one layer.
 /// `keras_view`: for Keras's config.json (seeds cut to the 31 bits Keras's backends take).
-std::string layer_json(const Layer& l, bool keras_view) {
-  ObjectWriter c;
-  c.str("name", l.name()).raw("trainable", json::boolean(l.trainable())).raw("dtype", policy_json(l.dtype_policy()));
-  for (const auto& [k, v] : l.config()) {
-    MPT_CHECK(k != "name" && k != "trainable" && k != "dtype", "save: layer '", l.name(), "' config repeats '", k, "'");
-    if (keras_view && k == "seed" && v != "null" && json::is_json(v))
-      c.raw(k, json::number(static_cast<std::uint64_t>(json::parse(v, "seed").as_uint("seed") % 2147483648ull)));
-    else
-      c.raw(k, json::is_json(v) ? v : quote(v));
-  }
-  ObjectWriter out;
-  out.str("module", "keras.layers").str("class_name", l.class_name()).raw("config", c.done()).raw("registered_name", "null");
-  if (!l.input_shape().empty())
-    out.raw("build_config", ObjectWriter().raw("input_shape", shape_json(Shape(l.input_shape().begin() + 1, l.input_shape().end()))).done());
-  return out.done();
+Json layer_json(const Layer& l, bool keras_view) {
+  Json c = {{"name", l.name()}, {"trainable", l.trainable()}, {"dtype", policy_json(l.dtype_policy())}};
+  const nlohmann::json own = l.config();
+  MPT_CHECK(own.is_object() || own.is_null(), "save: layer '", l.name(), "' config() must be a JSON object, got ",
+            own.type_name());
+  if (own.is_object())
+    for (const auto& [k, v] : own.items()) {
+      MPT_CHECK(k != "name" && k != "trainable" && k != "dtype", "save: layer '", l.name(), "' config repeats '", k, "'");
+      if (keras_view && k == "seed" && v.is_number_integer())
+        c[k] = as_uint(v, "save: layer '" + l.name() + "', seed") % 2147483648ull;
+      else
+        c[k] = Json(v);
+    }
+  return {{"module", "keras.layers"}, {"class_name", l.class_name()}, {"config", c}, {"registered_name", nullptr}};
 }
 
-LayerConfig layer_config_from(const json::Value& v, const std::string& where) {
+LayerConfig layer_config_from(const Json& v, const std::string& where) {
   LayerConfig c;
-  c.class_name = v.at("class_name", where).as_string(where + ", class_name");
+  c.class_name = as_string(at(v, "class_name", where), where + ", class_name");
   const std::string w = where + " (" + c.class_name + ")";
-  const json::Value& cfg = v.at("config", w);
+  const Json& cfg = at(v, "config", w);
   MPT_CHECK(cfg.is_object(), w, ": config must be an object");
-  c.name = cfg.at("name", w).as_string(w + ", name");
-  if (const json::Value* t = cfg.find("trainable")) c.trainable = t->as_bool(w + ", trainable");
-  if (const json::Value* d = cfg.find("dtype")) c.dtype = policy_from(*d, w);
-  for (const auto& [k, val] : cfg.members) {
+  c.name = as_string(at(cfg, "name", w), w + ", name");
+  if (const Json* t = find(cfg, "trainable")) c.trainable = as_bool(*t, w + ", trainable");
+  if (const Json* d = find(cfg, "dtype"); d && !d->is_null()) c.dtype = policy_from(*d, w);
+  for (const auto& [k, val] : cfg.items()) {
     if (k == "name" || k == "trainable" || k == "dtype") continue;
     // Keras serializes initializers as {"module": "keras.initializers", "class_name": "GlorotUniform", ...}.
-    const json::Value* module = val.find("module");
-    if (module && module->is_string() && module->text == "keras.initializers" && val.find("class_name"))
-      c.config.emplace_back(k, to_snake_case(val.at("class_name", w).as_string(w)));
+    const Json* module = find(val, "module");
+    if (module && module->is_string() && *module == "keras.initializers" && find(val, "class_name"))
+      c.config[k] = to_snake_case(as_string(at(val, "class_name", w), w + ", " + k));
     else
-      c.config.emplace_back(k, val.is_string() ? val.text : json::dump(val));
+      c.config[k] = nlohmann::json(val);
   }
   return c;
 }
@@ -83,198 +88,331 @@ void check_loss_is_builtin(const losses::Loss& loss) {
             "save: loss '", loss.name(), "' is not a built-in loss that load_model can rebuild; use save_weights");
 }
 
-std::string loss_json(const losses::Loss& loss) {
+Json loss_json(const losses::Loss& loss) {
   check_loss_is_builtin(loss);
   const losses::CrossentropyOptions* o = nullptr;
   if (auto* l = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(&loss)) o = &l->options();
   if (auto* l = dynamic_cast<const losses::CategoricalCrossentropy*>(&loss)) o = &l->options();
   if (auto* l = dynamic_cast<const losses::BinaryCrossentropy*>(&loss)) o = &l->options();
-  ObjectWriter c;
-  if (o) c.raw("from_logits", json::boolean(o->from_logits)).raw("label_smoothing", json::number(o->label_smoothing));
-  return ObjectWriter().str("name", loss.name()).raw("config", c.done()).done();
+  Json c = Json::object();
+  if (o) c["from_logits"] = o->from_logits, c["label_smoothing"] = o->label_smoothing;
+  return {{"name", loss.name()}, {"config", c}};
 }
 
-std::shared_ptr<losses::Loss> loss_from(const json::Value& v, const std::string& w) {
-  if (v.is_string()) return losses::get(v.text);  // Keras's compile_config: a name...
-  const json::Value* n = v.find("name");           // ... or {"class_name": ..., "config": ...}
-  const std::string name = n ? n->as_string(w + ", loss") : to_snake_case(v.at("class_name", w).as_string(w + ", loss"));
-  const json::Value& c = v.at("config", w);
+std::shared_ptr<losses::Loss> loss_from(const Json& v, const std::string& w) {
+  if (v.is_string()) return losses::get(v.get<std::string>());  // Keras's compile_config: a name...
+  const Json* n = find(v, "name");                               // ... or {"class_name": ..., "config": ...}
+  const std::string name = n ? as_string(*n, w + ", loss") : to_snake_case(as_string(at(v, "class_name", w), w + ", loss"));
+  const Json& c = at(v, "config", w);
   losses::CrossentropyOptions o;
-  if (const json::Value* f = c.find("from_logits")) o.from_logits = f->as_bool(w + ", from_logits");
-  if (const json::Value* s = c.find("label_smoothing")) o.label_smoothing = s->as_double(w + ", label_smoothing");
+  if (const Json* f = find(c, "from_logits")) o.from_logits = as_bool(*f, w + ", from_logits");
+  if (const Json* s = find(c, "label_smoothing")) o.label_smoothing = as_double(*s, w + ", label_smoothing");
   if (name == "sparse_categorical_crossentropy") return std::make_shared<losses::SparseCategoricalCrossentropy>(o);
   if (name == "categorical_crossentropy") return std::make_shared<losses::CategoricalCrossentropy>(o);
   if (name == "binary_crossentropy") return std::make_shared<losses::BinaryCrossentropy>(o);
   return losses::get(name);
 }
 
+Json metric_names(const Model& m) {
+  Json metrics = Json::array();
+  for (const auto& a : Access::metric_args(m)) metrics.push_back(a.object() ? a.object()->name() : a.name());
+  return metrics;
+}
+
 /// Keras's compile_config (Keras names only), for config.json.
-std::string keras_compile_config(const Model& m) {
+Json keras_compile_config(const Model& m) {
   const losses::Loss& loss = m.loss();
   check_loss_is_builtin(loss);
-  std::string loss_text = quote(loss.name());
+  Json loss_value = loss.name();
   const losses::CrossentropyOptions* o = nullptr;
   std::string cls;
   if (auto* l = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(&loss)) o = &l->options(), cls = "SparseCategoricalCrossentropy";
   if (auto* l = dynamic_cast<const losses::CategoricalCrossentropy*>(&loss)) o = &l->options(), cls = "CategoricalCrossentropy";
   if (auto* l = dynamic_cast<const losses::BinaryCrossentropy*>(&loss)) o = &l->options(), cls = "BinaryCrossentropy";
   if (o && (o->from_logits || o->label_smoothing != 0)) {
-    ObjectWriter c;
-    c.raw("from_logits", json::boolean(o->from_logits));
-    if (cls != "SparseCategoricalCrossentropy") c.raw("label_smoothing", json::number(o->label_smoothing));
-    loss_text = ObjectWriter().str("module", "keras.losses").str("class_name", cls).raw("config", c.done()).raw("registered_name", "null").done();
+    Json c = {{"from_logits", o->from_logits}};
+    if (cls != "SparseCategoricalCrossentropy") c["label_smoothing"] = o->label_smoothing;
+    loss_value = {{"module", "keras.losses"}, {"class_name", cls}, {"config", c}, {"registered_name", nullptr}};
   }
-  std::string metrics;
-  for (const auto& a : Access::metric_args(m))
-    metrics += (metrics.empty() ? "" : ", ") + quote(a.object() ? a.object()->name() : a.name());
-  return ObjectWriter()
-      .raw("optimizer", io::optimizer_to_json(m.optimizer(), true))
-      .raw("loss", loss_text)
-      .raw("loss_weights", "null")
-      .raw("metrics", "[" + metrics + "]")
-      .raw("weighted_metrics", "null")
-      .raw("run_eagerly", "false")
-      .raw("steps_per_execution", "1")
-      .raw("jit_compile", "false")
-      .done();
+  return {{"optimizer", io::optimizer_to_json(m.optimizer(), true)},
+          {"loss", loss_value},
+          {"loss_weights", nullptr},
+          {"metrics", metric_names(m)},
+          {"weighted_metrics", nullptr},
+          {"run_eagerly", false},
+          {"steps_per_execution", 1},
+          {"jit_compile", false}};
+}
+
+Json sequential_config(const Sequential& s, bool keras_view) {
+  const Model& m = s;
+  Shape in = s.input_shape();
+  auto ls = s.layers();
+  if (in.empty() && !ls.empty() && !ls[0]->input_shape().empty())
+    in = Shape(ls[0]->input_shape().begin() + 1, ls[0]->input_shape().end());
+  MPT_CHECK(!in.empty(), "save: Sequential '", m.name(), "' is not built; build it or call it once first");
+  Json layers = Json::array();
+  layers.push_back({{"module", "keras.layers"},
+                    {"class_name", "InputLayer"},
+                    {"config", {{"batch_shape", shape_json(in)}, {"dtype", "float32"}, {"name", "input_layer"}}},
+                    {"registered_name", nullptr}});
+  for (const auto& l : ls) {
+    Json j = layer_json(*l, keras_view);
+    if (!l->input_shape().empty())
+      j["build_config"] = {{"input_shape", shape_json(Shape(l->input_shape().begin() + 1, l->input_shape().end()))}};
+    layers.push_back(std::move(j));
+  }
+  Json c = {{"name", m.name()}, {"trainable", true}, {"dtype", policy_json(m.dtype_policy())}, {"layers", layers},
+            {"build_input_shape", shape_json(in)}};
+  Json out = {{"module", "keras"}, {"class_name", "Sequential"}, {"config", c}};
+  if (keras_view) {
+    out["registered_name"] = nullptr;
+    out["build_config"] = {{"input_shape", shape_json(in)}};
+    if (m.compiled()) out["compile_config"] = keras_compile_config(m);
+  }
+  return out;
+}
+
+/// Keras 3's functional config: every layer with its inbound_nodes (each call's arguments as
+/// __keras_tensor__ entries whose keras_history is [layer, node index, tensor index]), InputLayers
+/// included, then input_layers and output_layers as [name, node index, 0] (a list of them when
+/// there are several).
+Json functional_config(const Model& m, bool keras_view) {
+  const auto& nodes = Access::nodes(m);
+  const auto& inputs = Access::inputs(m);
+  const auto ls = m.layers();
+  std::set<std::string> used;
+  for (const auto& l : ls) used.insert(l->name());
+  // Where each symbolic tensor comes from: (layer name, node index).
+  std::map<const FunctionalNode*, std::pair<std::string, std::size_t>> history;
+  Json layers = Json::array();
+  for (const auto& in : inputs) {
+    const FunctionalNode& n = *in.node();
+    if (history.count(&n)) continue;
+    std::string name = n.input_name;  // Input names must be unique among the layers, as in Keras
+    for (int i = 1; used.count(name); ++i) name = n.input_name + "_" + std::to_string(i);
+    used.insert(name);
+    history[&n] = {name, 0};
+    layers.push_back({{"module", "keras.layers"},
+                      {"class_name", "InputLayer"},
+                      {"config",
+                       {{"batch_shape", shape_json(n.input_shape)},
+                        {"dtype", to_string(in.dtype())},
+                        {"sparse", false},
+                        {"ragged", false},
+                        {"name", name},
+                        {"optional", false}}},
+                      {"registered_name", nullptr},
+                      {"name", name},
+                      {"inbound_nodes", Json::array()}});
+  }
+  std::map<const Layer*, Json> entries;
+  for (const auto& l : ls) {
+    Json j = layer_json(*l, keras_view);
+    j["name"] = l->name();
+    j["inbound_nodes"] = Json::array();
+    entries[l.ptr().get()] = std::move(j);
+  }
+  auto tensor = [&](const KerasTensor& t) {
+    auto it = history.find(t.node().get());
+    MPT_CHECK(it != history.end(), "save: model '", m.name(), "': a layer call uses a tensor from outside the model");
+    return Json{{"class_name", "__keras_tensor__"},
+                {"config",
+                 {{"shape", shape_json(t.shape())},
+                  {"dtype", to_string(t.dtype())},
+                  {"keras_history", Json::array({it->second.first, it->second.second, 0})}}}};
+  };
+  for (const auto& n : nodes) {
+    Json& entry = entries.at(n->layer.get());
+    Json args = Json::array();
+    for (const auto& in : n->inputs) args.push_back(tensor(in));
+    Json shapes = Json::array();
+    for (const auto& in : n->inputs) shapes.push_back(shape_json(in.shape()));
+    if (entry["inbound_nodes"].empty())  // Keras builds a layer from its first call's input shapes
+      entry["build_config"] = {{"input_shape", n->inputs.size() == 1 ? shapes[0] : shapes}};
+    // One input is passed as itself, several as one list (merge layers), as Keras records calls.
+    Json node_args = n->inputs.size() == 1 ? Json::array({args[0]}) : Json::array({args});
+    history[n.get()] = {n->layer->name(), entry["inbound_nodes"].size()};
+    entry["inbound_nodes"].push_back({{"args", node_args}, {"kwargs", Json::object()}});
+  }
+  for (const auto& l : ls) {  // Keras's key order: build_config before name and inbound_nodes
+    Json& e = entries.at(l.ptr().get());
+    Json ordered = {{"module", e["module"]}, {"class_name", e["class_name"]}, {"config", e["config"]},
+                    {"registered_name", nullptr}};
+    if (e.contains("build_config")) ordered["build_config"] = e["build_config"];
+    ordered["name"] = e["name"];
+    ordered["inbound_nodes"] = e["inbound_nodes"];
+    layers.push_back(std::move(ordered));
+  }
+  auto ref = [&](const KerasTensor& t) {
+    const auto& h = history.at(t.node().get());
+    return Json::array({h.first, h.second, 0});
+  };
+  Json ins = Json::array(), outs = Json::array();
+  for (const auto& t : inputs) ins.push_back(ref(t));
+  for (const auto& t : Access::outputs(m)) outs.push_back(ref(t));
+  Json c = {{"name", m.name()}, {"trainable", true}};
+  if (!keras_view) c["dtype"] = policy_json(m.dtype_policy());
+  c["layers"] = layers;
+  c["input_layers"] = ins.size() == 1 ? ins[0] : ins;  // one tensor is written bare, as Keras does
+  c["output_layers"] = outs.size() == 1 ? outs[0] : outs;
+  Json out = {{"module", "keras.src.models.functional"}, {"class_name", "Functional"}, {"config", c},
+              {"registered_name", "Functional"}};
+  if (keras_view) {
+    out["build_config"] = {{"input_shape", nullptr}};
+    if (m.compiled()) out["compile_config"] = keras_compile_config(m);
+  }
+  return out;
+}
+
+/// A [name, node index, tensor index] reference, or a list of them.
+std::vector<const Json*> tensor_refs(const Json& v, const std::string& w) {
+  as_array(v, w);
+  if (!v.empty() && v[0].is_string()) return {&v};
+  std::vector<const Json*> out;
+  for (const auto& r : v) out.push_back(&as_array(r, w));
+  return out;
+}
+
+std::unique_ptr<Model> functional_from(const Json& c, const std::string& name, const std::string& w) {
+  struct Pending {
+    LayerRef layer;
+    std::string name;
+    const Json* nodes;
+    std::size_t next = 0;
+    std::string where;
+  };
+  std::map<std::string, std::vector<KerasTensor>> produced;  // layer name -> its calls' outputs
+  std::set<std::string> names;
+  std::vector<Pending> pending;
+  const Json& list = as_array(at(c, "layers", w), w + ", layers");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string wi = w + ", layer " + std::to_string(i);
+    const Json& e = list[i];
+    const std::string& cls = as_string(at(e, "class_name", wi), wi + ", class_name");
+    const Json& cfg = at(e, "config", wi);
+    const Json* n = find(e, "name");
+    const std::string lname = as_string(n ? *n : at(cfg, "name", wi), wi + ", name");
+    MPT_CHECK(names.insert(lname).second, wi, ": two layers are named '", lname, "'");
+    if (cls == "InputLayer") {
+      const Json* shape = find(cfg, "batch_shape");
+      if (!shape) shape = &at(cfg, "batch_input_shape", wi);  // Keras 2's key
+      DType dtype = float32;
+      if (const Json* d = find(cfg, "dtype"); d && !d->is_null())
+        dtype = d->is_string() ? dtype_from_string(d->get<std::string>()) : policy_from(*d, wi).variable_dtype();
+      produced[lname] = {Input(per_example_shape(*shape, wi + ", batch_shape"), {.dtype = dtype, .name = lname})};
+      continue;
+    }
+    LayerConfig lc = layer_config_from(e, wi);
+    MPT_CHECK(lc.name == lname, wi, ": name '", lname, "' differs from its config's '", lc.name, "'");
+    pending.push_back({layer_from_config(lc), lname, &as_array(at(e, "inbound_nodes", wi), wi + ", inbound_nodes"), 0,
+                       wi + " ('" + lname + "')"});
+  }
+  // Calls in any order, as Keras's functional_from_config: a call waits until its inputs exist.
+  auto ready = [&](const Json& t, const std::string& wn) -> const KerasTensor* {
+    const std::string wt = wn + ", keras_history";
+    const Json& h = as_array(at(at(t, "config", wn), "keras_history", wn), wt);
+    MPT_CHECK(h.size() == 3, wt, ": expected [layer, node index, tensor index]");
+    const std::string& from = as_string(h[0], wt);
+    const std::uint64_t node = as_uint(h[1], wt), index = as_uint(h[2], wt);
+    MPT_CHECK(names.count(from), wt, ": no layer named '", from, "'");
+    MPT_CHECK(index == 0, wt, ": tensor index ", index, " (mpt's layers have one output)");
+    auto it = produced.find(from);
+    return it != produced.end() && node < it->second.size() ? &it->second[node] : nullptr;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (auto& p : pending)
+      while (p.next < p.nodes->size()) {
+        const std::string wn = p.where + ", inbound node " + std::to_string(p.next);
+        const Json& args = as_array(at((*p.nodes)[p.next], "args", wn), wn + ", args");
+        MPT_CHECK(args.size() == 1, wn, ": expected one argument (a tensor or a list of tensors), found ", args.size());
+        const bool several = args[0].is_array();
+        std::vector<const Json*> ts;
+        if (several) {
+          for (const auto& t : args[0]) ts.push_back(&t);
+        } else {
+          ts.push_back(&args[0]);
+        }
+        MPT_CHECK(!ts.empty(), wn, ": an empty list of inputs");
+        std::vector<KerasTensor> xs;
+        for (const Json* t : ts)
+          if (const KerasTensor* x = ready(*t, wn)) xs.push_back(*x);
+        if (xs.size() != ts.size()) break;  // an input not made yet
+        produced[p.name].push_back(several ? p.layer(xs) : p.layer(xs[0]));
+        ++p.next;
+        progress = true;
+      }
+  }
+  for (const auto& p : pending)
+    MPT_CHECK(p.next == p.nodes->size(), p.where, ": inbound node ", p.next,
+              " waits on a tensor that no layer call produces (a cycle or a missing call)");
+  auto resolve = [&](const Json& v, const std::string& wr) {
+    std::vector<KerasTensor> out;
+    for (const Json* r : tensor_refs(v, wr)) {
+      MPT_CHECK(r->size() == 3, wr, ": expected [layer, node index, tensor index]");
+      const std::string& from = as_string((*r)[0], wr);
+      const std::uint64_t node = as_uint((*r)[1], wr);
+      MPT_CHECK(as_uint((*r)[2], wr) == 0, wr, ": tensor index must be 0");
+      auto it = produced.find(from);
+      MPT_CHECK(it != produced.end() && node < it->second.size(), wr, ": layer '", from, "' has no node ", node);
+      out.push_back(it->second[node]);
+    }
+    return out;
+  };
+  return std::make_unique<Model>(resolve(at(c, "input_layers", w), w + ", input_layers"),
+                                 resolve(at(c, "output_layers", w), w + ", output_layers"), name);
 }
 
 }  // namespace
 
-std::string model_config_json(const Model& m, bool keras_view) {
-  ObjectWriter c;
-  c.str("name", m.name()).raw("trainable", "true").raw("dtype", policy_json(m.dtype_policy()));
-  std::string layers;
-  auto add = [&](const std::string& j) { layers += (layers.empty() ? "" : ", ") + j; };
-  if (auto* s = dynamic_cast<const Sequential*>(&m)) {
-    Shape in = s->input_shape();
-    auto ls = s->layers();
-    if (in.empty() && !ls.empty() && !ls[0]->input_shape().empty())
-      in = Shape(ls[0]->input_shape().begin() + 1, ls[0]->input_shape().end());
-    MPT_CHECK(!in.empty(), "save: Sequential '", m.name(), "' is not built; build it or call it once first");
-    add(ObjectWriter()
-            .str("module", "keras.layers")
-            .str("class_name", "InputLayer")
-            .raw("config", ObjectWriter().raw("batch_shape", shape_json(in)).str("dtype", "float32").str("name", "input_layer").done())
-            .raw("registered_name", "null")
-            .done());
-    for (const auto& l : ls) add(layer_json(*l, keras_view));
-    c.raw("layers", "[" + layers + "]").raw("build_input_shape", shape_json(in));
-    ObjectWriter out;
-    out.str("module", "keras").str("class_name", "Sequential").raw("config", c.done());
-    if (keras_view) {
-      out.raw("registered_name", "null").raw("build_config", ObjectWriter().raw("input_shape", shape_json(in)).done());
-      if (m.compiled()) out.raw("compile_config", keras_compile_config(m));
-    }
-    return out.done();
-  }
-  const auto& nodes = Access::nodes(m);
-  const auto& inputs = Access::inputs(m);
-  MPT_CHECK(!inputs.empty(), "save: model '", m.name(), "' is neither Sequential nor functional; use save_weights");
-  // Functional: each layer once, the inputs, then every call in execution order.
-  auto ls = m.layers();
-  std::map<const Layer*, std::size_t> layer_index;
-  for (std::size_t i = 0; i < ls.size(); ++i) layer_index[ls[i].ptr().get()] = i, add(layer_json(*ls[i], keras_view));
-  std::map<const FunctionalNode*, std::string> ref;
-  std::string ins, calls, outs;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const auto& n = *inputs[i].node();
-    ref[&n] = ObjectWriter().raw("input", json::number(static_cast<std::int64_t>(i))).done();
-    ins += (ins.empty() ? "" : ", ") + ObjectWriter()
-                                           .str("name", n.input_name)
-                                           .raw("batch_shape", shape_json(n.input_shape))
-                                           .str("dtype", to_string(inputs[i].dtype()))
-                                           .done();
-  }
-  for (std::size_t j = 0; j < nodes.size(); ++j) {
-    std::string args;
-    for (const auto& in : nodes[j]->inputs) {
-      auto it = ref.find(in.node().get());
-      MPT_CHECK(it != ref.end(), "save: model '", m.name(), "': a layer call uses a tensor from outside the model");
-      args += (args.empty() ? "" : ", ") + it->second;
-    }
-    calls += (calls.empty() ? "" : ", ") +
-             ObjectWriter().raw("layer", json::number(static_cast<std::int64_t>(layer_index.at(nodes[j]->layer.get())))).raw("inputs", "[" + args + "]").done();
-    ref[nodes[j].get()] = ObjectWriter().raw("node", json::number(static_cast<std::int64_t>(j))).done();
-  }
-  for (const auto& o : Access::outputs(m)) outs += (outs.empty() ? "" : ", ") + ref.at(o.node().get());
-  c.raw("layers", "[" + layers + "]").raw("inputs", "[" + ins + "]").raw("calls", "[" + calls + "]").raw("outputs", "[" + outs + "]");
-  return ObjectWriter().str("module", "keras").str("class_name", "Functional").raw("config", c.done()).done();
+Json model_config_json(const Model& m, bool keras_view) {
+  if (auto* s = dynamic_cast<const Sequential*>(&m)) return sequential_config(*s, keras_view);
+  MPT_CHECK(!Access::inputs(m).empty(), "save: model '", m.name(), "' is neither Sequential nor functional; use save_weights");
+  return functional_config(m, keras_view);
 }
 
-std::unique_ptr<Model> model_from_config(const json::Value& v, const std::string& w) {
-  const std::string& cls = v.at("class_name", w).as_string(w + ", class_name");
-  const json::Value& c = v.at("config", w);
-  const std::string name = c.at("name", w).as_string(w + ", name");
-  const auto& layer_list = c.at("layers", w).as_array(w + ", layers");
-  std::vector<LayerRef> layers;
-  for (std::size_t i = 0; i < layer_list.size(); ++i)
-    layers.push_back(layer_from_config(layer_config_from(layer_list[i], w + ", layer " + std::to_string(i))));
+std::unique_ptr<Model> model_from_config(const Json& v, const std::string& w) {
+  const std::string& cls = as_string(at(v, "class_name", w), w + ", class_name");
+  const Json& c = at(v, "config", w);
+  const std::string name = as_string(at(c, "name", w), w + ", name");
   std::unique_ptr<Model> m;
   if (cls == "Sequential") {
+    const Json& layer_list = as_array(at(c, "layers", w), w + ", layers");
+    std::vector<LayerRef> layers;
+    for (std::size_t i = 0; i < layer_list.size(); ++i)
+      layers.push_back(layer_from_config(layer_config_from(layer_list[i], w + ", layer " + std::to_string(i))));
     auto s = std::make_unique<Sequential>(layers);
-    if (const json::Value* b = c.find("build_input_shape"); b && s->input_shape().empty()) {
+    if (const Json* b = find(c, "build_input_shape"); b && !b->is_null() && s->input_shape().empty()) {
       Shape shape;
-      for (const auto& d : b->as_array(w)) shape.push_back(d.is_null() ? 1 : d.as_int(w));
+      for (const auto& d : as_array(*b, w + ", build_input_shape"))
+        shape.push_back(d.is_null() ? 1 : as_int(d, w + ", build_input_shape"));
       s->build(shape);
     }
     m = std::move(s);
   } else if (cls == "Functional") {
-    std::vector<KerasTensor> inputs, values;
-    for (const auto& in : c.at("inputs", w).as_array(w + ", inputs")) {
-      Shape shape;
-      for (const auto& d : in.at("batch_shape", w).as_array(w)) shape.push_back(d.is_null() ? -1 : d.as_int(w));
-      MPT_CHECK(!shape.empty(), w, ": empty input shape");
-      shape.erase(shape.begin());
-      inputs.push_back(Input(shape, {.dtype = dtype_from_string(in.at("dtype", w).as_string(w)),
-                                     .name = in.at("name", w).as_string(w)}));
-    }
-    auto resolve = [&](const json::Value& r) {
-      if (const json::Value* i = r.find("input")) {
-        const auto k = static_cast<std::size_t>(i->as_uint(w));
-        MPT_CHECK(k < inputs.size(), w, ": input reference ", k, " out of range");
-        return inputs[k];
-      }
-      const auto k = static_cast<std::size_t>(r.at("node", w).as_uint(w));
-      MPT_CHECK(k < values.size(), w, ": call reference ", k, " out of range");
-      return values[k];
-    };
-    for (const auto& call : c.at("calls", w).as_array(w + ", calls")) {
-      const auto k = static_cast<std::size_t>(call.at("layer", w).as_uint(w));
-      MPT_CHECK(k < layers.size(), w, ": layer reference ", k, " out of range");
-      std::vector<KerasTensor> args;
-      for (const auto& r : call.at("inputs", w).as_array(w)) args.push_back(resolve(r));
-      values.push_back(args.size() == 1 ? layers[k](args[0]) : layers[k](args));
-    }
-    std::vector<KerasTensor> outputs;
-    for (const auto& r : c.at("outputs", w).as_array(w + ", outputs")) outputs.push_back(resolve(r));
-    m = std::make_unique<Model>(inputs, outputs, name);
+    m = functional_from(c, name, w);
   } else {
     fail(w, ": unknown model class '", cls, "' (known: Sequential, Functional)");
   }
   m->set_name(name);
-  if (const json::Value* d = c.find("dtype")) Access::policy(*m) = policy_from(*d, w);
+  if (const Json* d = find(c, "dtype"); d && !d->is_null()) Access::policy(*m) = policy_from(*d, w);
   return m;
 }
 
-std::string compile_config_json(const Model& m) {
-  std::string metrics;
-  for (const auto& a : Access::metric_args(m))
-    metrics += (metrics.empty() ? "" : ", ") + quote(a.object() ? a.object()->name() : a.name());
-  return ObjectWriter()
-      .raw("optimizer", io::optimizer_to_json(m.optimizer()))
-      .raw("loss", loss_json(m.loss()))
-      .raw("metrics", "[" + metrics + "]")
-      .done();
+Json compile_config_json(const Model& m) {
+  return {{"optimizer", io::optimizer_to_json(m.optimizer())}, {"loss", loss_json(m.loss())}, {"metrics", metric_names(m)}};
 }
 
-void compile_from_config(Model& m, const json::Value& cc, const std::string& where, bool auto_scale_loss) {
+void compile_from_config(Model& m, const Json& cc, const std::string& where, bool auto_scale_loss) {
   std::vector<metrics::MetricArg> metrics;
-  if (const json::Value* ms = cc.find("metrics"); ms && !ms->is_null())
-    for (const auto& x : ms->as_array(where + ", metrics"))
-      metrics.emplace_back(x.is_string() ? x.text : x.at("config", where).at("name", where).as_string(where));
-  m.compile({.optimizer = optimizer_from_json(cc.at("optimizer", where), where),
-             .loss = loss_from(cc.at("loss", where), where),
+  if (const Json* ms = find(cc, "metrics"); ms && !ms->is_null())
+    for (const auto& x : as_array(*ms, where + ", metrics"))
+      metrics.emplace_back(x.is_string() ? x.get<std::string>()
+                                         : as_string(at(at(x, "config", where + ", metrics"), "name", where + ", metrics"),
+                                                     where + ", metrics"));
+  m.compile({.optimizer = optimizer_from_json(at(cc, "optimizer", where), where),
+             .loss = loss_from(at(cc, "loss", where), where),
              .metrics = metrics,
              .auto_scale_loss = auto_scale_loss});
 }

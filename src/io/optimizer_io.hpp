@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "io/json.hpp"
+#include "io/json_util.hpp"
 #include "mpt/optimizers/optimizer.hpp"
 
 namespace mpt::io {
@@ -20,7 +20,8 @@ bool has_learning_rate_variable(const optimizers::Optimizer& opt);
 /// {"class_name": "Adam", "config": {...}} of a built-in optimizer (LossScaleOptimizer with its
 /// inner one); mpt::Error for optimizers and schedules it cannot rebuild.
 /// `keras_only` leaves out mpt's own LossScaleOptimizer options (for Keras's config.json).
-std::string optimizer_to_json(const optimizers::Optimizer& opt, bool keras_only = false);
-std::shared_ptr<optimizers::Optimizer> optimizer_from_json(const json::Value& v, const std::string& where);
+Json optimizer_to_json(const optimizers::Optimizer& opt, bool keras_only = false);
+/// The optimizer a config describes; mpt::Error naming `where` and the key on a bad config.
+std::shared_ptr<optimizers::Optimizer> optimizer_from_json(const Json& v, const std::string& where);
 
 }  // namespace mpt::io

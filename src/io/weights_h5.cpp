@@ -2,11 +2,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <iostream>
 
 #include "io/checked_file.hpp"
 #include "io/optimizer_io.hpp"
 #include "io/weights_io.hpp"
+
+#include "mpt/log.hpp"
 
 namespace mpt {
 
@@ -124,9 +125,9 @@ void read_optimizer(const h5::File& f, const Model& model, PendingState& st, boo
               file_name ? " of '" + *file_name + "'" : std::string(), ") does not match optimizer '", opt_name,
               "' (", entries.size(), " variables)");
     // As Keras: a different optimizer's state is skipped with a warning, the weights still load.
-    std::cerr << "mpt: load_weights: skipping the optimizer state in '" << f.file_name() << "': the model's optimizer '"
-              << opt_name << "' has " << entries.size() << " variables, the file's"
-              << (file_name ? " '" + *file_name + "'" : std::string()) << " has " << found << "\n";
+    mpt::log(LogLevel::warning, "load_weights: skipping the optimizer state in '", f.file_name(), "': the model's optimizer '",
+        opt_name, "' has ", entries.size(), " variables, the file's",
+        (file_name ? " '" + *file_name + "'" : std::string()), " has ", found);
     return;
   }
   for (std::size_t i = 0; i < entries.size(); ++i) {

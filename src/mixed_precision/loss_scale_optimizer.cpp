@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <iostream>
 #include <limits>
 
 #include "backend/common/loss_scale.hpp"
 
 #include "mpt/autograd.hpp"
+#include "mpt/log.hpp"
 #include "mpt/ops.hpp"
 #include "mpt/optim_ops.hpp"
 
@@ -88,8 +88,9 @@ std::vector<Tensor> LossScaleOptimizer::get_unscaled_gradients(const std::vector
 ApplyResult LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
   if (!loss_was_scaled_ && !warned_unscaled_) {
     warned_unscaled_ = true;
-    std::cerr << "mpt: LossScaleOptimizer: apply_gradients called without get_scaled_loss since "
-                 "the previous step; gradients of an unscaled loss may underflow in float16\n";
+    mpt::log(LogLevel::warning,
+        "LossScaleOptimizer: apply_gradients called without get_scaled_loss since the previous step; "
+        "gradients of an unscaled loss may underflow in float16");
   }
   const bool scaled = loss_was_scaled_;
   loss_was_scaled_ = false;

@@ -1,12 +1,12 @@
 #include "mpt/mixed_precision/policy.hpp"
 
-#include <iostream>
 #include <mutex>
 #include <set>
 #include <utility>
 
 #include "mpt/device.hpp"
 #include "mpt/error.hpp"
+#include "mpt/log.hpp"
 
 namespace mpt::mixed_precision {
 
@@ -54,7 +54,8 @@ void check_compatibility(DType compute) {
   } catch (const Error&) {
     return;  // a bad MPT_DEVICE or a failed query is reported where tensors are made, not here
   }
-  if (!warning.empty()) std::cerr << warning << "\n";
+  if (warning.rfind("mpt: ", 0) == 0) warning.erase(0, 5);  // the logger adds its own prefix
+  if (!warning.empty()) mpt::log(LogLevel::warning, warning);
 }
 }  // namespace
 

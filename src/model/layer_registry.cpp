@@ -3,7 +3,7 @@
 #include <map>
 #include <mutex>
 
-#include "io/json.hpp"
+#include "io/json_util.hpp"
 #include "mpt/layers/core.hpp"
 
 namespace mpt {
@@ -40,8 +40,7 @@ std::map<std::string, LayerFactory> core_layers() {
   };
   m["Dropout"] = [](const LayerConfig& c) {
     std::optional<std::uint64_t> seed;
-    if (c.has("seed") && c.get("seed") != "null")
-      seed = io::json::parse(c.get("seed"), where(c)).as_uint(where(c) + ", 'seed'");
+    if (c.has("seed")) seed = c.get_uint("seed");
     return layers::Dropout(c.get_double("rate"), {.seed = seed, .dtype = c.dtype, .name = c.name});
   };
   return m;
@@ -57,58 +56,52 @@ std::map<std::string, LayerFactory>& registry() {
   return r;
 }
 
-io::json::Value parse_value(const LayerConfig& c, const std::string& key) {
-  std::string text = c.get(key);
-  // Python-style tuples as older configs print them: (None, 28, 28, 1).
-  for (auto& ch : text) ch = ch == '(' ? '[' : ch == ')' ? ']' : ch;
-  for (std::size_t p; (p = text.find("None")) != std::string::npos;) text.replace(p, 4, "null");
-  return io::json::parse(text, where(c) + ", '" + key + "'");
-}
+std::string where(const LayerConfig& c, const std::string& key) { return where(c) + ", '" + key + "'"; }
 
 }  // namespace
 
 bool LayerConfig::has(const std::string& key) const {
-  for (const auto& [k, v] : config)
-    if (k == key) return true;
-  return false;
+  const nlohmann::json* v = io::find(config, key);
+  return v && !v->is_null();
 }
 
-std::string LayerConfig::get(const std::string& key) const {
-  for (const auto& [k, v] : config)
-    if (k == key) return v;
-  fail(where(*this), ": missing entry '", key, "'");
+const nlohmann::json& LayerConfig::at(const std::string& key) const {
+  const nlohmann::json* v = io::find(config, key);
+  MPT_CHECK(v != nullptr, where(*this), ": missing entry '", key, "'");
+  return *v;
 }
+
+std::string LayerConfig::get(const std::string& key) const { return io::as_string(at(key), where(*this, key)); }
 
 std::string LayerConfig::get(const std::string& key, const std::string& fallback) const {
   return has(key) ? get(key) : fallback;
 }
 
-std::int64_t LayerConfig::get_int(const std::string& key) const {
-  return io::json::parse(get(key), where(*this)).as_int(where(*this) + ", '" + key + "'");
-}
+std::int64_t LayerConfig::get_int(const std::string& key) const { return io::as_int(at(key), where(*this, key)); }
 
-double LayerConfig::get_double(const std::string& key) const {
-  return io::json::parse(get(key), where(*this)).as_double(where(*this) + ", '" + key + "'");
-}
+std::uint64_t LayerConfig::get_uint(const std::string& key) const { return io::as_uint(at(key), where(*this, key)); }
 
-bool LayerConfig::get_bool(const std::string& key) const {
-  const std::string v = get(key);
-  if (v == "true" || v == "True" || v == "1") return true;
-  if (v == "false" || v == "False" || v == "0") return false;
-  fail(where(*this), ", '", key, "': expected true or false, found '", v, "'");
-}
+double LayerConfig::get_double(const std::string& key) const { return io::as_double(at(key), where(*this, key)); }
+
+bool LayerConfig::get_bool(const std::string& key) const { return io::as_bool(at(key), where(*this, key)); }
 
 Shape LayerConfig::get_shape(const std::string& key) const {
-  const io::json::Value v = parse_value(*this, key);
+  const std::string w = where(*this, key);
+  nlohmann::json v = at(key);
+  if (v.is_string()) {  // Python-style tuples as older configs print them: (None, 28, 28, 1)
+    std::string text = v.get<std::string>();
+    for (auto& ch : text) ch = ch == '(' ? '[' : ch == ')' ? ']' : ch;
+    for (std::size_t p; (p = text.find("None")) != std::string::npos;) text.replace(p, 4, "null");
+    v = nlohmann::json(io::parse_json(text, w));
+  }
   Shape s;
-  for (const auto& d : v.as_array(where(*this) + ", '" + key + "'"))
-    s.push_back(d.is_null() ? -1 : d.as_int(where(*this) + ", '" + key + "'"));
+  for (const auto& d : io::as_array(v, w)) s.push_back(d.is_null() ? -1 : io::as_int(d, w));
   return s;
 }
 
 std::vector<std::int64_t> LayerConfig::get_ints(const std::string& key) const {
-  const io::json::Value v = parse_value(*this, key);
-  if (v.is_number()) return {v.as_int(where(*this) + ", '" + key + "'")};
+  const nlohmann::json& v = at(key);
+  if (v.is_number()) return {io::as_int(v, where(*this, key))};
   return get_shape(key);
 }
 

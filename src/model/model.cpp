@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
-#include <iostream>
 #include <map>
 
 #include "mpt/autograd.hpp"
 #include "mpt/data/data.hpp"
+#include "mpt/log.hpp"
 #include "mpt/ops.hpp"
 
 namespace mpt {
@@ -101,8 +101,8 @@ void Model::compile(CompileOptions o) {
   for (const auto& l : out_layers) {
     // Only under a mixed policy (a pure float16 model keeps what it asked for), as Keras.
     if (!l->ends_in_softmax() || l->dtype_policy().name().rfind("mixed_", 0) != 0) continue;
-    std::cout << "mpt: compile: final softmax layer '" << l->name() << "' runs in float32 (was "
-              << l->dtype_policy().name() << ")" << std::endl;
+    mpt::log(LogLevel::info, "compile: final softmax layer '", l->name(), "' runs in float32 (was ",
+        l->dtype_policy().name(), ")");
     l->set_dtype_policy(mixed_precision::Policy("float32"));
   }
 }
@@ -169,7 +169,7 @@ void Model::check_targets(const char* where, const Tensor& x, const Tensor& y) {
   if (loss_->name() == "binary_crossentropy") data::check_unit_interval(where, y);
 }
 
-Model::StepResult Model::train_step(const Tensor& x, const Tensor& y) {
+Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_gradients) {
   StepResult r;
   Tensor y_pred;
   std::vector<Tensor> grads;
@@ -182,8 +182,15 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y) {
     r.loss = (*loss_)(y, y_pred);
     grads = tape.gradient(lso ? lso->get_scaled_loss(r.loss) : r.loss, vars);
   }
-  if (lso) r.applied = lso->apply_gradients_checked(lso->get_unscaled_gradients(grads), vars).applied;
-  else optimizer_->apply_gradients(grads, vars);
+  if (lso) {
+    auto unscaled = lso->get_unscaled_gradients(grads);
+    r.applied = lso->apply_gradients_checked(unscaled, vars).applied;
+    if (keep_gradients) r.gradients = std::move(unscaled);
+  } else {
+    optimizer_->apply_gradients(grads, vars);
+    if (keep_gradients) r.gradients = std::move(grads);
+  }
+  if (keep_gradients) r.variables = vars;
   finish_step(r.applied);
   r.loss = r.loss.detach();
   NoGradGuard no_grad;
@@ -302,7 +309,11 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
     for (std::int64_t step = 0; step < steps; ++step) {
       auto [xb, yb] = batches.get(step);
       for (auto& c : cbs) c->on_train_batch_begin(step, {});
-      StepResult r = train_step(xb, yb);
+      bool keep_gradients = false;
+      for (auto& c : cbs) keep_gradients = c->wants_gradients(step) || keep_gradients;
+      StepResult r = train_step(xb, yb, keep_gradients);
+      if (keep_gradients)
+        for (auto& c : cbs) c->on_train_batch_gradients(step, r.variables, r.gradients);
       loss_mean.update(r.loss, static_cast<double>(batches.rows(step)));
       skipped += !r.applied;
       // Loss and metrics stay on the device unless a callback reads this batch's logs (the

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "mpt/callbacks.hpp"
+#include "mpt/log.hpp"
 #include "mpt/model.hpp"
 
 namespace mpt::callbacks {
@@ -183,7 +184,7 @@ void ModelCheckpoint::save(int epoch, std::int64_t batch, const Logs& logs) {
   if (o_.save_best_only) {
     auto it = logs.find(o_.monitor);
     if (it == logs.end()) {
-      std::cerr << "mpt: ModelCheckpoint: can save best model only with " << o_.monitor << " available\n";
+      mpt::log(LogLevel::warning, "ModelCheckpoint: can save best model only with ", o_.monitor, " available");
     } else {
       const double current = it->second;
       char best_text[64];

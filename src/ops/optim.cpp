@@ -1,5 +1,8 @@
 #include "mpt/optim_ops.hpp"
 
+#include <algorithm>
+#include <ostream>
+
 #include "ops/ops_common.hpp"
 
 namespace mpt::ops {
@@ -7,24 +10,75 @@ using namespace detail;
 
 namespace {
 
-void check_update(const char* op, const Tensor& var, const Tensor& grad) {
-  check_defined(op, var, "variable");
-  check_defined(op, grad, "gradient");
-  MPT_CHECK(var.dtype() == float32 || is_half(var.dtype()), op,
+/// " (entry i)" after the op's name for the list ops; nothing for the single ones.
+struct Entry {
+  std::int64_t i = -1;
+};
+std::ostream& operator<<(std::ostream& os, Entry e) {
+  if (e.i >= 0) os << " (entry " << e.i << ")";
+  return os;
+}
+
+void check_update(const char* op, const Tensor& var, const Tensor& grad, Entry e = {}) {
+  MPT_CHECK(var.defined(), op, e, ": variable is an undefined tensor");
+  MPT_CHECK(grad.defined(), op, e, ": gradient is an undefined tensor");
+  MPT_CHECK(var.dtype() == float32 || is_half(var.dtype()), op, e,
             ": the variable must be float32, float16 or bfloat16, got ", describe(var));
-  MPT_CHECK(is_floating(grad.dtype()), op, ": the gradient must be floating-point, got ",
+  MPT_CHECK(is_floating(grad.dtype()), op, e, ": the gradient must be floating-point, got ",
             describe(grad));
-  MPT_CHECK(grad.shape() == var.shape() && grad.device() == var.device(), op, ": gradient ",
+  MPT_CHECK(grad.shape() == var.shape() && grad.device() == var.device(), op, e, ": gradient ",
             describe(grad), " does not match variable ", describe(var));
 }
 
-void check_slot(const char* op, const Tensor& var, const Tensor* slot, const char* name) {
+void check_slot(const char* op, const Tensor& var, const Tensor* slot, const char* name, Entry e = {}) {
   if (!slot) return;
-  MPT_CHECK(slot->defined(), op, ": slot '", name, "' is an undefined tensor");
-  MPT_CHECK(slot->dtype() == float32, op, ": slot '", name, "' must be float32, got ",
+  MPT_CHECK(slot->defined(), op, e, ": slot '", name, "' is an undefined tensor");
+  MPT_CHECK(slot->dtype() == float32, op, e, ": slot '", name, "' must be float32, got ",
             describe(*slot));
-  MPT_CHECK(slot->shape() == var.shape() && slot->device() == var.device(), op, ": slot '", name,
+  MPT_CHECK(slot->shape() == var.shape() && slot->device() == var.device(), op, e, ": slot '", name,
             "' ", describe(*slot), " does not match variable ", describe(var));
+}
+
+/// A slot list of the list ops: `required` ones have a non-null entry per variable, optional
+/// ones are empty or have an entry per variable.
+struct SlotList {
+  const std::vector<Tensor*>& slots;
+  const char* name;
+  bool required;
+};
+
+/// Validates every entry of a list op as its single op does, plus one device for all and no
+/// variable twice (the backend may update all entries at once).
+void check_update_all(const char* op, const std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                      std::initializer_list<SlotList> slot_lists) {
+  MPT_CHECK(grads.size() == vars.size(), op, ": ", grads.size(), " gradients for ", vars.size(), " variables");
+  for (const SlotList& l : slot_lists) {
+    MPT_CHECK(l.slots.size() == vars.size() || (!l.required && l.slots.empty()), op, ": ", l.slots.size(),
+              " '", l.name, "' slots for ", vars.size(), " variables", l.required ? "" : " (give none or one each)");
+  }
+  std::vector<const void*> storage;
+  storage.reserve(vars.size());
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const Entry e{static_cast<std::int64_t>(i)};
+    check_update(op, vars[i], grads[i], e);
+    MPT_CHECK(vars[i].device() == vars[0].device(), op, e, ": variable ", describe(vars[i]),
+              " is not on the first variable's device ", vars[0].device().str());
+    for (const SlotList& l : slot_lists) {
+      if (l.slots.empty()) continue;
+      MPT_CHECK(l.slots[i] || !l.required, op, e, ": slot '", l.name, "' is missing (null)");
+      check_slot(op, vars[i], l.slots[i], l.name, e);
+    }
+    if (vars[i].numel() > 0) storage.push_back(vars[i].data_ptr());
+  }
+  std::vector<const void*> sorted = storage;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    const void* dup = *std::adjacent_find(sorted.begin(), sorted.end());
+    std::vector<std::size_t> at;
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      if (vars[i].numel() > 0 && vars[i].data_ptr() == dup) at.push_back(i);
+    fail(op, ": entries ", at[0], " and ", at[1], " update the same variable");
+  }
 }
 
 }  // namespace
@@ -53,6 +107,33 @@ void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* a
   check_slot("rmsprop_update", var, momentum, "momentum");
   backend_of(var).rmsprop_update(var, grad, velocity, average_grad, momentum, lr, rho,
                                  momentum_coef, epsilon);
+}
+
+void sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                    const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov) {
+  check_update_all("sgd_update_all", vars, grads, {{momenta, "momentum", false}});
+  if (vars.empty()) return;
+  backend_of(vars[0]).sgd_update_all(vars, grads, momenta, lr, momentum_coef, nesterov);
+}
+
+void adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads, const std::vector<Tensor*>& m,
+                     const std::vector<Tensor*>& v, const std::vector<Tensor*>& vhat, double alpha, double beta_1,
+                     double beta_2, double epsilon, double decay) {
+  check_update_all("adam_update_all", vars, grads, {{m, "m", true}, {v, "v", true}, {vhat, "vhat", false}});
+  if (vars.empty()) return;
+  backend_of(vars[0]).adam_update_all(vars, grads, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay);
+}
+
+void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                        const std::vector<Tensor*>& velocity, const std::vector<Tensor*>& average_grad,
+                        const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
+                        double epsilon) {
+  check_update_all("rmsprop_update_all", vars, grads,
+                   {{velocity, "velocity", true}, {average_grad, "average_gradient", false},
+                    {momentum, "momentum", false}});
+  if (vars.empty()) return;
+  backend_of(vars[0]).rmsprop_update_all(vars, grads, velocity, average_grad, momentum, lr, rho, momentum_coef,
+                                         epsilon);
 }
 
 UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale) {

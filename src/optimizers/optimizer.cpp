@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <iostream>
 #include <mutex>
 #include <set>
 
 #include "mpt/autograd.hpp"
+#include "mpt/log.hpp"
 #include "mpt/ops.hpp"
 #include "mpt/optimizers/optimizers.hpp"
 
@@ -61,8 +61,8 @@ void warn_missing(const std::string& name, const std::vector<std::string>& paths
       if (warned.insert(name + "\n" + p).second) list += (list.empty() ? "" : ", ") + p;
   }
   if (!list.empty())
-    std::cerr << "mpt: optimizer '" << name << "': gradients do not exist for variables [" << list
-              << "]; they are left unchanged\n";
+    mpt::log(LogLevel::warning, "optimizer '", name, "': gradients do not exist for variables [", list,
+        "]; they are left unchanged");
 }
 
 }  // namespace
@@ -125,9 +125,24 @@ ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const s
 
   const double lr = learning_rate();
   check_learning_rate(lr);  // a schedule's value, step by step
-  for (std::size_t i = 0; i < g.size(); ++i) update_step(g[i], v[i], lr);
+  update_steps(g, v, lr);
   ++iterations_;
   return {};
+}
+
+bool detail::fits_one_list_op(const std::vector<Variable>& vars) {
+  std::vector<const void*> p;
+  p.reserve(vars.size());
+  for (const auto& v : vars) {
+    if (v.value().device() != vars[0].value().device()) return false;
+    if (v.value().numel() > 0) p.push_back(v.value().data_ptr());
+  }
+  std::sort(p.begin(), p.end());
+  return std::adjacent_find(p.begin(), p.end()) == p.end();
+}
+
+void Optimizer::update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) {
+  for (std::size_t i = 0; i < grads.size(); ++i) update_step(grads[i], vars[i], lr);
 }
 
 Tensor& Optimizer::slot(const Variable& var, const std::string& slot_name) {

@@ -21,40 +21,17 @@
 #include "backend/backend.hpp"
 #include "backend/cuda/kernels/elementwise.hpp"
 #include "backend/cuda/kernels/transpose.hpp"
-#include "test_util.hpp"
+#include "kernel_test_util.hpp"
 
 using namespace mpt;
 using namespace mpt::kernels;
+using namespace mpt::test;
 
 namespace {
-
-Backend& cpu() { return mpt::detail::backend(Device::cpu()); }
 
 constexpr Dim kGrid{3, 1, 1}, kBlock{32, 1, 1};  // 96 threads: loops over 1000 elements wrap
 const std::int64_t kSizes[] = {1, 7, 1000, 1025};
 constexpr double kInf = std::numeric_limits<double>::infinity(), kNan = std::numeric_limits<double>::quiet_NaN();
-
-/// A host array of storage type T (std::vector<bool> has no data()).
-template <class T> struct Vec : std::vector<T> {
-  using std::vector<T>::vector;
-};
-template <> struct Vec<bool> : std::vector<std::uint8_t> {
-  using Base = std::vector<std::uint8_t>;
-  using Base::vector;
-  bool* data() { return reinterpret_cast<bool*>(Base::data()); }
-  const bool* data() const { return reinterpret_cast<const bool*>(Base::data()); }
-};
-
-template <class T> DType dtype_of_storage() {
-  if constexpr (std::is_same_v<T, float>) return float32;
-  else if constexpr (std::is_same_v<T, double>) return float64;
-  else if constexpr (std::is_same_v<T, __half>) return float16;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return bfloat16;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return int32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return int64;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return uint8;
-  else return bool_;
-}
 
 template <class F> void for_float_types(F&& f) {
   f(Type<float>{}), f(Type<double>{}), f(Type<__half>{}), f(Type<__nv_bfloat16>{});
@@ -62,17 +39,6 @@ template <class F> void for_float_types(F&& f) {
 template <class F> void for_all_types(F&& f) {
   for_float_types(f);
   f(Type<std::int32_t>{}), f(Type<std::int64_t>{}), f(Type<std::uint8_t>{}), f(Type<bool>{});
-}
-
-template <class T>
-Tensor host_tensor(const Vec<T>& v, const Shape& s) {
-  return Tensor::from_host(v.data(), v.size(), dtype_of_storage<T>(), s, Device::cpu());
-}
-template <class T>
-Vec<T> tensor_values(const Tensor& t) {
-  Vec<T> v(static_cast<std::size_t>(t.numel()));
-  if (!v.empty()) std::memcpy(static_cast<void*>(v.data()), t.data_ptr(), v.size() * sizeof(T));
-  return v;
 }
 
 template <class T> T from_bits(std::uint64_t b) {

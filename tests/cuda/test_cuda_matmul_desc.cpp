@@ -180,6 +180,16 @@ const Problem kProblems[] = {
     {{}, {3}, 2, 9, 5},          // broadcast a
 };
 
+/// Calls f(problem, ta, tb, has_bias, act) for every problem, transposition, bias and activation.
+template <class F>
+void for_each_case(F&& f) {
+  for (const Problem& pr : kProblems)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool has_bias : {false, true})
+          for (Activation act : kActs) f(pr, ta, tb, has_bias, act);
+}
+
 }  // namespace
 
 TEST_CASE("plan_matmul swaps operands: hand-derived dims, leading dimensions and strides") {
@@ -281,32 +291,24 @@ TEST_CASE("plan_matmul fuses bias and ReLU, and leaves GELU (erf on the CPU), si
 
 TEST_CASE("the plan's column-major GEMM equals the CPU backend's matmul on the same data") {
   std::uint64_t seed = 100;
-  for (const Problem& pr : kProblems) {
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        for (bool has_bias : {false, true}) {
-          for (Activation act : kActs) {
-            for (const DtypeCase& dc : kDtypes) {
-              CAPTURE(pr.m);
-              CAPTURE(pr.n);
-              CAPTURE(pr.k);
-              CAPTURE(product(pr.batch_a));
-              CAPTURE(product(pr.batch_b));
-              CAPTURE(ta);
-              CAPTURE(tb);
-              CAPTURE(has_bias);
-              CAPTURE(static_cast<int>(act));
-              CAPTURE(dc.name);
-              plan_matches_cpu(pr, ta, tb, has_bias, act, dc.dtype, PlanOptions{.allow_tf32 = dc.tf32}, true, seed);
-              plan_matches_cpu(pr, ta, tb, has_bias, act, dc.dtype,
-                               PlanOptions{.allow_tf32 = dc.tf32, .fuse_epilogue = false}, true, seed);
-            }
-            seed += 3;
-          }
-        }
-      }
+  for_each_case([&](const Problem& pr, bool ta, bool tb, bool has_bias, Activation act) {
+    for (const DtypeCase& dc : kDtypes) {
+      CAPTURE(pr.m);
+      CAPTURE(pr.n);
+      CAPTURE(pr.k);
+      CAPTURE(product(pr.batch_a));
+      CAPTURE(product(pr.batch_b));
+      CAPTURE(ta);
+      CAPTURE(tb);
+      CAPTURE(has_bias);
+      CAPTURE(static_cast<int>(act));
+      CAPTURE(dc.name);
+      plan_matches_cpu(pr, ta, tb, has_bias, act, dc.dtype, PlanOptions{.allow_tf32 = dc.tf32}, true, seed);
+      plan_matches_cpu(pr, ta, tb, has_bias, act, dc.dtype, PlanOptions{.allow_tf32 = dc.tf32, .fuse_epilogue = false},
+                       true, seed);
     }
-  }
+    seed += 3;
+  });
 }
 
 TEST_CASE("negative control: without the operand swap the interpretation differs from the CPU") {
@@ -321,26 +323,17 @@ TEST_CASE("negative control: without the operand swap the interpretation differs
 TEST_CASE("the real cuBLASLt descriptors hold every attribute of the plan") {
   const void* fake_bias = reinterpret_cast<const void*>(std::uintptr_t{0x7f0000001000});
   int checked = 0;
-  for (const Problem& pr : kProblems) {
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        for (bool has_bias : {false, true}) {
-          for (Activation act : kActs) {
-            for (const DtypeCase& dc : kDtypes) {
-              for (bool fuse : {true, false}) {
-                const MatmulShape s{product(pr.batch_a), product(pr.batch_b), pr.m, pr.n, pr.k, ta, tb};
-                const MatmulPlan p =
-                    plan_matmul(s, dc.dtype, has_bias, act, PlanOptions{.allow_tf32 = dc.tf32, .fuse_epilogue = fuse});
-                LtDescriptors d = make_descriptors(p, has_bias ? fake_bias : nullptr);
-                check_descriptors(p, d, fake_bias);
-                ++checked;
-              }
-            }
-          }
-        }
+  for_each_case([&](const Problem& pr, bool ta, bool tb, bool has_bias, Activation act) {
+    for (const DtypeCase& dc : kDtypes)
+      for (bool fuse : {true, false}) {
+        const MatmulShape s{product(pr.batch_a), product(pr.batch_b), pr.m, pr.n, pr.k, ta, tb};
+        const MatmulPlan p =
+            plan_matmul(s, dc.dtype, has_bias, act, PlanOptions{.allow_tf32 = dc.tf32, .fuse_epilogue = fuse});
+        LtDescriptors d = make_descriptors(p, has_bias ? fake_bias : nullptr);
+        check_descriptors(p, d, fake_bias);
+        ++checked;
       }
-    }
-  }
+  });
   MESSAGE("descriptor sets checked: ", checked);
 
   // Moving hands the descriptors over; the moved-from object owns nothing.

@@ -14,24 +14,15 @@
 #include "backend/backend.hpp"
 #include "backend/cuda/kernels/batch_norm.hpp"
 #include "backend/cuda/kernels/layer_norm.hpp"
-#include "test_util.hpp"
+#include "kernel_test_util.hpp"
 
 using namespace mpt;
 using namespace mpt::kernels;
+using namespace mpt::test;
 
 namespace {
 
-Backend& cpu() { return detail::backend(Device::cpu()); }
-
 // ---- host arrays -------------------------------------------------------------------------------
-
-/// A CPU tensor's elements as its storage type.
-template <class T>
-std::vector<T> host(const Tensor& t) {
-  std::vector<T> v(static_cast<std::size_t>(t.numel()));
-  if (!v.empty()) std::memcpy(v.data(), t.data_ptr(), v.size() * sizeof(T));
-  return v;
-}
 
 template <class T>
 std::vector<double> wide(const std::vector<T>& v) {
@@ -169,7 +160,7 @@ TEST_CASE("cuda batch_norm_stats kernels match the CPU's statistics") {
             Tensor var = Tensor::empty({cols}, dtype_of<P>(), Device::cpu());
             cpu().batch_norm_stats(x, mean, var);
 
-            const std::vector<T> hx = host<T>(x);
+            const Vec<T> hx = tensor_values<T>(x);
             const Tile tl = tile_for(rows, cols, l);
             const auto part = column_sums<P>(StatsTerm<T>{hx.data(), cols}, rows, cols, l, tl);
             std::vector<P> m(cols, P(NAN)), v(cols, P(NAN));
@@ -240,7 +231,7 @@ TEST_CASE("cuda batch_norm_forward kernels match the CPU, with and without gamma
                 const Activation act = relu ? Activation::Relu : Activation::Linear;
                 cpu().batch_norm_forward(x, p.mean, p.var, p.gamma, p.beta, kEps, act, y);
 
-                const std::vector<T> hx = host<T>(x);
+                const Vec<T> hx = tensor_values<T>(x);
                 const auto k = coefficients<C>(p, kEps, cols);
                 const Tile tl = tile_for(rows, cols, l);
                 auto hy = poisoned<T>(rows * cols);
@@ -281,7 +272,7 @@ TEST_CASE("cuda batch_norm_backward kernels match the CPU: batch and fixed stati
                     cpu().batch_norm_backward(x, dy, p.mean, p.var, p.gamma, p.beta, kEps, batch_stats, act, dx, dg,
                                               db);
 
-                    const std::vector<T> hx = host<T>(x), hd = host<T>(dy);
+                    const Vec<T> hx = tensor_values<T>(x), hd = tensor_values<T>(dy);
                     const auto k = coefficients<C>(p, kEps, cols);
                     const Tile tl = tile_for(rows, cols, l);
                     std::vector<double> part;
@@ -342,7 +333,7 @@ TEST_CASE("cuda layer_norm kernels match the CPU, with and without gamma/beta") 
               Tensor rstd = Tensor::empty({rows}, dtype_of<P>(), Device::cpu());
               cpu().layer_norm(x, gamma, beta, kEps, y, mean, rstd);
 
-              const std::vector<T> hx = host<T>(x);
+              const Vec<T> hx = tensor_values<T>(x);
               const auto g = values<P>(gamma), b = values<P>(beta);
               auto hy = poisoned<T>(rows * dim);
               std::vector<P> hm(rows, P(NAN)), hr(rows, P(NAN));
@@ -393,7 +384,7 @@ TEST_CASE("cuda layer_norm_backward kernels match the CPU: dx, dgamma, dbeta") {
               Tensor db = Tensor::empty({dim}, dtype_of<P>(), Device::cpu());
               cpu().layer_norm_backward(x, dy, mean, rstd, gamma, dx, dg, db);
 
-              const std::vector<T> hx = host<T>(x), hd = host<T>(dy);
+              const Vec<T> hx = tensor_values<T>(x), hd = tensor_values<T>(dy);
               const auto g = values<P>(gamma), m = values<P>(mean), r = values<P>(rstd);
               auto hdx = poisoned<T>(rows * dim);
               run_tree(

@@ -2,6 +2,9 @@
 // pool.hpp) run on the host through emulate, on small grids so grid-stride loops wrap and chunk
 // tails are partial, against the CPU backend: the same bits in every dtype.
 #include <algorithm>
+#include <array>
+#include <functional>
+#include <tuple>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -40,25 +43,15 @@ std::vector<T> storage(const Tensor& t) {
   return v;
 }
 
-template <class T>
-bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T> || k::is_half_v<T>) {
-    const auto c = k::load(v);
-    return c != c;
-  } else {
-    return false;
-  }
-}
 
-/// Index of the first element whose bits differ, or -1. Two NaNs count as equal: a NaN that a
-/// kernel computes and stores as 16-bit comes out as CUDA's canonical 0x7fff (types.hpp's store,
-/// as the device's cvt instruction), where the CPU's conversion keeps the sign (0x7e00 / 0xfe00).
+/// Index of the first element whose bits differ, or -1 (NaNs included: types.hpp's store keeps a
+/// NaN's sign and payload as the CPU's conversion does).
 template <class T>
 std::int64_t first_diff(const Tensor& expected, const std::vector<T>& actual) {
   REQUIRE(expected.nbytes() == actual.size() * sizeof(T));
   const T* e = static_cast<const T*>(expected.data_ptr());
   for (std::size_t i = 0; i < actual.size(); ++i)
-    if (std::memcmp(&e[i], &actual[i], sizeof(T)) != 0 && !(is_nan(e[i]) && is_nan(actual[i])))
+    if (std::memcmp(&e[i], &actual[i], sizeof(T)) != 0)
       return static_cast<std::int64_t>(i);
   return -1;
 }
@@ -292,6 +285,170 @@ TEST_CASE("unscale_and_check packs many gradients into few launches and gives th
   SUBCASE("no gradients") {
     CHECK(check_unscale({Tensor()}, 1.0f, chunk, 32, flags, found) == 0);
     CHECK(found == 0.0f);
+  }
+}
+
+// ---- the updates of many variables (pack_updates + update_multi_body) -----------------------------
+
+namespace {
+
+/// Many variables of mixed dtypes and sizes, each with its gradient and three float32 slots: the
+/// CPU backend's copy (updated per tensor) and the kernels' storage (updated by the packed
+/// launches).
+struct MultiUpdate {
+  std::vector<Update> cpu;
+  std::vector<std::vector<unsigned char>> var, grad;
+  std::vector<std::array<std::vector<float>, 3>> slots;
+};
+
+MultiUpdate multi_start(const std::vector<std::tuple<std::int64_t, DType, DType>>& specs, unsigned seed) {
+  MultiUpdate u;
+  for (const auto& [n, vd, gd] : specs) {
+    Update one;
+    if (n > 0) {
+      one = start(n, vd, gd, seed);
+    } else {  // an empty variable: packed out
+      one.var = Tensor::empty({0}, vd, Device::cpu()), one.grad = Tensor::empty({0}, gd, Device::cpu());
+      for (int s = 0; s < 3; ++s) one.slots.push_back(Tensor::empty({0}, float32, Device::cpu()));
+    }
+    seed += 10;
+    auto bytes = [](const Tensor& t) {
+      std::vector<unsigned char> b(t.nbytes());
+      if (!b.empty()) std::memcpy(b.data(), t.data_ptr(), b.size());
+      return b;
+    };
+    u.var.push_back(bytes(one.var));
+    u.grad.push_back(bytes(one.grad));
+    u.slots.push_back({storage<float>(one.slots[0]), storage<float>(one.slots[1]), storage<float>(one.slots[2])});
+    u.cpu.push_back(std::move(one));
+  }
+  return u;
+}
+
+/// Packs every variable (the kernel's slot s is storage slot order[s], used where used[s](i))
+/// and runs the launches on the host; returns their number.
+template <k::UpdateKind K>
+int run_multi(MultiUpdate& u, const std::array<std::function<bool(std::size_t)>, 3>& used, const k::UpdateHyper& h,
+              std::int64_t chunk, unsigned threads, std::array<int, 3> order = {0, 1, 2}) {
+  std::vector<k::UpdateTensor> items;
+  for (std::size_t i = 0; i < u.cpu.size(); ++i) {
+    k::UpdateTensor it{u.var[i].data(), u.grad[i].data(), {nullptr, nullptr, nullptr}, u.cpu[i].var.numel(),
+                       grad_type(u.cpu[i].var.dtype()), grad_type(u.cpu[i].grad.dtype())};
+    for (int s = 0; s < 3; ++s) it.slot[s] = used[s](i) ? u.slots[i][order[s]].data() : nullptr;
+    items.push_back(it);
+  }
+  int launches = 0;
+  k::pack_updates(items.data(), static_cast<std::int32_t>(items.size()), h, chunk,
+                  [&](const k::UpdateArgs& a, unsigned blocks) {
+                    ++launches;
+                    REQUIRE(blocks <= static_cast<unsigned>(k::kUpdateBlocks));
+                    k::emulate({blocks}, {threads}, [&](const k::Thread& t) { k::update_multi_body<K>(t, a); });
+                  });
+  return launches;
+}
+
+/// The kernels' storage equals the CPU's tensors bit for bit.
+void check_multi(const MultiUpdate& u, const char* what) {
+  for (std::size_t i = 0; i < u.cpu.size(); ++i) {
+    CAPTURE(i);
+    CAPTURE(to_string(u.cpu[i].var.dtype()));
+    CAPTURE(to_string(u.cpu[i].grad.dtype()));
+    const Tensor& var = u.cpu[i].var;
+    REQUIRE(var.nbytes() == u.var[i].size());
+    const bool same = var.nbytes() == 0 || std::memcmp(var.data_ptr(), u.var[i].data(), var.nbytes()) == 0;
+    CHECK_MESSAGE(same, what, " var");
+    for (int s = 0; s < 3; ++s) {
+      CAPTURE(s);
+      CHECK_SAME_BITS(u.cpu[i].slots[s], u.slots[i][s], what);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the multi-tensor updates pack many variables into few launches and give the CPU's bits") {
+  const std::int64_t chunk = 64;  // small chunks: variables span blocks, tails are partial
+  const DType vds[] = {float32, float16, bfloat16};
+  const DType gds[] = {float32, float16, bfloat16, float64};
+  std::vector<std::tuple<std::int64_t, DType, DType>> specs;
+  for (int i = 0; i < 2 * k::kUpdateTensors + 5; ++i)  // more variables than one launch holds
+    specs.emplace_back(1 + (i * 53) % 300, vds[i % 3], gds[(i / 3) % 4]);
+  specs.emplace_back(0, float32, float32);
+  specs.emplace_back(chunk * (k::kUpdateBlocks + 40) + 3, float16, float32);  // crosses a launch
+  specs.emplace_back(chunk, bfloat16, float64);
+  specs.emplace_back(1, float32, float16);
+  auto every = [](std::size_t) { return true; };
+  auto none = [](std::size_t) { return false; };
+  auto even = [](std::size_t i) { return i % 2 == 0; };
+
+  SUBCASE("sgd: plain, momentum, nesterov, momentum on every other variable") {
+    for (int mode = 0; mode < 4; ++mode) {
+      CAPTURE(mode);
+      MultiUpdate u = multi_start(specs, 100 + mode);
+      const std::function<bool(std::size_t)> use = mode == 0 ? std::function<bool(std::size_t)>(none)
+                                                   : mode == 3 ? std::function<bool(std::size_t)>(even)
+                                                               : std::function<bool(std::size_t)>(every);
+      const double lr = 0.01, mu = 0.9;
+      for (std::size_t i = 0; i < u.cpu.size(); ++i)
+        cpu().sgd_update(u.cpu[i].var, u.cpu[i].grad, use(i) ? &u.cpu[i].slots[0] : nullptr, lr, mu, mode == 2);
+      k::UpdateHyper h;
+      h.lr = static_cast<float>(lr), h.mu = static_cast<float>(mu), h.nesterov = mode == 2;
+      const int launches = run_multi<k::UpdateKind::Sgd>(u, {use, none, none}, h, chunk, 32);
+      CHECK(launches >= 4);
+      check_multi(u, "sgd");
+    }
+  }
+  SUBCASE("adam, and adamw with amsgrad") {
+    for (int mode = 0; mode < 2; ++mode) {
+      CAPTURE(mode);
+      MultiUpdate u = multi_start(specs, 200 + mode);
+      const double alpha = 0.001 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.9 * 0.9), decay = mode ? 0.004 * 0.001 : 0;
+      for (std::size_t i = 0; i < u.cpu.size(); ++i)
+        cpu().adam_update(u.cpu[i].var, u.cpu[i].grad, u.cpu[i].slots[0], u.cpu[i].slots[1],
+                          mode ? &u.cpu[i].slots[2] : nullptr, alpha, 0.9, 0.999, 1e-7, decay);
+      k::UpdateHyper h;
+      h.alpha = static_cast<float>(alpha), h.c1 = static_cast<float>(1 - 0.9), h.c2 = static_cast<float>(1 - 0.999),
+      h.eps = static_cast<float>(1e-7), h.decay = static_cast<float>(decay);
+      run_multi<k::UpdateKind::Adam>(u, {every, every, mode ? every : none}, h, chunk, 32);
+      check_multi(u, "adam");
+    }
+  }
+  SUBCASE("rmsprop: plain, centered, momentum, centered with momentum") {
+    for (int mode = 0; mode < 4; ++mode) {
+      CAPTURE(mode);
+      MultiUpdate u = multi_start(specs, 300 + mode);
+      const bool centered = mode & 1, momentum = mode & 2;
+      for (std::size_t i = 0; i < u.cpu.size(); ++i)
+        cpu().rmsprop_update(u.cpu[i].var, u.cpu[i].grad, u.cpu[i].slots[1], centered ? &u.cpu[i].slots[0] : nullptr,
+                             momentum ? &u.cpu[i].slots[2] : nullptr, 0.001, 0.9, 0.5, 1e-7);
+      k::UpdateHyper h;
+      h.lr = 0.001f, h.rho = 0.9f, h.c = static_cast<float>(1 - 0.9), h.mu = 0.5f, h.eps = static_cast<float>(1e-7);
+      // velocity, average_grad and momentum are storage slots 1, 0, 2 (start() keeps velocity > avg^2).
+      run_multi<k::UpdateKind::Rmsprop>(u, {every, centered ? every : none, momentum ? every : none}, h, chunk, 32,
+                                        {1, 0, 2});
+      check_multi(u, "rmsprop");
+    }
+  }
+  SUBCASE("the launches: every block within a launch's capacity, each variable's chunks once") {
+    std::vector<k::UpdateTensor> items;
+    for (const auto& [n, vd, gd] : specs)
+      items.push_back({nullptr, nullptr, {nullptr, nullptr, nullptr}, n, grad_type(vd), grad_type(gd)});
+    std::int64_t covered = 0, total = 0;
+    for (const auto& [n, vd, gd] : specs) total += n;
+    int launches = 0;
+    k::pack_updates(items.data(), static_cast<std::int32_t>(items.size()), {}, chunk,
+                    [&](const k::UpdateArgs& a, unsigned blocks) {
+                      ++launches;
+                      for (unsigned b = 0; b < blocks; ++b) {
+                        REQUIRE(a.block_tensor[b] < k::kUpdateTensors);
+                        const k::UpdateTensor& e = a.tensors[a.block_tensor[b]];
+                        const std::int64_t begin = static_cast<std::int64_t>(a.block_chunk[b]) * chunk;
+                        REQUIRE(begin < e.numel);
+                        covered += std::min(chunk, e.numel - begin);
+                      }
+                    });
+    CHECK(covered == total);
+    CHECK(launches >= 3);
   }
 }
 

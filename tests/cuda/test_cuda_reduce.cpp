@@ -18,39 +18,13 @@
 #include "backend/cuda/kernels/random.hpp"
 #include "backend/cuda/kernels/reduce.hpp"
 #include "backend/cuda/kernels/softmax.hpp"
-#include "test_util.hpp"
+#include "kernel_test_util.hpp"
 
 using namespace mpt;
 using namespace mpt::kernels;
+using namespace mpt::test;
 
 namespace {
-
-Backend& cpu() { return mpt::detail::backend(Device::cpu()); }
-
-/// A host array of storage type T (std::vector<bool> has no data()).
-template <class T> struct Vec : std::vector<T> {
-  using std::vector<T>::vector;
-};
-template <> struct Vec<bool> : std::vector<std::uint8_t> {
-  using Base = std::vector<std::uint8_t>;
-  using Base::vector;
-  bool* data() { return reinterpret_cast<bool*>(Base::data()); }
-  const bool* data() const { return reinterpret_cast<const bool*>(Base::data()); }
-  bool& operator[](std::size_t i) { return data()[i]; }
-  const bool& operator[](std::size_t i) const { return data()[i]; }
-  bool operator==(const Vec&) const = default;
-};
-
-template <class T> DType dtype_of_storage() {
-  if constexpr (std::is_same_v<T, float>) return float32;
-  else if constexpr (std::is_same_v<T, double>) return float64;
-  else if constexpr (std::is_same_v<T, __half>) return float16;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return bfloat16;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return int32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return int64;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return uint8;
-  else return bool_;
-}
 
 template <class T> double as_double(T v) { return static_cast<double>(load(v)); }
 
@@ -72,18 +46,6 @@ Vec<T> random_data(std::int64_t count, double lo, double hi, unsigned seed) {
     if constexpr (std::is_integral_v<T>) e = static_cast<T>(std::floor(d));
     else e = store_double<T>(d);
   }
-  return v;
-}
-
-template <class T>
-Tensor host_tensor(const Vec<T>& v, const Shape& s) {
-  return Tensor::from_host(v.data(), v.size(), dtype_of_storage<T>(), s, Device::cpu());
-}
-
-template <class T>
-Vec<T> tensor_values(const Tensor& t) {
-  Vec<T> v(static_cast<std::size_t>(t.numel()));
-  std::memcpy(v.data(), t.data_ptr(), v.size() * sizeof(T));
   return v;
 }
 
@@ -389,16 +351,20 @@ void check_cross_entropy(std::int64_t rows, std::int64_t n, unsigned threads, bo
   const auto expect = tensor_values<L>(ref);
   Vec<L> got(expect.size());
   const ReduceGeom g0 = reduce_geom(rows, n, 1, threads);
+  // Both passes start alike: the row max (logits) or the row sum (probabilities) in region 0.
+  auto row_stat_phases = [&](const ReduceGeom& g) {
+    return std::tuple_cat(phase([&](const Thread& t, C* sh) {
+                            if (from_logits) softmax_max_partial(t, sh, x.data(), g);
+                            else xent_psum_partial(t, sh, x.data(), g);
+                          }),
+                          tree_phases(g.ty, [&](const Thread& t, C* sh, unsigned h) {
+                            if (from_logits) region_step(t, sh, g, 0, h, MaxOp{});
+                            else region_step(t, sh, g, 0, h, SumOp{});
+                          }));
+  };
   run_tiles<C>(g0, 3, 3, [&](const ReduceGeom& g) {
     return std::tuple_cat(
-        phase([&](const Thread& t, C* sh) {
-          if (from_logits) softmax_max_partial(t, sh, x.data(), g);
-          else xent_psum_partial(t, sh, x.data(), g);
-        }),
-        tree_phases(g.ty, [&](const Thread& t, C* sh, unsigned h) {
-          if (from_logits) region_step(t, sh, g, 0, h, MaxOp{});
-          else region_step(t, sh, g, 0, h, SumOp{});
-        }),
+        row_stat_phases(g),
         phase([&](const Thread& t, C* sh) {
           if (from_logits) softmax_sum_partial(t, sh, x.data(), g);
         }),
@@ -432,14 +398,7 @@ void check_cross_entropy(std::int64_t rows, std::int64_t n, unsigned threads, bo
   Vec<T> dgot(x.size());
   run_tiles<C>(g0, 3, 3, [&](const ReduceGeom& g) {
     return std::tuple_cat(
-        phase([&](const Thread& t, C* sh) {
-          if (from_logits) softmax_max_partial(t, sh, x.data(), g);
-          else xent_psum_partial(t, sh, x.data(), g);
-        }),
-        tree_phases(g.ty, [&](const Thread& t, C* sh, unsigned h) {
-          if (from_logits) region_step(t, sh, g, 0, h, MaxOp{});
-          else region_step(t, sh, g, 0, h, SumOp{});
-        }),
+        row_stat_phases(g),
         phase([&](const Thread& t, C* sh) {
           if (from_logits) xent_grad_sums_partial(t, sh, x.data(), l, g);
           else xent_grad_dot_partial(t, sh, x.data(), l, g);

@@ -7,8 +7,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   mpt::fuzz::expect_clean([&] {
-    mpt::io::json::Value v = mpt::io::json::parse(text, "fuzz");
-    (void)mpt::io::json::dump(v);
+    const mpt::io::Json v = mpt::io::parse_json(text, "fuzz");
+    (void)mpt::io::dump_json(v, "fuzz");
     mpt::io::model_from_config(v, "fuzz");
   });
   return 0;

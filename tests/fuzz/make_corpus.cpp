@@ -88,12 +88,12 @@ int main(int argc, char** argv) {
     s.save((c / "cnn_mixed.h5").string());
     unstamped(c / "cnn_mixed.h5", c / "cnn_mixed_plain.h5");
     write(root / "json" / "cnn.json", [&] {
-      auto t = io::model_config_json(s);
+      const std::string t = io::model_config_json(s).dump();
       return std::vector<char>(t.begin(), t.end());
     }());
     mixed_precision::set_global_policy("float32");
   }
-  const auto cfg = io::model_config_json(m);
+  const std::string cfg = io::model_config_json(m).dump();
   write(root / "json" / "mlp.json", std::vector<char>(cfg.begin(), cfg.end()));
   const std::string small = R"({"a": [1, 2.5e-3, -0, true, null], "b": {"c": "\u00e9\n"}})";
   write(root / "json" / "small.json", std::vector<char>(small.begin(), small.end()));

@@ -8,9 +8,10 @@
 1. mpt writes model.weights.h5 (Keras 3 layout, with Adam's state), a legacy Keras 2 .h5 and
    a bfloat16 export; Keras loads each into the same MLP and predicts on the same inputs, and
    takes one more Adam step from mpt's optimizer state, which must match mpt's own step.
-   Keras also rebuilds the whole model from mpt's .keras archive (load_model).
-2. Keras writes .weights.h5 (float32 and bfloat16), a legacy .h5 and a .keras archive; mpt
-   loads each (load_weights, load_model) and predicts. Every comparison prints its max abs
+   Keras also rebuilds whole models from mpt's .keras archives (load_model): the MLP, every core
+   layer under mixed_bfloat16, and a functional residual CNN (Keras 3's functional config).
+2. Keras writes .weights.h5 (float32 and bfloat16), a legacy .h5 and .keras archives (the MLP
+   and a functional residual CNN); mpt loads each (load_weights, load_model) and predicts. Every comparison prints its max abs
    difference and must stay under 1e-5.
 It also checks that h5py reads mpt's files through their 512-byte userblock.
 """
@@ -40,6 +41,21 @@ def mlp(dtype=None):
             keras.layers.Activation("softmax", name="activation", dtype=dtype),
         ]
     )
+
+
+def residual_cnn():
+    """The functional residual CNN of keras_interop_helper's residual_cnn(). Layer names are
+    given so that they equal the weight paths Keras derives from class names (mpt loads
+    weights by layer name)."""
+    inp = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, padding="same", name="conv2d")(inp)
+    x = keras.layers.BatchNormalization(name="batch_normalization")(x)
+    x = keras.layers.ReLU(name="re_lu")(x)
+    y = keras.layers.Conv2D(4, 3, padding="same", name="conv2d_1")(x)
+    z = keras.layers.Add(name="add")([x, y])
+    z = keras.layers.GlobalAveragePooling2D(name="global_average_pooling2d")(z)
+    out = keras.layers.Dense(5, activation="softmax", name="dense")(z)
+    return keras.Model(inp, out, name="residual")
 
 
 def read_f32(path, shape):
@@ -110,6 +126,16 @@ def main():
         report("Keras predict after load_model(mpt_core.keras) (bfloat16)", kc.predict(x8, verbose=0),
                read_f32(os.path.join(d, "preds_core.f32"), (N, 4)), tol=2e-2)
 
+        # A functional residual CNN: Keras rebuilds the graph from Keras 3's functional config.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kr = keras.saving.load_model(os.path.join(d, "mpt_residual.keras"))
+        print(f"  Keras load_model(mpt_residual.keras): {type(kr).__name__} of "
+              + ", ".join(type(l).__name__ for l in kr.layers))
+        ximg = read_f32(os.path.join(d, "inputs_img.f32"), (N, 8, 8, 3))
+        report("Keras predict after load_model(mpt_residual.keras)", kr.predict(ximg, verbose=0),
+               read_f32(os.path.join(d, "preds_residual.f32"), (N, 5)))
+
         # ---- Keras writes, mpt reads -------------------------------------------------------
         print("Keras -> mpt")
         keras.utils.set_random_seed(5)
@@ -143,6 +169,16 @@ def main():
         subprocess.run([helper, "import_model", os.path.join(d, "keras.keras"), os.path.join(d, "inputs.f32"), out],
                        check=True)
         report("mpt predict after load_model(keras.keras)", read_f32(out, (N, OUT)), want)
+        kr = residual_cnn()
+        kr.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        xi = np.random.default_rng(1).normal(size=(128, 8, 8, 3)).astype("float32")
+        kr.fit(xi, np.arange(128) % 5, epochs=1, verbose=0)
+        kr.save(os.path.join(d, "keras_residual.keras"))
+        ximg.tofile(os.path.join(d, "inputs_img_k.f32"))
+        subprocess.run([helper, "import_model", os.path.join(d, "keras_residual.keras"),
+                        os.path.join(d, "inputs_img_k.f32"), out, "8", "8", "3"], check=True)
+        report("mpt predict after load_model(keras_residual.keras)", read_f32(out, (N, 5)),
+               kr.predict(ximg, verbose=0))
     print("interop OK")
 
 

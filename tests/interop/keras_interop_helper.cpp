@@ -5,11 +5,14 @@
 //       mpt_bf16.weights.h5 (bfloat16 export), mpt.keras (full model), inputs.f32 [64, 20],
 //       preds.f32 [64, 10],
 //       preds_bf16.f32 (predictions of a model loaded back from the bfloat16 export) and
-//       preds_step.f32 (predictions after one more Adam step from the saved optimizer state)
+//       preds_step.f32 (predictions after one more Adam step from the saved optimizer state),
+//       mpt_residual.keras (a functional residual CNN), inputs_img.f32 [64, 8, 8, 3] and
+//       preds_residual.f32 [64, 5]
 //   keras_interop_helper import <weights file> <inputs.f32> <preds.f32>
 //       loads weights written by Keras into the same MLP and writes its predictions
-//   keras_interop_helper import_model <model.keras> <inputs.f32> <preds.f32>
+//   keras_interop_helper import_model <model.keras> <inputs.f32> <preds.f32> [dims...]
 //       rebuilds a whole model saved by Keras (mpt::load_model) and writes its predictions
+//       (inputs of per-example shape dims, [20] by default)
 //
 // .f32 files hold raw little-endian float32 values, row-major.
 #include <cstdio>
@@ -31,6 +34,17 @@ std::unique_ptr<mpt::Sequential> mlp() {
       layers::Input({kIn}), layers::Dense(64, {.activation = "relu", .name = "dense"}),
       layers::Dense(32, {.activation = "tanh", .name = "dense_1"}), layers::Dense(kOut, {.name = "dense_2"}),
       layers::Activation("softmax", {.name = "activation"})});
+}
+
+/// The functional residual CNN: Input -> Conv2D -> BN -> ReLU -> Conv2D -> Add(skip) -> GAP -> Dense.
+std::unique_ptr<mpt::Model> residual_cnn() {
+  auto in = mpt::Input({8, 8, 3});
+  auto x = layers::Conv2D(4, {3, 3}, {.padding = "same"})(in);
+  x = layers::BatchNormalization()(x);
+  x = layers::ReLU()(x);
+  auto y = layers::Conv2D(4, {3, 3}, {.padding = "same"})(x);
+  auto out = layers::Dense(5, {.activation = "softmax"})(layers::GlobalAveragePooling2D()(layers::Add()({x, y})));
+  return std::make_unique<mpt::Model>(in, out, "residual");
 }
 
 void write_f32(const std::string& path, const mpt::Tensor& t) {
@@ -95,6 +109,17 @@ int run(int argc, char** argv) {
     mpt::Tensor inputs8 = mpt::Tensor::random_uniform({kSamples, 8}, -2, 2, 12);
     write_f32(dir + "/inputs8.f32", inputs8);
     write_f32(dir + "/preds_core.f32", core.predict(inputs8));
+    // A functional residual CNN, trained a little (so BatchNormalization's statistics move).
+    auto r = residual_cnn();
+    r->compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-2}), .loss = "sparse_categorical_crossentropy"});
+    mpt::Tensor ximg = mpt::Tensor::random_normal({128, 8, 8, 3}, 0, 1, 13);
+    std::vector<std::int32_t> yimg(128);
+    for (std::size_t i = 0; i < yimg.size(); ++i) yimg[i] = static_cast<std::int32_t>(i % 5);
+    r->fit(ximg, mpt::Tensor::from_vector(yimg, {128}), {.batch_size = 32, .epochs = 2, .verbose = 0});
+    r->save(dir + "/mpt_residual.keras");
+    mpt::Tensor inputs_img = mpt::Tensor::random_uniform({kSamples, 8, 8, 3}, -2, 2, 14);
+    write_f32(dir + "/inputs_img.f32", inputs_img);
+    write_f32(dir + "/preds_residual.f32", r->predict(inputs_img));
     std::cout << "exported to " << dir << " (optimizer iterations " << m->optimizer().iterations() << ")\n";
     return 0;
   }
@@ -104,19 +129,22 @@ int run(int argc, char** argv) {
     write_f32(argv[4], m->predict(read_f32(argv[3], {kSamples, kIn})));
     return 0;
   }
-  if (mode == "import_model" && argc == 5) {
+  if (mode == "import_model" && argc >= 5) {
+    mpt::Shape shape{kSamples};
+    for (int i = 5; i < argc; ++i) shape.push_back(std::stoll(argv[i]));
+    if (shape.size() == 1) shape.push_back(kIn);
     auto m = mpt::load_model(argv[2]);
     std::cout << "loaded " << argv[2] << ": " << m->layers().size() << " layers, "
               << (m->compiled() ? "compiled with " + m->optimizer().name() + ", iterations " +
                                       std::to_string(m->optimizer().iterations())
                                 : std::string("not compiled"))
               << "\n";
-    write_f32(argv[4], m->predict(read_f32(argv[3], {kSamples, kIn})));
+    write_f32(argv[4], m->predict(read_f32(argv[3], shape)));
     return 0;
   }
   std::cerr << "usage: keras_interop_helper export <dir>\n"
                "       keras_interop_helper import <weights file> <inputs.f32> <preds.f32>\n"
-               "       keras_interop_helper import_model <model.keras or .h5> <inputs.f32> <preds.f32>\n";
+               "       keras_interop_helper import_model <model.keras or .h5> <inputs.f32> <preds.f32> [dims...]\n";
   return 2;
 }
 

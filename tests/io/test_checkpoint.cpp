@@ -429,7 +429,7 @@ class Scale : public Layer {
   explicit Scale(double init, std::string name = "") : Layer("Scale", std::nullopt, std::move(name)), init_(init) {}
   void build(const Shape& s) override { w_ = add_weight("w", {s.back()}, "ones"); }
   Tensor call(const Tensor& x, bool) override { return ops::mul(ops::mul(x, read(w_)), Tensor::scalar(init_, x.dtype(), x.device())); }
-  std::vector<std::pair<std::string, std::string>> config() const override { return {{"init", std::to_string(init_)}}; }
+  nlohmann::json config() const override { return {{"init", init_}}; }
 
  private:
   double init_;
@@ -508,7 +508,7 @@ TEST_CASE(".keras archives hold config.json, metadata.json and the checkpoint") 
   REQUIRE(bytes.size() > 4);
   CHECK(std::string(bytes.data(), 4) == std::string("PK\x03\x04", 4));
   const std::string text(bytes.begin(), bytes.end());
-  for (const char* entry : {"config.json", "metadata.json", "model.weights.h5", "\"class_name\": \"Sequential\"",
+  for (const char* entry : {"config.json", "metadata.json", "model.weights.h5", "\"class_name\":\"Sequential\"",
                             "\"compile_config\""})
     CHECK_MESSAGE(contains(text, entry), entry);
   auto r = load_model(path);

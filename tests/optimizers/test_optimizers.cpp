@@ -483,3 +483,257 @@ TEST_CASE("a learning rate that is NaN, infinite or negative is an error, consta
     CHECK(v.value().to_vector<float>() == std::vector<float>(3, 0.9f));
   });
 }
+
+// ---- the list updates (ops::*_update_all, Optimizer::update_steps) ------------------------------
+
+namespace {
+
+/// Variables of mixed dtypes and sizes (one empty), their gradients (one float16) and float32
+/// slots, all on dev; deterministic, so two calls give the same state.
+struct ListState {
+  std::vector<Tensor> vars, grads;
+  std::vector<std::vector<Tensor>> slots;  // slots[s][i]: slot s of variable i
+};
+
+ListState list_state(Device dev) {
+  const std::vector<std::pair<Shape, DType>> vars = {{{2, 3}, float32}, {{7}, float16},  {{0}, float32},
+                                                     {{4, 5}, bfloat16}, {{1}, float32}, {{3, 3}, float16}};
+  ListState s;
+  s.slots.resize(3);
+  unsigned seed = 1;
+  for (const auto& [shape, dt] : vars) {
+    s.vars.push_back(Tensor::random_uniform(shape, -2, 2, seed++).to(dt).to(dev).copy());
+    s.grads.push_back(Tensor::random_uniform(shape, -1, 1, seed++).to(dt == float16 ? float16 : float32).to(dev).copy());
+    s.slots[0].push_back(Tensor::random_uniform(shape, -0.5, 0.5, seed++).to(float32).to(dev).copy());
+    s.slots[1].push_back(Tensor::random_uniform(shape, 1, 2, seed++).to(float32).to(dev).copy());  // > avg^2
+    s.slots[2].push_back(Tensor::random_uniform(shape, 0, 3, seed++).to(float32).to(dev).copy());
+  }
+  return s;
+}
+
+/// Pointers to slot s of every variable where use(i), null elsewhere; empty when `none`.
+std::vector<Tensor*> slot_list(ListState& st, int s, bool none = false,
+                               const std::function<bool(std::size_t)>& use = nullptr) {
+  std::vector<Tensor*> out;
+  if (none) return out;
+  for (std::size_t i = 0; i < st.vars.size(); ++i) out.push_back(!use || use(i) ? &st.slots[s][i] : nullptr);
+  return out;
+}
+
+/// The same values, element for element (exact: every dtype converts to float64 exactly).
+void check_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::string& what) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    CHECK(a[i].dtype() == b[i].dtype());
+    CHECK_MESSAGE(a[i].to_vector<double>() == b[i].to_vector<double>(), what);
+  }
+}
+
+void check_same(const ListState& a, const ListState& b) {
+  check_same(a.vars, b.vars, "variables");
+  for (std::size_t s = 0; s < a.slots.size(); ++s) check_same(a.slots[s], b.slots[s], "slot " + std::to_string(s));
+}
+
+}  // namespace
+
+TEST_CASE("the list updates give the per-variable updates' bits on every device") {
+  for_each_device([](Device dev) {
+    SUBCASE("adam, and adamw with amsgrad") {
+      for (bool amsgrad : {false, true}) {
+        CAPTURE(amsgrad);
+        const double decay = amsgrad ? 0.004 * 0.01 : 0.0;
+        ListState one = list_state(dev), all = list_state(dev);
+        for (int step = 0; step < 2; ++step) {
+          for (std::size_t i = 0; i < one.vars.size(); ++i)
+            ops::adam_update(one.vars[i], one.grads[i], one.slots[0][i], one.slots[1][i],
+                             amsgrad ? &one.slots[2][i] : nullptr, 0.01, 0.9, 0.999, 1e-7, decay);
+          ops::adam_update_all(all.vars, all.grads, slot_list(all, 0), slot_list(all, 1), slot_list(all, 2, !amsgrad),
+                               0.01, 0.9, 0.999, 1e-7, decay);
+        }
+        check_same(one, all);
+      }
+    }
+    SUBCASE("sgd: plain, momentum, nesterov, momentum for some variables only") {
+      for (int mode = 0; mode < 4; ++mode) {
+        CAPTURE(mode);
+        auto use = [&](std::size_t i) { return mode == 3 ? i % 2 == 0 : mode > 0; };
+        ListState one = list_state(dev), all = list_state(dev);
+        for (int step = 0; step < 2; ++step) {
+          for (std::size_t i = 0; i < one.vars.size(); ++i)
+            ops::sgd_update(one.vars[i], one.grads[i], use(i) ? &one.slots[0][i] : nullptr, 0.05, 0.9, mode == 2);
+          ops::sgd_update_all(all.vars, all.grads, slot_list(all, 0, mode == 0, use), 0.05, 0.9, mode == 2);
+        }
+        check_same(one, all);
+      }
+    }
+    SUBCASE("rmsprop: plain, centered, momentum, centered with momentum") {
+      for (int mode = 0; mode < 4; ++mode) {
+        CAPTURE(mode);
+        const bool centered = mode & 1, momentum = mode & 2;
+        ListState one = list_state(dev), all = list_state(dev);
+        for (int step = 0; step < 2; ++step) {
+          for (std::size_t i = 0; i < one.vars.size(); ++i)
+            ops::rmsprop_update(one.vars[i], one.grads[i], one.slots[1][i], centered ? &one.slots[0][i] : nullptr,
+                                momentum ? &one.slots[2][i] : nullptr, 0.01, 0.9, 0.5, 1e-7);
+          ops::rmsprop_update_all(all.vars, all.grads, slot_list(all, 1), slot_list(all, 0, !centered),
+                                  slot_list(all, 2, !momentum), 0.01, 0.9, 0.5, 1e-7);
+        }
+        check_same(one, all);
+      }
+    }
+    SUBCASE("empty lists do nothing") {
+      std::vector<Tensor> none;
+      ops::adam_update_all(none, {}, {}, {}, {}, 0.1, 0.9, 0.999, 1e-7);
+      ops::sgd_update_all(none, {}, {}, 0.1, 0.0, false);
+      ops::rmsprop_update_all(none, {}, {}, {}, {}, 0.1, 0.9, 0.0, 1e-7);
+    }
+  });
+}
+
+TEST_CASE("the list updates validate every entry and name the op and the entry") {
+  for_each_device([](Device dev) {
+    ListState st = list_state(dev);
+    const ListState before = list_state(dev);
+    auto adam = [&] {
+      ops::adam_update_all(st.vars, st.grads, slot_list(st, 0), slot_list(st, 1), {}, 0.1, 0.9, 0.999, 1e-7);
+    };
+    auto expect = [&](const std::string& what, const std::string& part) {
+      const std::string e = error_of(adam);
+      CAPTURE(what);
+      CAPTURE(e);
+      CHECK(contains(e, "adam_update_all"));
+      CHECK(contains(e, part));
+    };
+    Tensor keep = st.grads[3];
+    st.grads[3] = Tensor::zeros({3}, float32, dev);
+    expect("gradient shape", "(entry 3): gradient");
+    st.grads[3] = Tensor();
+    expect("undefined gradient", "(entry 3): gradient is an undefined tensor");
+    st.grads[3] = keep;
+    keep = st.slots[1][4];
+    st.slots[1][4] = Tensor::zeros({1}, float16, dev);
+    expect("slot dtype", "(entry 4): slot 'v' must be float32");
+    st.slots[1][4] = keep;
+    keep = st.vars[5];
+    st.vars[5] = Tensor::zeros({3, 3}, float64, dev);
+    expect("float64 variable", "(entry 5): the variable must be float32, float16 or bfloat16");
+    st.vars[5] = st.vars[0];
+    st.grads[5] = st.grads[0], st.slots[0][5] = st.slots[0][0], st.slots[1][5] = st.slots[1][0];
+    expect("a variable twice", "entries 0 and 5 update the same variable");
+    st = list_state(dev);
+    st.grads.pop_back();
+    expect("list sizes", "5 gradients for 6 variables");
+    st = list_state(dev);
+    st.vars[1] = st.vars[1].to(dev == Device::cpu() ? Device::test() : Device::cpu());
+    st.grads[1] = st.grads[1].to(st.vars[1].device());
+    st.slots[0][1] = st.slots[0][1].to(st.vars[1].device());
+    st.slots[1][1] = st.slots[1][1].to(st.vars[1].device());
+    expect("two devices", "(entry 1): variable");
+    check_same(st, before);  // a refused call changes nothing
+    st = list_state(dev);
+
+    std::vector<Tensor*> m = slot_list(st, 0), v = slot_list(st, 1);
+    v[2] = nullptr;
+    CHECK(contains(error_of([&] { ops::adam_update_all(st.vars, st.grads, m, v, {}, 0.1, 0.9, 0.999, 1e-7); }),
+                   "adam_update_all (entry 2): slot 'v' is missing"));
+    CHECK(contains(error_of([&] { ops::adam_update_all(st.vars, st.grads, m, {}, {}, 0.1, 0.9, 0.999, 1e-7); }),
+                   "adam_update_all: 0 'v' slots for 6 variables"));
+    std::vector<Tensor*> two = {m[0], m[1]};
+    CHECK(contains(error_of([&] { ops::sgd_update_all(st.vars, st.grads, two, 0.1, 0.9, false); }),
+                   "sgd_update_all: 2 'momentum' slots for 6 variables"));
+    Tensor bad = Tensor::zeros({2}, float32, dev);
+    std::vector<Tensor*> avg = slot_list(st, 0);
+    avg[3] = &bad;
+    CHECK(contains(error_of([&] {
+                     ops::rmsprop_update_all(st.vars, st.grads, slot_list(st, 1), avg, {}, 0.1, 0.9, 0.0, 1e-7);
+                   }),
+                   "rmsprop_update_all (entry 3): slot 'average_gradient'"));
+    check_same(st, before);
+  });
+}
+
+namespace {
+
+/// A built-in optimizer whose update_steps is the base class's loop over update_step.
+template <class O>
+class PerVariable : public O {
+ public:
+  using O::O;
+
+ protected:
+  void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override {
+    opt::Optimizer::update_steps(grads, vars, lr);
+  }
+};
+
+/// Three steps of `a` (the built-in) and `b` (its per-variable loop) over the same variables
+/// and gradients (one missing at the second step) give the same variables and slots, bit for bit.
+void check_list_step(opt::Optimizer& a, opt::Optimizer& b, Device dev) {
+  ListState sa = list_state(dev), sb = list_state(dev);
+  std::vector<Variable> va, vb;
+  for (std::size_t i = 0; i < sa.vars.size(); ++i) {
+    va.emplace_back(sa.vars[i], "v" + std::to_string(i));
+    vb.emplace_back(sb.vars[i], "v" + std::to_string(i));
+  }
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> ga = sa.grads, gb = sb.grads;
+    if (step == 1) ga[4] = gb[4] = Tensor();
+    a.apply_gradients(ga, va);
+    b.apply_gradients(gb, vb);
+  }
+  CHECK(a.iterations() == 3);
+  CHECK(b.iterations() == 3);
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    CAPTURE(i);
+    CHECK(va[i].value().to_vector<double>() == vb[i].value().to_vector<double>());
+  }
+  const auto slots_a = a.slots_by_path(), slots_b = b.slots_by_path();
+  REQUIRE(slots_a.size() == slots_b.size());
+  for (const auto& [path, slots] : slots_a) {
+    CAPTURE(path);
+    REQUIRE(slots_b.count(path));
+    REQUIRE(slots.size() == slots_b.at(path).size());
+    for (const auto& [name, t] : slots) {
+      CAPTURE(name);
+      CHECK(t.to_vector<double>() == slots_b.at(path).at(name).to_vector<double>());
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the built-in optimizers' update_steps equal their per-variable update_step") {
+  for_each_device([](Device dev) {
+    SUBCASE("adam") {
+      opt::AdamOptimizer a({.learning_rate = 0.01});
+      PerVariable<opt::AdamOptimizer> b({.learning_rate = 0.01});
+      check_list_step(a, b, dev);
+    }
+    SUBCASE("adamw with amsgrad") {
+      opt::AdamWOptimizer a({.learning_rate = 0.01, .weight_decay = 0.1, .amsgrad = true});
+      PerVariable<opt::AdamWOptimizer> b({.learning_rate = 0.01, .weight_decay = 0.1, .amsgrad = true});
+      check_list_step(a, b, dev);
+    }
+    SUBCASE("sgd with nesterov momentum") {
+      opt::SGDOptimizer a({.learning_rate = 0.05, .momentum = 0.9, .nesterov = true});
+      PerVariable<opt::SGDOptimizer> b({.learning_rate = 0.05, .momentum = 0.9, .nesterov = true});
+      check_list_step(a, b, dev);
+    }
+    SUBCASE("rmsprop, centered with momentum") {
+      opt::RMSpropOptimizer a({.learning_rate = 0.01, .momentum = 0.5, .centered = true});
+      PerVariable<opt::RMSpropOptimizer> b({.learning_rate = 0.01, .momentum = 0.5, .centered = true});
+      check_list_step(a, b, dev);
+    }
+    SUBCASE("a variable given twice is updated twice, one after another") {
+      opt::AdamOptimizer a({.learning_rate = 0.01});
+      PerVariable<opt::AdamOptimizer> b({.learning_rate = 0.01});
+      Variable wa(Tensor::random_uniform({4}, -1, 1, 3).to(dev).copy(), "w");
+      Variable wb(Tensor::random_uniform({4}, -1, 1, 3).to(dev).copy(), "w");
+      Tensor g = Tensor::random_uniform({4}, -1, 1, 4).to(dev);
+      a.apply_gradients({g, g}, {wa, wa});
+      b.apply_gradients({g, g}, {wb, wb});
+      CHECK(wa.value().to_vector<double>() == wb.value().to_vector<double>());
+    }
+  });
+}

@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mpt/functional.hpp"
 #include "mpt/mixed_precision/policy.hpp"
 #include "mpt/tensor.hpp"
@@ -75,10 +77,11 @@ class Layer {
   /// `applied` is false when the step was skipped (a loss-scale overflow). BatchNormalization
   /// commits the moving statistics of its last training call here, or drops them.
   virtual void finish_step(bool applied) {}
-  /// Keras config entries for summaries and checkpoints (e.g. {"units", "128"}).
-  /// Values are JSON text (128, true, [3, 3], null) or plain strings ("relu"); load_model hands
-  /// them back unchanged to the factory registered for class_name() (see register_layer).
-  virtual std::vector<std::pair<std::string, std::string>> config() const { return {}; }
+  /// Keras config entries for summaries and checkpoints, as a JSON object:
+  ///   return {{"units", units_}, {"activation", "relu"}, {"kernel_size", {3, 3}}};
+  /// load_model hands them back unchanged (LayerConfig::config) to the factory registered for
+  /// class_name() (see register_layer). name, trainable and dtype are written by mpt.
+  virtual nlohmann::json config() const { return nlohmann::json::object(); }
   /// Random-generator state a full checkpoint keeps besides variables (Dropout: its call count).
   virtual std::vector<std::uint64_t> rng_state() const { return {}; }
   virtual void set_rng_state(const std::vector<std::uint64_t>& state) {}
@@ -154,21 +157,28 @@ class LayerRef {
 };
 
 /// What load_model knows about a saved layer: its class, name, policy, trainable flag and the
-/// config() pairs it was saved with. The getters raise mpt::Error naming the layer.
+/// config() object it was saved with (the rest of Keras's layer config: Keras's initializer
+/// objects arrive as their snake_case names). The getters raise mpt::Error naming the layer
+/// and the key.
 struct LayerConfig {
   std::string class_name;
   std::string name;
   mixed_precision::Policy dtype;
   bool trainable = true;
-  std::vector<std::pair<std::string, std::string>> config;
+  nlohmann::json config = nlohmann::json::object();
 
+  /// Whether `key` is present and not null.
   bool has(const std::string& key) const;
+  /// The entry `key`; mpt::Error when absent.
+  const nlohmann::json& at(const std::string& key) const;
+  /// A string entry ("relu").
   std::string get(const std::string& key) const;
   std::string get(const std::string& key, const std::string& fallback) const;
   std::int64_t get_int(const std::string& key) const;
+  std::uint64_t get_uint(const std::string& key) const;
   double get_double(const std::string& key) const;
   bool get_bool(const std::string& key) const;
-  /// "[2, 3]", "(2, 3)" or "[null, 8]" (null read as -1).
+  /// [2, 3] or [null, 8] (null read as -1); also the text "(None, 8)" of older configs.
   Shape get_shape(const std::string& key) const;
   /// A list or a single number, e.g. kernel_size 3 or [3, 3].
   std::vector<std::int64_t> get_ints(const std::string& key) const;

@@ -1,6 +1,8 @@
 #pragma once
 /// Optimizer base: float32 slots per variable, a learning rate or schedule, gradient
-/// clipping, and `iterations`. Subclasses implement update_step for one variable.
+/// clipping, and `iterations`. Subclasses implement update_step for one variable, and may
+/// override update_steps to update all variables of a step at once (the built-in ones do, with
+/// the list ops of mpt/optim_ops.hpp: a few kernel launches for all variables on a GPU).
 ///
 ///   class MySGD : public mpt::optimizers::Optimizer {
 ///    public:
@@ -62,7 +64,8 @@ class Optimizer {
   Optimizer(std::string name, CommonOptions options);
   virtual ~Optimizer() = default;
 
-  /// Applies one step: clips, then update_step per variable with float32 gradients, then
+  /// Applies one step: clips, then update_steps (by default update_step per variable) with
+  /// float32 gradients, then
   /// iterations += 1. Gradients must match the variables' shapes; undefined gradients are
   /// skipped (Keras warns and ignores them).
   virtual ApplyResult apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
@@ -86,6 +89,10 @@ class Optimizer {
  protected:
   /// Updates one variable in place with its float32 gradient and the step's learning rate.
   virtual void update_step(const Tensor& grad, const Variable& var, double lr) = 0;
+  /// Updates all variables of a step (grads[i] defined, float32, for vars[i]; one learning
+  /// rate). The default calls update_step for each in order; an override must give the same
+  /// results and slots.
+  virtual void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr);
   const CommonOptions& common_options() const { return options_; }
   /// mpt::Error naming the optimizer unless lr is finite and >= 0.
   void check_learning_rate(double lr) const;

@@ -26,6 +26,7 @@ class SGDOptimizer : public Optimizer {
 
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
+  void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
 
  private:
   SGDOptions o_;
@@ -50,6 +51,7 @@ class AdamOptimizer : public Optimizer {
 
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
+  void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
 
  private:
   AdamOptions o_;
@@ -62,6 +64,12 @@ namespace detail {
 /// The Adam step shared by Adam and AdamW (decay: decoupled weight decay times lr, 0 for Adam).
 void adam_step(Optimizer& opt, const Tensor& grad, const Variable& var, double lr, double beta_1, double beta_2,
                double epsilon, bool amsgrad, double decay);
+/// The same step for all variables at once (one list op).
+void adam_steps(Optimizer& opt, const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr,
+                double beta_1, double beta_2, double epsilon, bool amsgrad, double decay);
+/// True when one list op can update all of vars: one device, no variable twice. Otherwise the
+/// optimizers update one variable after another, as the per-variable loop does.
+bool fits_one_list_op(const std::vector<Variable>& vars);
 }  // namespace detail
 
 struct AdamWOptions {
@@ -81,6 +89,7 @@ class AdamWOptimizer : public Optimizer {
 
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
+  void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
 
  private:
   AdamWOptions o_;
@@ -105,6 +114,7 @@ class RMSpropOptimizer : public Optimizer {
 
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
+  void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
 
  private:
   RMSpropOptions o_;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/common/shape.hpp"
 #include "core/convert.hpp"
 #include "mpt/tensor.hpp"
 
@@ -72,13 +73,6 @@ void store(Tensor& t, std::int64_t begin, std::int64_t n, const C* values) {
   detail::convert(values, compute_dtype_of<C>(), base, t.dtype(), static_cast<std::size_t>(n));
 }
 
-/// Splits a shape at `axis` into [outer, n, inner].
-inline void split_axis(const Shape& s, std::int64_t axis, std::int64_t& outer, std::int64_t& n,
-                       std::int64_t& inner) {
-  outer = 1, inner = 1;
-  for (std::int64_t i = 0; i < axis; ++i) outer *= s[i];
-  n = s[axis];
-  for (std::size_t i = axis + 1; i < s.size(); ++i) inner *= s[i];
-}
+using detail::split_axis;  // shape [outer, n, inner] around an axis
 
 }  // namespace mpt::cpu

@@ -3,25 +3,13 @@
 // second kernel), launched on the compute stream of the output's GPU.
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/kernels/batch_norm.hpp"
+#include "backend/cuda/norm_common.cuh"
 
 namespace mpt::cuda {
 namespace {
 using namespace mpt::kernels;
 
 // ---- thin wrappers -----------------------------------------------------------------------------
-
-template <class C, class Term>
-__global__ void column_sums_kernel(Term term, std::int64_t rows, std::int64_t cols, std::int64_t cw, double* part) {
-  __shared__ double sh[2 * kNormThreads];
-  const Thread t = this_thread();
-  column_sums_phase<C>(t, sh, term, rows, cols, cw);
-  for (int step = 0; step < kTreeSteps; ++step) {
-    __syncthreads();
-    column_sums_step(t, sh, cols, cw, step);
-  }
-  __syncthreads();
-  column_sums_store(t, sh, part, cols, cw);
-}
 
 template <class T, class P>
 __global__ void stats_finalize_kernel(const T* x, const double* part, std::int64_t blocks, std::int64_t rows,
@@ -55,36 +43,6 @@ __global__ void grad_input_kernel(const T* x, const T* dy, const compute_t<T>* k
 
 // ---- launch helpers ----------------------------------------------------------------------------
 
-/// The [rows, C] tiling: grid (channel tiles, row blocks) of kNormThreads threads.
-struct Tiling {
-  std::int64_t rows, cols, cw;
-  dim3 grid;
-};
-
-Tiling tiling(std::int64_t rows, std::int64_t cols) {
-  const std::int64_t cw = channel_tile(cols), tiles = (cols + cw - 1) / cw;
-  MPT_CHECK(tiles <= 0x7fffffff, "batch_norm: too many channels (", cols, ")");
-  return {rows, cols, cw, dim3(static_cast<unsigned>(tiles), row_blocks(rows, kNormThreads / cw, tiles))};
-}
-
-/// Per-channel float64 partial sums of term, [grid.y][2][C], in a new workspace tensor.
-template <class C, class Term>
-Tensor column_sums(const Term& term, const Tiling& tl, Device device, cudaStream_t s, const char* op) {
-  Tensor part = Tensor::empty({static_cast<std::int64_t>(tl.grid.y) * 2 * tl.cols}, float64, device);
-  column_sums_kernel<C><<<tl.grid, kNormThreads, 0, s>>>(term, tl.rows, tl.cols, tl.cw, part.data<double>());
-  check_launch(op);
-  return part;
-}
-
-template <class P>
-const P* optional(const Tensor& t) {
-  return t.defined() ? t.data<P>() : nullptr;
-}
-template <class P>
-P* optional_out(Tensor& t) {
-  return t.defined() ? t.data<P>() : nullptr;
-}
-
 /// The coefficients [4][C] (rstd, scale, shift, mean) in the compute type C, in a new tensor.
 template <class C>
 Tensor coefficients(const Tensor& mean, const Tensor& var, const Tensor& gamma, const Tensor& beta, double eps,
@@ -108,7 +66,7 @@ void CudaBackend::batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     const T* px = static_cast<const T*>(x.data_ptr());
-    const Tiling tl = tiling(rows, cols);
+    const Tiling tl = tiling(rows, cols, op);
     Tensor part = column_sums<C>(StatsTerm<T>{px, cols}, tl, x.device(), s, op);
     stats_finalize_kernel<<<blocks_for(cols, kNormThreads), kNormThreads, 0, s>>>(
         px, part.data<double>(), static_cast<std::int64_t>(tl.grid.y), rows, cols, mean.data<C>(), var.data<C>());
@@ -127,7 +85,7 @@ void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& mean, const 
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     const Tensor k = coefficients<C>(mean, var, gamma, beta, eps, cols, x.device(), s, op);
-    const Tiling tl = tiling(rows, cols);
+    const Tiling tl = tiling(rows, cols, op);
     const T* px = static_cast<const T*>(x.data_ptr());
     T* py = static_cast<T*>(y.data_ptr());
     if (act == Activation::Relu)
@@ -154,7 +112,7 @@ void CudaBackend::batch_norm_backward(const Tensor& x, const Tensor& dy, const T
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     const Tensor k = coefficients<C>(mean, var, gamma, beta, eps, cols, x.device(), s, op);
-    const Tiling tl = tiling(rows, cols);
+    const Tiling tl = tiling(rows, cols, op);
     const T* px = static_cast<const T*>(x.data_ptr());
     const T* pd = static_cast<const T*>(dy.data_ptr());
     // sum(dy), sum(dy * (x - mean)): needed by the batch statistics' gradient and by dgamma/dbeta.

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "mpt/device.hpp"
 #include "mpt/error.hpp"
+#include "ops/ops_common.hpp"
 
 namespace mpt::cuda {
 namespace {
@@ -114,17 +115,6 @@ void execute(const ConvPlan& plan, int idx, const std::vector<std::int64_t>& uid
   check_cudnn(cudnnBackendExecute(h, plan.plan.get(), pack.get()), (std::string(op) + ": execute").c_str());
 }
 
-UnaryOp unary_of(Activation act) {
-  switch (act) {
-    case Activation::Relu: return UnaryOp::Relu;
-    case Activation::Sigmoid: return UnaryOp::Sigmoid;
-    case Activation::Tanh: return UnaryOp::Tanh;
-    case Activation::Gelu: return UnaryOp::Gelu;
-    case Activation::Silu: return UnaryOp::Silu;
-    default: fail("conv2d: no unary op for activation ", static_cast<int>(act));
-  }
-}
-
 }  // namespace
 
 void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
@@ -156,7 +146,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
   }
   execute(p, idx, {kUidX, kUidW, kUidY}, {x.data_ptr(), wk.data_ptr(), out.data_ptr()}, out.device(), "conv2d");
   if (bias.defined()) binary(BinaryOp::Add, out, bias, out);  // bias [Cout] broadcasts over N, OH, OW
-  if (act != Activation::Linear) unary(unary_of(act), out, out);
+  if (act != Activation::Linear) unary(ops::detail::unary_of(act), out, out);
 }
 
 void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGeometry& g,

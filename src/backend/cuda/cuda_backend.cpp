@@ -5,7 +5,6 @@
 #include <cudnn_graph.h>
 
 #include <array>
-#include <iostream>
 #include <mutex>
 #include <set>
 #include <string>
@@ -14,6 +13,7 @@
 #include "mpt/device.hpp"
 #include "mpt/dtype.hpp"
 #include "mpt/error.hpp"
+#include "mpt/log.hpp"
 
 namespace mpt::cuda {
 namespace {
@@ -80,9 +80,9 @@ void hint_tensor_core_shape(const char* op, int dtype, std::initializer_list<lon
   if (!hinted.insert(op).second) return;
   std::string list;
   for (long long n : dims) list += (list.empty() ? "" : ", ") + std::to_string(n);
-  std::cerr << "mpt: " << op << " in " << to_string(d) << " has dimensions (" << list
-            << ") that are not all multiples of 8: tensor cores run padded or not at all; sizes "
-               "that are multiples of 8 are faster (said once per op)\n";
+  mpt::log(LogLevel::info, op, " in ", to_string(d), " has dimensions (", list,
+      ") that are not all multiples of 8: tensor cores run padded or not at all; sizes "
+      "that are multiples of 8 are faster (said once per op)");
 }
 
 }  // namespace mpt::cuda

@@ -54,6 +54,18 @@ class CudaBackend final : public Backend {
   void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
                       Tensor* momentum, double lr, double rho, double momentum_coef,
                       double epsilon) override;
+  void sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                      const std::vector<Tensor*>& momenta, double lr, double momentum_coef,
+                      bool nesterov) override;
+  void adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                       const std::vector<Tensor*>& m, const std::vector<Tensor*>& v,
+                       const std::vector<Tensor*>& vhat, double alpha, double beta_1, double beta_2,
+                       double epsilon, double decay) override;
+  void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                          const std::vector<Tensor*>& velocity,
+                          const std::vector<Tensor*>& average_grad,
+                          const std::vector<Tensor*>& momentum, double lr, double rho,
+                          double momentum_coef, double epsilon) override;
   void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
                          std::vector<Tensor>& outs, Tensor& found) override;
   void update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,

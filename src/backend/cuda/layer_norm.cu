@@ -3,6 +3,7 @@
 // float64 per-block partials added up by a second kernel), on the compute stream of x's GPU.
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/kernels/layer_norm.hpp"
+#include "backend/cuda/norm_common.cuh"
 
 namespace mpt::cuda {
 namespace {
@@ -44,19 +45,6 @@ __global__ void grad_input_kernel(const T* x, const T* dy, const P* mean, const 
   ln_grad_input_phase(t, sh, x, dy, mean, rstd, gamma, d, dx);
 }
 
-template <class C, class Term>
-__global__ void column_sums_kernel(Term term, std::int64_t rows, std::int64_t cols, std::int64_t cw, double* part) {
-  __shared__ double sh[2 * kNormThreads];
-  const Thread t = this_thread();
-  column_sums_phase<C>(t, sh, term, rows, cols, cw);
-  for (int step = 0; step < kTreeSteps; ++step) {
-    __syncthreads();
-    column_sums_step(t, sh, cols, cw, step);
-  }
-  __syncthreads();
-  column_sums_store(t, sh, part, cols, cw);
-}
-
 template <class P>
 __global__ void params_finalize_kernel(const double* part, std::int64_t blocks, std::int64_t cols, P* dgamma,
                                        P* dbeta) {
@@ -73,15 +61,6 @@ unsigned row_threads(std::int64_t d) {
 unsigned row_grid(std::int64_t rows, const char* op) {
   MPT_CHECK(rows <= 0x7fffffff, op, ": too many rows (", rows, ") for one block per row");
   return static_cast<unsigned>(rows);
-}
-
-template <class P>
-P* optional_out(Tensor& t) {
-  return t.defined() ? t.data<P>() : nullptr;
-}
-template <class P>
-const P* optional(const Tensor& t) {
-  return t.defined() ? t.data<P>() : nullptr;
 }
 
 }  // namespace
@@ -128,15 +107,10 @@ void CudaBackend::layer_norm_backward(const Tensor& x, const Tensor& dy, const T
     }
     if (!dgamma.defined() && !dbeta.defined()) return;
     // Column sums over the rows, tiled as batch norm's channels.
-    const std::int64_t cw = channel_tile(d), tiles = (d + cw - 1) / cw;
-    MPT_CHECK(tiles <= 0x7fffffff, op, ": too many columns (", d, ")");
-    const dim3 grid(static_cast<unsigned>(tiles), row_blocks(rows, kNormThreads / cw, tiles));
-    Tensor part = Tensor::empty({static_cast<std::int64_t>(grid.y) * 2 * d}, float64, x.device());
-    column_sums_kernel<P><<<grid, kNormThreads, 0, s>>>(LayerNormParamTerm<T, P>{px, pd, pm, pr, d}, rows, d, cw,
-                                                         part.data<double>());
-    check_launch(op);
+    const Tiling tl = tiling(rows, d, op);
+    const Tensor part = column_sums<P>(LayerNormParamTerm<T, P>{px, pd, pm, pr, d}, tl, x.device(), s, op);
     params_finalize_kernel<<<blocks_for(d, kNormThreads), kNormThreads, 0, s>>>(
-        part.data<double>(), static_cast<std::int64_t>(grid.y), d, optional_out<P>(dgamma), optional_out<P>(dbeta));
+        part.data<double>(), static_cast<std::int64_t>(tl.grid.y), d, optional_out<P>(dgamma), optional_out<P>(dbeta));
     check_launch(op);
   });
 }

@@ -41,18 +41,6 @@ void make_layout(cublasLtMatrixLayout_t* layout, const LtMatrix& m) {
 
 }  // namespace
 
-UnaryOp unary_of(Activation act) {
-  switch (act) {
-    case Activation::Relu: return UnaryOp::Relu;
-    case Activation::Sigmoid: return UnaryOp::Sigmoid;
-    case Activation::Tanh: return UnaryOp::Tanh;
-    case Activation::Gelu: return UnaryOp::Gelu;
-    case Activation::Silu: return UnaryOp::Silu;
-    case Activation::Linear: break;
-  }
-  fail("matmul: no elementwise op for the linear activation");
-}
-
 cudaDataType_t cuda_data_type(DType dtype) {
   switch (dtype) {
     case DType::Float32: return CUDA_R_32F;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "ops/ops_common.hpp"
 
 namespace mpt::cuda {
 
@@ -71,8 +72,8 @@ struct PlanOptions {
   bool bias_dtype_matches = true;
 };
 
-/// The elementwise op of an activation (mpt::Error for Linear, which has none).
-UnaryOp unary_of(Activation act);
+/// The elementwise op of an activation (mpt::Error for Linear, which has none): the ops' one.
+using ops::detail::unary_of;
 
 /// cuBLASLt's data type for an mpt floating dtype; mpt::Error for the others.
 cudaDataType_t cuda_data_type(DType dtype);

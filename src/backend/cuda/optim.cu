@@ -16,6 +16,8 @@ constexpr unsigned kThreads = 256;
 constexpr unsigned kMaxBlocks = 4096;        // grid-stride loops cover the rest
 constexpr unsigned kUnscaleThreads = 256;
 constexpr std::int64_t kUnscaleChunk = 16384;  // elements per block of unscale_and_check
+constexpr unsigned kUpdateThreads = 256;
+constexpr std::int64_t kUpdateChunk = 16384;  // elements per block of the *_update_all launches
 
 template <class V, class G>
 __global__ void sgd_kernel(V* var, const G* grad, float* momentum, float lr, float mu, bool nesterov,
@@ -33,6 +35,11 @@ template <class V, class G>
 __global__ void rmsprop_kernel(V* var, const G* grad, float* velocity, float* average_grad, float* momentum,
                                float lr, float rho, float c, float mu, float eps, std::int64_t n) {
   k::rmsprop_body(k::this_thread(), var, grad, velocity, average_grad, momentum, lr, rho, c, mu, eps, n);
+}
+
+template <k::UpdateKind K>
+__global__ void update_multi_kernel(const k::UpdateArgs a) {
+  k::update_multi_body<K>(k::this_thread(), a);
 }
 
 __global__ void unscale_kernel(const k::UnscaleArgs a) { k::unscale_body(k::this_thread(), a); }
@@ -58,7 +65,7 @@ void with_var_and_grad(Tensor& var, const Tensor& grad, const char* op, F&& f) {
   });
 }
 
-k::GradType grad_type(DType d) {
+k::GradType grad_type(DType d, const char* op = "unscale_and_check") {
   switch (d) {
     case DType::Float32: return k::GradType::F32;
     case DType::Float64: return k::GradType::F64;
@@ -66,7 +73,34 @@ k::GradType grad_type(DType d) {
     case DType::BFloat16: return k::GradType::BF16;
     default: break;
   }
-  fail("unscale_and_check: gradients must be floating, got ", to_string(d));
+  fail(op, ": expected a floating dtype, got ", to_string(d));
+}
+
+/// Entry i of an optional slot list (empty: unused by every variable) as a device pointer.
+float* slot_at(const std::vector<Tensor*>& slots, std::size_t i) { return slots.empty() ? nullptr : slot_ptr(slots[i]); }
+
+/// Packs every variable of a list op with its slots and launches update_multi_kernel<K> for each
+/// UpdateArgs: a few launches for all variables.
+template <k::UpdateKind K>
+void launch_updates(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                    std::initializer_list<const std::vector<Tensor*>*> slots, const k::UpdateHyper& h, const char* op) {
+  if (vars.empty()) return;
+  std::vector<k::UpdateTensor> items;
+  items.reserve(vars.size());
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    k::UpdateTensor it{vars[i].data_ptr(), grads[i].data_ptr(), {nullptr, nullptr, nullptr}, vars[i].numel(),
+                       grad_type(vars[i].dtype(), op), grad_type(grads[i].dtype(), op)};
+    int s = 0;
+    for (const std::vector<Tensor*>* l : slots) it.slot[s++] = slot_at(*l, i);
+    items.push_back(it);
+  }
+  DeviceGuard g(vars[0].device().index);
+  cudaStream_t s = stream(g.index());
+  k::pack_updates(items.data(), static_cast<std::int32_t>(items.size()), h, kUpdateChunk,
+                  [&](const k::UpdateArgs& a, unsigned blocks) {
+                    update_multi_kernel<K><<<blocks, kUpdateThreads, 0, s>>>(a);
+                    check_launch(op);
+                  });
 }
 
 }  // namespace
@@ -118,6 +152,35 @@ void CudaBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& veloci
                                                                                               r, c, mu, eps, n);
   });
   check_launch("rmsprop_update");
+}
+
+// The list updates: the float32 constants rounded from the same doubles as the single updates above.
+
+void CudaBackend::sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                                 const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov) {
+  k::UpdateHyper h;
+  h.lr = static_cast<float>(lr), h.mu = static_cast<float>(momentum_coef), h.nesterov = nesterov;
+  launch_updates<k::UpdateKind::Sgd>(vars, grads, {&momenta}, h, "sgd_update_all");
+}
+
+void CudaBackend::adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                                  const std::vector<Tensor*>& m, const std::vector<Tensor*>& v,
+                                  const std::vector<Tensor*>& vhat, double alpha, double beta_1, double beta_2,
+                                  double epsilon, double decay) {
+  k::UpdateHyper h;
+  h.alpha = static_cast<float>(alpha), h.c1 = static_cast<float>(1 - beta_1), h.c2 = static_cast<float>(1 - beta_2),
+  h.eps = static_cast<float>(epsilon), h.decay = static_cast<float>(decay);
+  launch_updates<k::UpdateKind::Adam>(vars, grads, {&m, &v, &vhat}, h, "adam_update_all");
+}
+
+void CudaBackend::rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                                     const std::vector<Tensor*>& velocity, const std::vector<Tensor*>& average_grad,
+                                     const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
+                                     double epsilon) {
+  k::UpdateHyper h;
+  h.lr = static_cast<float>(lr), h.rho = static_cast<float>(rho), h.c = static_cast<float>(1 - rho),
+  h.mu = static_cast<float>(momentum_coef), h.eps = static_cast<float>(epsilon);
+  launch_updates<k::UpdateKind::Rmsprop>(vars, grads, {&velocity, &average_grad, &momentum}, h, "rmsprop_update_all");
 }
 
 void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,

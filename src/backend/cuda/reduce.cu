@@ -35,21 +35,6 @@ __global__ void argmax_kernel(const T* x, std::int64_t* out, ReduceGeom g) {
   argmax_finish(t, sh, out, g);
 }
 
-void split_axis(const Shape& s, std::int64_t axis, std::int64_t& outer, std::int64_t& n, std::int64_t& inner) {
-  outer = 1, inner = 1;
-  for (std::int64_t i = 0; i < axis; ++i) outer *= s[i];
-  n = s[axis];
-  for (std::size_t i = axis + 1; i < s.size(); ++i) inner *= s[i];
-}
-
-/// Launches f(grid, geometry) over all tiles, at most kMaxReduceBlocks blocks a launch.
-template <class F>
-void for_tile_chunks(ReduceGeom g, F&& f) {
-  for (std::int64_t base = 0; base < g.tiles(); base += kMaxReduceBlocks) {
-    g.tile_base = base;
-    f(static_cast<unsigned>(std::min(kMaxReduceBlocks, g.tiles() - base)), g);
-  }
-}
 }  // namespace
 
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor& out) {

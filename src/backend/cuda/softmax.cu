@@ -79,22 +79,6 @@ __global__ void xent_backward_kernel(const T* x, Labels l, bool from_logits, con
   xent_grad_write(t, sh, x, l, from_logits, dloss, dloss_dtype, dx, g);
 }
 
-void split_axis(const Shape& s, std::int64_t axis, std::int64_t& outer, std::int64_t& n, std::int64_t& inner) {
-  outer = 1, inner = 1;
-  for (std::int64_t i = 0; i < axis; ++i) outer *= s[i];
-  n = s[axis];
-  for (std::size_t i = axis + 1; i < s.size(); ++i) inner *= s[i];
-}
-
-/// Runs launch(blocks, geometry) over all tiles, at most kMaxReduceBlocks blocks a launch.
-template <class F>
-void for_tile_chunks(ReduceGeom g, F&& launch) {
-  for (std::int64_t base = 0; base < g.tiles(); base += kMaxReduceBlocks) {
-    g.tile_base = base;
-    launch(static_cast<unsigned>(std::min(kMaxReduceBlocks, g.tiles() - base)), g);
-  }
-}
-
 Labels labels_of(const Tensor& labels) { return {labels.data_ptr(), labels.dtype(), is_integer(labels.dtype())}; }
 }  // namespace
 

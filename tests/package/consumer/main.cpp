@@ -14,6 +14,12 @@ int main() {
     std::printf("float_to_half_bits(1.0f) = 0x%04x, expected 0x3c00\n", bits);
     ok = false;
   }
+  // Layer configs are nlohmann::json objects (the package finds nlohmann_json for its users).
+  const nlohmann::json config = mpt::layers::Dense(4)->config();
+  if (config.value("units", 0) != 4) {
+    std::printf("Dense(4)->config() = %s\n", config.dump().c_str());
+    ok = false;
+  }
   const int gpus = mpt::cuda::device_count();
   if (gpus < 0) {
     std::printf("cuda::device_count() = %d\n", gpus);

@@ -29,15 +29,6 @@ namespace mpt::kernels {
 
 namespace ew {
 
-// ---- bits -------------------------------------------------------------------------------------
-template <class U, class T>
-MPT_HOST_DEVICE inline U bits_as(T v) {
-  static_assert(sizeof(U) == sizeof(T));
-  U u;
-  std::memcpy(static_cast<void*>(&u), static_cast<const void*>(&v), sizeof u);  // __half has no public bits
-  return u;
-}
-
 // ---- arithmetic that nvcc does not contract into fma ------------------------------------------
 template <class C>
 MPT_HOST_DEVICE inline C mul(C a, C b) {
@@ -109,28 +100,13 @@ MPT_HOST_DEVICE inline double pow_(double a, double b) { return ::pow(a, b); }
 /// float16 / bfloat16 -> float32; NaNs come out quiet with sign and payload (mpt/half.hpp).
 template <class T>
 MPT_HOST_DEVICE inline float half_to_f32(T v) {
-  const auto h = bits_as<std::uint16_t>(v);
-  if constexpr (std::is_same_v<T, __half>) {
-    if ((h & 0x7fffu) > 0x7c00u)
-      return bits_as<float>((static_cast<std::uint32_t>(h & 0x8000u) << 16) | 0x7fc00000u |
-                            (static_cast<std::uint32_t>(h & 0x3ffu) << 13));
-  } else {
-    if ((h & 0x7fffu) > 0x7f80u) return bits_as<float>(static_cast<std::uint32_t>(h | 0x40u) << 16);
-  }
-  return load(v);
+  return load(v);  // types.hpp keeps NaN sign and payload as the CPU does
 }
 
 /// float32 -> float16 / bfloat16, round to nearest even; NaNs as mpt/half.hpp (quiet, sign and
 /// top payload bits kept).
 template <class T>
 MPT_HOST_DEVICE inline T f32_to_half(float f) {
-  const std::uint32_t x = bits_as<std::uint32_t>(f), a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) {
-    if constexpr (std::is_same_v<T, __half>)
-      return bits_as<__half>(static_cast<std::uint16_t>(((x >> 16) & 0x8000u) | 0x7e00u | ((a >> 13) & 0x3ffu)));
-    else
-      return bits_as<__nv_bfloat16>(static_cast<std::uint16_t>((x >> 16) | 0x40u));
-  }
   return store<T>(f);
 }
 
@@ -442,8 +418,8 @@ MPT_HOST_DEVICE void where_body(const Thread& t, const std::uint8_t* cond, const
 /// Exponent bits all ones (inf or NaN), on the raw bits as the CPU.
 template <class T>
 MPT_HOST_DEVICE inline bool nonfinite_bits(T v) {
-  if constexpr (std::is_same_v<T, __half>) return (ew::bits_as<std::uint16_t>(v) & 0x7c00u) == 0x7c00u;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return (ew::bits_as<std::uint16_t>(v) & 0x7f80u) == 0x7f80u;
+  if constexpr (std::is_same_v<T, __half>) return (kernels::bits_as<std::uint16_t>(v) & 0x7c00u) == 0x7c00u;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return (kernels::bits_as<std::uint16_t>(v) & 0x7f80u) == 0x7f80u;
   else return nonfinite(v);
 }
 

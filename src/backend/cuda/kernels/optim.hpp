@@ -61,77 +61,93 @@ MPT_HOST_DEVICE inline float load_f32(T v) {
 }
 
 // ---- fused updates: var (V) and grad (G) in their storage types, slots float32 ------------------
+//
+// Each update is one function of element i (*_at) that both the single-tensor grid-stride bodies
+// and the multi-tensor bodies below call, so the two paths give the same bits.
 
 /// SGD: var -= g * lr; with momentum m = m * mu - g * lr, var += nesterov ? m * mu - g * lr : m.
 template <class V, class G>
+MPT_HOST_DEVICE inline void sgd_at(V* var, const G* grad, float* momentum, float lr, float mu, bool nesterov,
+                                   std::int64_t i) {
+  float w = load_f32(var[i]);
+  const float g = load_f32(grad[i]);
+  if (!momentum) {
+    w = exact::sub(w, exact::mul(g, lr));
+  } else {
+    const float m = exact::sub(exact::mul(momentum[i], mu), exact::mul(g, lr));
+    momentum[i] = m;
+    w = exact::add(w, nesterov ? exact::sub(exact::mul(m, mu), exact::mul(g, lr)) : m);
+  }
+  var[i] = store<V>(w);
+}
+
+template <class V, class G>
 MPT_HOST_DEVICE void sgd_body(const Thread& t, V* var, const G* grad, float* momentum, float lr,
                               float mu, bool nesterov, std::int64_t n) {
-  for (std::int64_t i = t.global(); i < n; i += t.stride()) {
-    float w = load_f32(var[i]);
-    const float g = load_f32(grad[i]);
-    if (!momentum) {
-      w = exact::sub(w, exact::mul(g, lr));
-    } else {
-      const float m = exact::sub(exact::mul(momentum[i], mu), exact::mul(g, lr));
-      momentum[i] = m;
-      w = exact::add(w, nesterov ? exact::sub(exact::mul(m, mu), exact::mul(g, lr)) : m);
-    }
-    var[i] = store<V>(w);
-  }
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) sgd_at(var, grad, momentum, lr, mu, nesterov, i);
 }
 
 /// Adam/AdamW (Keras's form): c1 = 1 - beta_1, c2 = 1 - beta_2, decay the decoupled weight decay;
 /// vhat (amsgrad) null when unused.
 template <class V, class G>
+MPT_HOST_DEVICE inline void adam_at(V* var, const G* grad, float* m, float* v, float* vhat, float alpha, float c1,
+                                    float c2, float eps, float decay, std::int64_t i) {
+  float w = load_f32(var[i]);
+  const float g = load_f32(grad[i]);
+  if (decay != 0.0f) w = exact::sub(w, exact::mul(w, decay));
+  const float mm = exact::add(m[i], exact::mul(exact::sub(g, m[i]), c1));
+  const float vv = exact::add(v[i], exact::mul(exact::sub(exact::mul(g, g), v[i]), c2));
+  m[i] = mm;
+  v[i] = vv;
+  float second = vv;
+  if (vhat) {
+    const float h = vhat[i];
+    second = h < vv ? vv : h;  // std::max's rule, as the CPU: a NaN in vhat stays
+    vhat[i] = second;
+  }
+  w = exact::sub(w, exact::div(exact::mul(mm, alpha), exact::add(exact::sqrt(second), eps)));
+  var[i] = store<V>(w);
+}
+
+template <class V, class G>
 MPT_HOST_DEVICE void adam_body(const Thread& t, V* var, const G* grad, float* m, float* v, float* vhat,
                                float alpha, float c1, float c2, float eps, float decay, std::int64_t n) {
-  for (std::int64_t i = t.global(); i < n; i += t.stride()) {
-    float w = load_f32(var[i]);
-    const float g = load_f32(grad[i]);
-    if (decay != 0.0f) w = exact::sub(w, exact::mul(w, decay));
-    const float mm = exact::add(m[i], exact::mul(exact::sub(g, m[i]), c1));
-    const float vv = exact::add(v[i], exact::mul(exact::sub(exact::mul(g, g), v[i]), c2));
-    m[i] = mm;
-    v[i] = vv;
-    float second = vv;
-    if (vhat) {
-      const float h = vhat[i];
-      second = h < vv ? vv : h;  // std::max's rule, as the CPU: a NaN in vhat stays
-      vhat[i] = second;
-    }
-    w = exact::sub(w, exact::div(exact::mul(mm, alpha), exact::add(exact::sqrt(second), eps)));
-    var[i] = store<V>(w);
-  }
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) adam_at(var, grad, m, v, vhat, alpha, c1, c2, eps, decay, i);
 }
 
 /// RMSprop (Keras's form): c = 1 - rho; average_grad (centered) and momentum null when unused.
 template <class V, class G>
+MPT_HOST_DEVICE inline void rmsprop_at(V* var, const G* grad, float* velocity, float* average_grad, float* momentum,
+                                       float lr, float rho, float c, float mu, float eps, std::int64_t i) {
+  float w = load_f32(var[i]);
+  const float g = load_f32(grad[i]);
+  const float vel = exact::add(exact::mul(rho, velocity[i]), exact::mul(c, exact::mul(g, g)));
+  velocity[i] = vel;
+  float denom;
+  if (average_grad) {
+    const float avg = exact::add(exact::mul(rho, average_grad[i]), exact::mul(c, g));
+    average_grad[i] = avg;
+    denom = exact::add(exact::sub(vel, exact::mul(avg, avg)), eps);
+  } else {
+    denom = exact::add(vel, eps);
+  }
+  const float inc = exact::div(exact::mul(lr, g), exact::sqrt(denom));
+  if (momentum) {
+    const float mo = exact::add(exact::mul(mu, momentum[i]), inc);
+    momentum[i] = mo;
+    w = exact::sub(w, mo);
+  } else {
+    w = exact::sub(w, inc);
+  }
+  var[i] = store<V>(w);
+}
+
+template <class V, class G>
 MPT_HOST_DEVICE void rmsprop_body(const Thread& t, V* var, const G* grad, float* velocity, float* average_grad,
                                   float* momentum, float lr, float rho, float c, float mu, float eps,
                                   std::int64_t n) {
-  for (std::int64_t i = t.global(); i < n; i += t.stride()) {
-    float w = load_f32(var[i]);
-    const float g = load_f32(grad[i]);
-    const float vel = exact::add(exact::mul(rho, velocity[i]), exact::mul(c, exact::mul(g, g)));
-    velocity[i] = vel;
-    float denom;
-    if (average_grad) {
-      const float avg = exact::add(exact::mul(rho, average_grad[i]), exact::mul(c, g));
-      average_grad[i] = avg;
-      denom = exact::add(exact::sub(vel, exact::mul(avg, avg)), eps);
-    } else {
-      denom = exact::add(vel, eps);
-    }
-    const float inc = exact::div(exact::mul(lr, g), exact::sqrt(denom));
-    if (momentum) {
-      const float mo = exact::add(exact::mul(mu, momentum[i]), inc);
-      momentum[i] = mo;
-      w = exact::sub(w, mo);
-    } else {
-      w = exact::sub(w, inc);
-    }
-    var[i] = store<V>(w);
-  }
+  for (std::int64_t i = t.global(); i < n; i += t.stride())
+    rmsprop_at(var, grad, velocity, average_grad, momentum, lr, rho, c, mu, eps, i);
 }
 
 // ---- unscale_and_check: PyTorch's multi_tensor_apply pattern ------------------------------------
@@ -238,6 +254,124 @@ MPT_HOST_DEVICE inline void unscale_body(const Thread& t, const UnscaleArgs& a) 
   if (bad) {
     *a.found = 1.0f;
     if (a.flags) a.flags[e.index] = 1.0f;
+  }
+}
+
+// ---- the updates of many variables in few launches ----------------------------------------------
+//
+// The same packing as unscale_and_check (PyTorch's multi_tensor_apply): a launch's argument holds
+// up to kUpdateTensors variables (pointers, storage types, numel) and, per block, which variable
+// and which chunk of it that block updates; a variable cut by a full launch carries over to the
+// next one. Each element goes through the single-tensor path's *_at function, so the results
+// are the same bits. The hyperparameters are shared by all variables of a call.
+
+enum class UpdateKind : std::int32_t { Sgd, Adam, Rmsprop };
+
+/// One variable: var in its storage type (float32, float16, bfloat16; by code), grad in any
+/// floating type, the float32 slots (null when unused):
+///   Sgd: momentum;  Adam: m, v, vhat;  Rmsprop: velocity, average_grad, momentum.
+struct UpdateTensor {
+  void* var;
+  const void* grad;
+  float* slot[3];
+  std::int64_t numel;
+  GradType var_type, grad_type;
+};
+
+/// The step's float32 constants, rounded from the same doubles as the single-tensor launches:
+/// Sgd uses lr, mu, nesterov; Adam alpha, c1 = 1 - beta_1, c2 = 1 - beta_2, eps, decay;
+/// Rmsprop lr, rho, c = 1 - rho, mu, eps.
+struct UpdateHyper {
+  float lr = 0, mu = 0, alpha = 0, c1 = 0, c2 = 0, eps = 0, decay = 0, rho = 0, c = 0;
+  bool nesterov = false;
+};
+
+constexpr int kUpdateTensors = 36;
+constexpr int kUpdateBlocks = 320;
+
+struct UpdateArgs {
+  UpdateTensor tensors[kUpdateTensors];
+  std::int32_t block_chunk[kUpdateBlocks];   ///< chunk of its variable that block b updates
+  std::uint8_t block_tensor[kUpdateBlocks];  ///< entry of tensors[] block b works on
+  UpdateHyper h;
+  std::int64_t chunk;  ///< elements per chunk
+};
+static_assert(sizeof(UpdateArgs) <= 4096, "kernel parameters are limited to 4 KB");
+static_assert(kUpdateTensors <= 256, "block_tensor is a uint8");
+
+/// Packs items (numel 0 skipped) into as few UpdateArgs as fit and calls launch(args, blocks)
+/// for each. Host code; the tests call it with a small chunk so variables cross chunks and
+/// launches.
+template <class Launch>
+void pack_updates(const UpdateTensor* items, std::int32_t count, const UpdateHyper& h, std::int64_t chunk,
+                  Launch&& launch) {
+  UpdateArgs a{};
+  a.h = h, a.chunk = chunk;
+  int tensors = 0, blocks = 0;
+  for (std::int32_t k = 0; k < count; ++k) {
+    const UpdateTensor& it = items[k];
+    if (it.numel <= 0) continue;
+    a.tensors[tensors++] = it;
+    const std::int64_t chunks = (it.numel + chunk - 1) / chunk;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      a.block_tensor[blocks] = static_cast<std::uint8_t>(tensors - 1);
+      a.block_chunk[blocks] = static_cast<std::int32_t>(c);
+      ++blocks;
+      const bool last_chunk = c == chunks - 1;
+      if (blocks == kUpdateBlocks || (tensors == kUpdateTensors && last_chunk)) {
+        launch(static_cast<const UpdateArgs&>(a), static_cast<unsigned>(blocks));
+        blocks = 0;
+        if (last_chunk) {
+          tensors = 0;
+        } else {  // the rest of this variable goes on in the next launch
+          a.tensors[0] = a.tensors[tensors - 1];
+          tensors = 1;
+        }
+      }
+    }
+  }
+  if (blocks > 0) launch(static_cast<const UpdateArgs&>(a), static_cast<unsigned>(blocks));
+}
+
+template <UpdateKind K, class V, class G>
+MPT_HOST_DEVICE inline void update_range(const UpdateTensor& e, const UpdateHyper& h, std::int64_t i,
+                                         std::int64_t end, std::int64_t step) {
+  V* var = static_cast<V*>(e.var);
+  const G* grad = static_cast<const G*>(e.grad);
+  for (; i < end; i += step) {
+    if constexpr (K == UpdateKind::Sgd)
+      sgd_at(var, grad, e.slot[0], h.lr, h.mu, h.nesterov, i);
+    else if constexpr (K == UpdateKind::Adam)
+      adam_at(var, grad, e.slot[0], e.slot[1], e.slot[2], h.alpha, h.c1, h.c2, h.eps, h.decay, i);
+    else
+      rmsprop_at(var, grad, e.slot[0], e.slot[1], e.slot[2], h.lr, h.rho, h.c, h.mu, h.eps, i);
+  }
+}
+
+template <UpdateKind K, class V>
+MPT_HOST_DEVICE inline void update_range(const UpdateTensor& e, const UpdateHyper& h, std::int64_t i,
+                                         std::int64_t end, std::int64_t step) {
+  switch (e.grad_type) {
+    case GradType::F32: update_range<K, V, float>(e, h, i, end, step); break;
+    case GradType::F64: update_range<K, V, double>(e, h, i, end, step); break;
+    case GradType::F16: update_range<K, V, __half>(e, h, i, end, step); break;
+    case GradType::BF16: update_range<K, V, __nv_bfloat16>(e, h, i, end, step); break;
+  }
+}
+
+/// Block b updates chunk block_chunk[b] of variable block_tensor[b], its threads striding by
+/// the block size (the type switches run once per block).
+template <UpdateKind K>
+MPT_HOST_DEVICE void update_multi_body(const Thread& t, const UpdateArgs& a) {
+  const UpdateTensor& e = a.tensors[a.block_tensor[t.block.x]];
+  const std::int64_t begin = static_cast<std::int64_t>(a.block_chunk[t.block.x]) * a.chunk;
+  const std::int64_t end = begin + a.chunk < e.numel ? begin + a.chunk : e.numel;
+  const std::int64_t i = begin + t.thread.x, step = t.block_dim.x;
+  switch (e.var_type) {
+    case GradType::F32: update_range<K, float>(e, a.h, i, end, step); break;
+    case GradType::F16: update_range<K, __half>(e, a.h, i, end, step); break;
+    case GradType::BF16: update_range<K, __nv_bfloat16>(e, a.h, i, end, step); break;
+    case GradType::F64: break;  // variables are never float64 (src/ops refuses them)
   }
 }
 

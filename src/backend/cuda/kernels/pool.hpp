@@ -67,10 +67,8 @@ MPT_HOST_DEVICE inline T neg_inf() {
 template <class T>
 MPT_HOST_DEVICE inline T quiet(T v) {
   if constexpr (is_half_v<T>) {
-    std::uint16_t b;
-    std::memcpy(&b, &v, sizeof b);
-    b |= std::is_same_v<T, __half> ? 0x0200 : 0x0040;
-    std::memcpy(&v, &b, sizeof b);
+    const auto b = bits_as<std::uint16_t>(v);
+    v = bits_as<T>(static_cast<std::uint16_t>(b | (std::is_same_v<T, __half> ? 0x0200 : 0x0040)));
   }
   return v;
 }

@@ -9,11 +9,13 @@
 // cy + half into cy; the column's total ends in shared[cx]. The CPU accumulates each row in
 // order in the same compute type (float32 for 16-bit and float32, float64, int64 for
 // integers), so max/min/argmax agree exactly and sums within float32 reordering error.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
 #include "backend/backend.hpp"
+#include "backend/common/shape.hpp"
 #include "backend/cuda/kernels/launch.hpp"
 #include "backend/cuda/kernels/types.hpp"
 
@@ -52,6 +54,18 @@ inline ReduceGeom reduce_geom(std::int64_t outer, std::int64_t n, std::int64_t i
   if (g.tx * g.ty < threads && inner > g.tx) g.tx = pow2_at_least(inner, threads / g.ty);
   g.col_tiles = (inner + g.tx - 1) / g.tx;
   return g;
+}
+
+using detail::split_axis;  // shape [outer, n, inner] around an axis, as the CPU backend
+
+/// Host side of a tiled launch: runs launch(blocks, geometry) over all tiles of g, at most
+/// kMaxReduceBlocks blocks a launch, each launch's geometry starting at its tile_base.
+template <class F>
+void for_tile_chunks(ReduceGeom g, F&& launch) {
+  for (std::int64_t base = 0; base < g.tiles(); base += kMaxReduceBlocks) {
+    g.tile_base = base;
+    launch(static_cast<unsigned>(std::min(kMaxReduceBlocks, g.tiles() - base)), g);
+  }
 }
 
 /// The element of (o, i, j) for this thread's tile: column j (maybe past inner), slice cy.

@@ -58,22 +58,55 @@ template <class T>
 using compute_t = std::conditional_t<std::is_same_v<T, double>, double,
                                      std::conditional_t<std::is_integral_v<T>, std::int64_t, float>>;
 
-/// An element as its compute type.
-template <class T>
-MPT_HOST_DEVICE inline compute_t<T> load(T v) {
-  if constexpr (std::is_same_v<T, __half>) return __half2float(v);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
-  else return static_cast<compute_t<T>>(v);
+/// The bits of v as U (same size).
+template <class U, class T>
+MPT_HOST_DEVICE inline U bits_as(T v) {
+  static_assert(sizeof(U) == sizeof(T));
+  U u;
+  std::memcpy(static_cast<void*>(&u), static_cast<const void*>(&v), sizeof u);  // __half has no public bits
+  return u;
 }
 
-/// A compute value stored as T: round to nearest even for 16-bit types (overflow to inf, NaN
-/// stays NaN), (v != 0) for bool, a plain conversion otherwise.
+/// An element as its compute type. A 16-bit NaN comes out as a quiet float32 NaN with its sign
+/// and payload, as mpt/half.hpp converts on the CPU (the intrinsics give a canonical NaN).
+template <class T>
+MPT_HOST_DEVICE inline compute_t<T> load(T v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const auto h = bits_as<std::uint16_t>(v);
+    if ((h & 0x7fffu) > 0x7c00u)
+      return bits_as<float>((static_cast<std::uint32_t>(h & 0x8000u) << 16) | 0x7fc00000u |
+                            (static_cast<std::uint32_t>(h & 0x3ffu) << 13));
+    return __half2float(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const auto h = bits_as<std::uint16_t>(v);
+    if ((h & 0x7fffu) > 0x7f80u) return bits_as<float>(static_cast<std::uint32_t>(h | 0x40u) << 16);
+    return __bfloat162float(v);
+  } else {
+    return static_cast<compute_t<T>>(v);
+  }
+}
+
+/// A compute value stored as T: round to nearest even for 16-bit types (overflow to inf; a NaN
+/// stays a quiet NaN with its sign and top payload bits, as mpt/half.hpp), (v != 0) for bool, a
+/// plain conversion otherwise.
 template <class T, class C>
 MPT_HOST_DEVICE inline T store(C v) {
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, bool>) return v != C(0);
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+    const float f = static_cast<float>(v);
+    const std::uint32_t x = bits_as<std::uint32_t>(f), a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+      if constexpr (std::is_same_v<T, __half>)
+        return bits_as<__half>(static_cast<std::uint16_t>(((x >> 16) & 0x8000u) | 0x7e00u | ((a >> 13) & 0x3ffu)));
+      else
+        return bits_as<__nv_bfloat16>(static_cast<std::uint16_t>((x >> 16) | 0x40u));
+    }
+    if constexpr (std::is_same_v<T, __half>) return __float2half_rn(f);
+    else return __float2bfloat16_rn(f);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v != C(0);
+  } else {
+    return static_cast<T>(v);
+  }
 }
 
 /// True when a float is inf or NaN, by its exponent bits (robust under fast-math).

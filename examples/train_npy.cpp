@@ -1,0 +1,188 @@
+// Trains a classifier from NumPy .npy files, as Keras users keep their data: x [N, ...] (float32,
+// float64, float16 or uint8; uint8 is scaled by 1/255) and y [N] or [N, 1] integer class labels
+// (int32, int64 or uint8). The input shape comes from x, the number of classes from max(y) + 1.
+// The model is model A (Flatten -> Dense 512 relu -> Dense 512 relu -> Dense C -> softmax),
+// Adam 1e-3, under a global dtype policy.
+//
+//   ./train_npy --x train_x.npy --y train_y.npy [--x-test test_x.npy --y-test test_y.npy]
+//               [--policy mixed_bfloat16] [--epochs 3] [--batch-size 128] [--seed 1] [--limit N]
+//   ./train_npy --export-fashion-mnist DIR [--epochs 1 --limit 2048]
+//
+// --export-fashion-mnist DIR first writes Fashion-MNIST as DIR/{train,test}_{x,y}.npy (x float32
+// [N, 28, 28, 1] in [0, 1], y int64 [N]; np.load reads them) and trains from those files.
+// scripts/make_npy.py writes the same files with NumPy itself. Prints `test_accuracy=<v>` (or
+// `train_accuracy=<v>` when no test files are given).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include <mpt/io/npy.hpp>
+#include <mpt/mpt.hpp>
+
+#include "flags.hpp"
+
+namespace layers = mpt::layers;
+
+namespace {
+
+std::string shape_str(const mpt::Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+struct BadData : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// x as float32 [N, ...] with at least one feature axis.
+mpt::Tensor prepare_x(const mpt::Tensor& x, const std::string& path) {
+  if (x.dim() < 2)
+    throw BadData(path + ": x must be [N, features...] with one row per example, not shape " + shape_str(x.shape()));
+  if (x.size(0) == 0) throw BadData(path + ": x has no rows (shape " + shape_str(x.shape()) + ")");
+  switch (x.dtype()) {
+    case mpt::float32: return x;
+    case mpt::float64:
+    case mpt::float16:
+    case mpt::bfloat16: return x.to(mpt::float32);
+    case mpt::uint8: return x.to(mpt::float32) / 255.0;
+    default:
+      throw BadData(path + ": x has dtype " + mpt::to_string(x.dtype()) +
+                    "; expected float32, float64, float16 or uint8 (uint8 is scaled by 1/255)");
+  }
+}
+
+// y as int32 [N]; checks the labels are >= 0 and returns max(y) in `max_label`.
+mpt::Tensor prepare_y(const mpt::Tensor& y, const std::string& path, std::int64_t n, std::int64_t& max_label) {
+  if (!(y.dtype() == mpt::int32 || y.dtype() == mpt::int64 || y.dtype() == mpt::uint8))
+    throw BadData(path + ": y has dtype " + mpt::to_string(y.dtype()) +
+                  "; expected integer class labels (int32, int64 or uint8), e.g. np.save(path, y.astype('int64'))");
+  mpt::Tensor flat = y;
+  if (y.dim() == 2 && y.size(1) == 1) flat = y.reshape({y.size(0)});
+  if (flat.dim() != 1)
+    throw BadData(path + ": y must be [N] or [N, 1] class labels, not shape " + shape_str(y.shape()) +
+                  " (one-hot labels: save np.argmax(y, axis=1))");
+  if (flat.size(0) != n)
+    throw BadData(path + ": y has " + std::to_string(flat.size(0)) + " labels but x has " + std::to_string(n) + " rows");
+  auto v = flat.to_vector<std::int64_t>();
+  max_label = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 0) throw BadData(path + ": label " + std::to_string(v[i]) + " at row " + std::to_string(i) + " is negative");
+    max_label = std::max(max_label, v[i]);
+  }
+  return flat.to(mpt::int32);
+}
+
+void export_fashion_mnist(const std::string& dir) {
+  auto data = mpt::datasets::fashion_mnist::load();
+  std::filesystem::create_directories(dir);
+  mpt::io::save_npy(dir + "/train_x.npy", data.x_train);
+  mpt::io::save_npy(dir + "/train_y.npy", data.y_train.to(mpt::int64));
+  mpt::io::save_npy(dir + "/test_x.npy", data.x_test);
+  mpt::io::save_npy(dir + "/test_y.npy", data.y_test.to(mpt::int64));
+  std::printf("wrote %s/{train,test}_{x,y}.npy: train_x %s float32, test_x %s float32, labels int64\n", dir.c_str(),
+              shape_str(data.x_train.shape()).c_str(), shape_str(data.x_test.shape()).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string policy = "mixed_bfloat16", x_path, y_path, x_test_path, y_test_path, export_dir;
+  int epochs = 3;
+  std::int64_t batch_size = 128, limit = 0;
+  std::uint64_t seed = 1;
+  CLI::App app{"Trains model A (an MLP classifier) from NumPy .npy files"};
+  app.add_option("--x", x_path, "training inputs: .npy [N, ...] float32/float64/float16/uint8");
+  app.add_option("--y", y_path, "training labels: .npy [N] or [N, 1] int32/int64/uint8");
+  app.add_option("--x-test", x_test_path, "test inputs (.npy)");
+  app.add_option("--y-test", y_test_path, "test labels (.npy)");
+  app.add_option("--export-fashion-mnist", export_dir,
+                 "write Fashion-MNIST as DIR/{train,test}_{x,y}.npy first and train from those files");
+  examples::add_policy(app, policy);
+  app.add_option("--epochs", epochs, "epochs to train")->check(examples::kPositive)->capture_default_str();
+  app.add_option("--batch-size", batch_size, "batch size")->check(examples::kPositive)->capture_default_str();
+  app.add_option("--seed", seed, "random seed")->capture_default_str();
+  app.add_option("--limit", limit, "use only the first N training rows")->check(examples::kPositive);
+  if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
+  try {
+    if (!export_dir.empty()) {
+      if (!x_path.empty() || !y_path.empty() || !x_test_path.empty() || !y_test_path.empty())
+        throw BadData("--export-fashion-mnist sets --x, --y, --x-test and --y-test itself; give either it or those");
+      export_fashion_mnist(export_dir);
+      x_path = export_dir + "/train_x.npy";
+      y_path = export_dir + "/train_y.npy";
+      x_test_path = export_dir + "/test_x.npy";
+      y_test_path = export_dir + "/test_y.npy";
+    }
+    if (x_path.empty() || y_path.empty())
+      throw BadData("--x and --y are required (or --export-fashion-mnist DIR); see --help");
+    if (x_test_path.empty() != y_test_path.empty())
+      throw BadData("--x-test and --y-test go together: give both or neither");
+
+    mpt::set_random_seed(seed);
+    mpt::mixed_precision::set_global_policy(policy);
+
+    mpt::Tensor x = prepare_x(mpt::io::load_npy(x_path), x_path);
+    std::int64_t max_label = 0;
+    mpt::Tensor y = prepare_y(mpt::io::load_npy(y_path), y_path, x.size(0), max_label);
+    if (limit > 0 && limit < x.size(0)) {
+      x = x.slice(0, limit);
+      y = y.slice(0, limit);
+      max_label = 0;
+      for (auto v : y.to_vector<std::int64_t>()) max_label = std::max(max_label, v);
+    }
+    std::int64_t num_classes = std::max<std::int64_t>(max_label + 1, 2);
+    mpt::Shape input_shape(x.shape().begin() + 1, x.shape().end());
+
+    mpt::Tensor x_test, y_test;
+    if (!x_test_path.empty()) {
+      x_test = prepare_x(mpt::io::load_npy(x_test_path), x_test_path);
+      mpt::Shape test_shape(x_test.shape().begin() + 1, x_test.shape().end());
+      if (test_shape != input_shape)
+        throw BadData(x_test_path + ": test rows have shape " + shape_str(test_shape) + " but training rows have " +
+                      shape_str(input_shape));
+      std::int64_t max_test = 0;
+      y_test = prepare_y(mpt::io::load_npy(y_test_path), y_test_path, x_test.size(0), max_test);
+      if (max_test >= num_classes)
+        throw BadData(y_test_path + ": label " + std::to_string(max_test) + " is not among the " +
+                      std::to_string(num_classes) + " classes seen in training (0.." + std::to_string(num_classes - 1) + ")");
+    }
+    std::printf("training on %lld rows of shape %s, %lld classes, policy %s\n", static_cast<long long>(x.size(0)),
+                shape_str(input_shape).c_str(), static_cast<long long>(num_classes), policy.c_str());
+
+    mpt::Sequential model({
+        layers::Input(input_shape),
+        layers::Flatten(),
+        layers::Dense(512, {.activation = "relu"}),
+        layers::Dense(512, {.activation = "relu"}),
+        layers::Dense(num_classes),
+        layers::Activation("softmax"),
+    });
+    model.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-3}),
+                   .loss = "sparse_categorical_crossentropy",
+                   .metrics = {"accuracy"}});
+    model.fit(x, y, {.batch_size = batch_size, .epochs = epochs});
+    if (x_test.defined()) {
+      auto scores = model.evaluate(x_test, y_test, {.batch_size = 512});
+      std::printf("test loss %.4f\ntest_accuracy=%.4f\n", scores["loss"], scores["accuracy"]);
+    } else {
+      auto scores = model.evaluate(x, y, {.batch_size = 512});
+      std::printf("no --x-test/--y-test: accuracy on the training data\ntrain_accuracy=%.4f\n", scores["accuracy"]);
+    }
+  } catch (const BadData& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const mpt::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
