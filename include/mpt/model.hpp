@@ -73,6 +73,9 @@ struct CheckpointAccess;
 struct History {
   std::map<std::string, std::vector<double>> history;
   std::vector<int> epoch;
+  /// Overflow diagnostics, one map per epoch: each layer whose gradients held inf or NaN in a
+  /// step the LossScaleOptimizer skipped, with the number of such steps (empty when none).
+  std::vector<std::map<std::string, std::int64_t>> nonfinite_layers;
 };
 
 /// A model: the functional one (a graph of layer calls from mpt::Input to outputs) and the
@@ -164,6 +167,7 @@ class Model {
   struct StepResult {
     Tensor loss;  // a scalar on the model's device
     bool applied = true;
+    std::vector<std::string> nonfinite_variables;  // of a skipped step (overflow diagnostics)
     // With keep_gradients: the unscaled gradients the optimizer got, and their variables.
     std::vector<Tensor> gradients;
     std::vector<Variable> variables;

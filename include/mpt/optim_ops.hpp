@@ -64,6 +64,7 @@ void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& gr
 struct UnscaleResult {
   std::vector<Tensor> grads;     ///< grads[i] * inv_scale in float32 (undefined stays undefined)
   Tensor found_flag;             ///< float32 scalar on the gradients' device: 1 when any is inf/NaN
+  Tensor nonfinite_flags;        ///< float32 [grads.size()] on that device: 1 for each gradient that held inf/NaN
   bool found_nonfinite = false;  ///< the flag read back (only by the double overload)
 };
 /// Multiplies every gradient by inv_scale into new float32 tensors and checks them for inf/NaN

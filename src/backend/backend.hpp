@@ -149,9 +149,10 @@ class Backend {
                                   double momentum_coef, double epsilon);
   /// out[i] = grads[i] * inv_scale (outs float32, pre-allocated; undefined grads skipped;
   /// inv_scale a float32 scalar on this device); found (float32 scalar) = 1 when any element
-  /// of any out is inf or NaN, else 0. Nothing is read by the host.
+  /// of any out is inf or NaN, else 0; flags (float32 [grads.size()]) = 1 for each gradient that
+  /// held one, in the same pass (the overflow diagnostics). Nothing is read by the host.
   virtual void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
-                                 std::vector<Tensor>& outs, Tensor& found) = 0;
+                                 std::vector<Tensor>& outs, Tensor& found, Tensor& flags) = 0;
   /// One step of the loss-scale rule on the device (backend/common/loss_scale.hpp): scale and
   /// inv_scale float32 scalars, counters int64 [2] = (good steps, overflows in a row), found
   /// the flag unscale_and_check wrote.

@@ -82,6 +82,7 @@ std::vector<Tensor> LossScaleOptimizer::get_unscaled_gradients(const std::vector
   ops::UnscaleResult r = ops::unscale_and_check(grads, inv_scale_);
   checked_ids_ = ids_of(r.grads);
   checked_flag_ = r.found_flag;
+  checked_flags_ = r.nonfinite_flags;
   return std::move(r.grads);
 }
 
@@ -95,7 +96,7 @@ ApplyResult LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads
   const bool scaled = loss_was_scaled_;
   loss_was_scaled_ = false;
 
-  Tensor flag = checked_flag_;
+  Tensor flag = checked_flag_, flags = checked_flags_;
   std::vector<Tensor> unscaled;
   if (checked_ids_.empty() || checked_ids_ != ids_of(grads)) {  // not from get_unscaled_gradients
     for (const auto& g : grads)
@@ -104,11 +105,13 @@ ApplyResult LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads
     ops::UnscaleResult u =
         ops::unscale_and_check(grads, scaled ? inv_scale_ : Tensor::scalar(1.0, float32, scale_.device()));
     flag = u.found_flag;
+    flags = u.nonfinite_flags;
     if (scaled) unscaled = std::move(u.grads);
   }
   const std::vector<Tensor>& step_grads = unscaled.empty() ? grads : unscaled;
   checked_ids_.clear();
   checked_flag_ = Tensor();
+  checked_flags_ = Tensor();
   // The one host read of a step: whether to skip it.
   const bool nonfinite = flag.item() != 0.0;
 
@@ -118,6 +121,11 @@ ApplyResult LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads
   if (nonfinite) {
     ++skipped_;
     ++g_skipped_total;
+    // Overflow diagnostics: which gradients held inf/NaN, from the flags the same fused check
+    // wrote; read (one more host read) only for a skipped step.
+    const std::vector<float> per_tensor = flags.to_vector<float>();
+    for (std::size_t i = 0; i < per_tensor.size() && i < vars.size(); ++i)
+      if (per_tensor[i] != 0.0f) r.nonfinite_variables.push_back(vars[i].path().empty() ? vars[i].name() : vars[i].path());
   } else {
     inner_->apply_gradients(step_grads, vars);
   }

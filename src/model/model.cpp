@@ -184,7 +184,9 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
   }
   if (lso) {
     auto unscaled = lso->get_unscaled_gradients(grads);
-    r.applied = lso->apply_gradients_checked(unscaled, vars).applied;
+    auto applied = lso->apply_gradients_checked(unscaled, vars);
+    r.applied = applied.applied;
+    r.nonfinite_variables = std::move(applied.nonfinite_variables);
     if (keep_gradients) r.gradients = std::move(unscaled);
   } else {
     optimizer_->apply_gradients(grads, vars);
@@ -303,6 +305,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
     for (auto& m : metrics_) m->reset_state();
     metrics::Mean loss_mean("loss");
     std::int64_t skipped = 0;
+    std::map<std::string, std::int64_t> nonfinite_layers;
     BatchStager batches(x, y, o.batch_size,
                         o.shuffle ? data::permutation(n, seed + static_cast<std::uint64_t>(epoch)) : std::vector<std::int64_t>{},
                         device);
@@ -316,6 +319,23 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
         for (auto& c : cbs) c->on_train_batch_gradients(step, r.variables, r.gradients);
       loss_mean.update(r.loss, static_cast<double>(batches.rows(step)));
       skipped += !r.applied;
+      if (!r.nonfinite_variables.empty()) {
+        // Overflow diagnostics: the layers (a variable "<layer>/<weight>" names its layer).
+        std::vector<std::string> step_layers;
+        for (const auto& v : r.nonfinite_variables) {
+          std::string layer = v.substr(0, v.find('/'));
+          if (std::find(step_layers.begin(), step_layers.end(), layer) == step_layers.end()) step_layers.push_back(layer);
+        }
+        for (const auto& l : step_layers) ++nonfinite_layers[l];
+        if (o.verbose > 0) {
+          std::string layers_list, vars_list;
+          for (const auto& l : step_layers) layers_list += (layers_list.empty() ? "" : ", ") + l;
+          for (const auto& v : r.nonfinite_variables) vars_list += (vars_list.empty() ? "" : ", ") + v;
+          mpt::log(LogLevel::info, "epoch ", epoch + 1, " step ", step + 1, " skipped: inf/NaN gradients in ",
+                   step_layers.size() == 1 ? "layer " : "layers ", layers_list, " (", vars_list,
+                   "); loss scale now ", lso ? lso->loss_scale() : 1.0);
+        }
+      }
       // Loss and metrics stay on the device unless a callback reads this batch's logs (the
       // progress bar when it redraws).
       bool wanted = false;
@@ -335,6 +355,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
     for (auto& c : cbs) c->on_epoch_end(epoch, logs);
     for (const auto& [k, v] : logs) history.history[k].push_back(v);
     history.epoch.push_back(epoch);
+    history.nonfinite_layers.push_back(std::move(nonfinite_layers));
   }
   for (auto& c : cbs) c->on_train_end(logs);
   return history;

@@ -157,7 +157,8 @@ UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, const Tensor& 
   MPT_CHECK(inv_scale.device() == device, "unscale_and_check: inv_scale on ", inv_scale.device().str(),
             ", gradients on ", device.str());
   r.found_flag = Tensor::empty({}, float32, device);
-  mpt::detail::backend(device).unscale_and_check(grads, inv_scale, r.grads, r.found_flag);
+  r.nonfinite_flags = Tensor::empty({static_cast<std::int64_t>(grads.size())}, float32, device);
+  mpt::detail::backend(device).unscale_and_check(grads, inv_scale, r.grads, r.found_flag, r.nonfinite_flags);
   return r;
 }
 

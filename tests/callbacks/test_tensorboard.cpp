@@ -170,7 +170,9 @@ TEST_CASE("fit writes train and validation event files with Keras's tags, Histor
     auto val = read_events(dir.path / "validation");
     auto ts = scalars(train), vs = scalars(val);
     // Every History entry, per epoch, step = epoch: train/ for the training ones, validation/ for val_*.
-    for (const auto& [key, values] : h.history) {
+    for (const auto& entry : h.history) {
+      const std::string& key = entry.first;  // not a structured binding: clang 14 cannot capture those
+      const std::vector<double>& values = entry.second;
       CAPTURE(key);
       const bool is_val = key.rfind("val_", 0) == 0;
       const std::string tag = "epoch_" + (is_val ? key.substr(4) : key);
@@ -255,7 +257,8 @@ TEST_CASE("TensorBoard errors name the callback and the path") {
   TempDir dir("unwritable");
   const fs::path blocker = dir.path / "a_file";
   std::ofstream(blocker) << "not a folder";
-  auto [x, y] = make_data(32);
+  Tensor x, y;
+  std::tie(x, y) = make_data(32);
   auto m = small_model();
   const std::string log_dir = (blocker / "logs").string();
   auto msg = error_of([&] {

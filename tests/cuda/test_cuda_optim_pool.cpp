@@ -194,7 +194,8 @@ int check_unscale(const std::vector<Tensor>& grads, float inv_scale, std::int64_
     if (grads[i].defined()) outs[i] = Tensor::empty(grads[i].shape(), float32, Device::cpu());
   Tensor inv = Tensor::scalar(inv_scale, float32, Device::cpu());
   Tensor cpu_found = Tensor::scalar(0.5, float32, Device::cpu());
-  cpu().unscale_and_check(grads, inv, outs, cpu_found);
+  Tensor cpu_flags = Tensor::full({static_cast<std::int64_t>(grads.size())}, 0.5, float32, Device::cpu());
+  cpu().unscale_and_check(grads, inv, outs, cpu_found, cpu_flags);
 
   // Kernel side: its own outs (filled with a sentinel so unwritten elements show), inputs as storage.
   std::vector<std::vector<unsigned char>> in(grads.size());
@@ -225,6 +226,7 @@ int check_unscale(const std::vector<Tensor>& grads, float inv_scale, std::int64_
     CHECK_SAME_BITS(outs[i], out[i], "unscaled gradient");
   }
   CHECK(found == *cpu_found.data<float>());
+  CHECK(flags == cpu_flags.to_vector<float>());  // the per-gradient flags of the overflow diagnostics
   return launches;
 }
 

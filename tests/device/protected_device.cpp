@@ -164,9 +164,10 @@ class TestBackend final : public Backend {
     Call c(*this);
     cpu_.rmsprop_update(var, grad, velocity, average_grad, momentum, lr, rho, momentum_coef, epsilon);
   }
-  void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, std::vector<Tensor>& outs, Tensor& found) override {
+  void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, std::vector<Tensor>& outs, Tensor& found,
+                         Tensor& flags) override {
     Call c(*this);
-    cpu_.unscale_and_check(grads, inv_scale, outs, found);
+    cpu_.unscale_and_check(grads, inv_scale, outs, found, flags);
   }
   void update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found, const ops::LossScaleRule& rule) override {
     Call c(*this);

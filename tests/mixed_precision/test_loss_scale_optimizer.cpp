@@ -442,3 +442,70 @@ TEST_CASE("compile forces softmax outputs to float32 only under mixed policies, 
   CHECK(f.layers().back()->dtype_policy().name() == "float16");
   mixed_precision::set_global_policy("float32");
 }
+
+TEST_CASE("overflow diagnostics: a skipped step names the variables whose gradients held inf/NaN") {
+  for_each_device([](Device dev) {
+    LossScaleOptimizer o(opt::Adam(), {.initial_scale = 1024.0});
+    Variable a(Tensor::zeros({3}, float32, dev), "dense/kernel"), b(Tensor::zeros({2}, float32, dev), "dense/bias"),
+        c(Tensor::zeros({4}, float32, dev), "conv2d/kernel");
+    auto grads_with = [&](int bad_in) {
+      std::vector<Tensor> g;
+      for (int i = 0; i < 3; ++i) {
+        Tensor t = Tensor::full({i == 2 ? 4 : 3 - i}, 1.0, float32, dev);
+        if (i == bad_in) t = ops::mul(t, Tensor::scalar(bad_in == 1 ? kNaN : kInf, float32, dev));
+        g.push_back(t);
+      }
+      return g;
+    };
+    o.get_scaled_loss(Tensor::scalar(1.0, float32, dev));
+    auto r = o.apply_gradients_checked(o.get_unscaled_gradients(grads_with(2)), {a, b, c});
+    CHECK_FALSE(r.applied);
+    CHECK(r.nonfinite_variables == std::vector<std::string>{"conv2d/kernel"});
+    // Handed the gradients of the scaled loss directly: the same fused check names them.
+    o.get_scaled_loss(Tensor::scalar(1.0, float32, dev));
+    r = o.apply_gradients(grads_with(1), {a, b, c});
+    CHECK(r.nonfinite_variables == std::vector<std::string>{"dense/bias"});
+    o.get_scaled_loss(Tensor::scalar(1.0, float32, dev));
+    r = o.apply_gradients(grads_with(-1), {a, b, c});
+    CHECK(r.applied);
+    CHECK(r.nonfinite_variables.empty());
+  });
+}
+
+namespace {
+/// out = x + sqrt(v) * 0 with v = 0: the forward is x, and v's gradient is 0 * inf = NaN at every
+/// step, so this layer alone overflows.
+class BadGradient : public Layer {
+ public:
+  BadGradient() : Layer("BadGradient") { set_name("bad_gradient"); }
+  void build(const Shape& s) override { v_ = add_weight("v", {1}, "zeros"); }
+  Tensor call(const Tensor& x, bool) override {
+    return ops::add(x, ops::mul(ops::sqrt(read(v_)), Tensor::scalar(0.0, x.dtype(), x.device())));
+  }
+
+ private:
+  Variable v_;
+};
+}  // namespace
+
+TEST_CASE("overflow diagnostics in fit: History counts per epoch and verbose names the layer") {
+  mixed_precision::set_global_policy("mixed_float16");
+  set_random_seed(2);
+  Sequential m({layers::Input({4}), layers::Dense(8, {.activation = "relu"}), std::make_shared<BadGradient>(),
+                layers::Dense(3), layers::Activation("softmax")});
+  m.compile({.optimizer = opt::SGD(), .loss = "sparse_categorical_crossentropy"});
+  Tensor x = Tensor::random_uniform({32, 4}, 0, 1, 3);
+  Tensor y = ops::cast(Tensor::random_uniform({32}, 0, 2.99, 4), int32);
+  std::vector<std::string> lines;
+  set_log_sink([&](LogLevel, const std::string& line) { lines.push_back(line); });
+  auto h = m.fit(x, y, {.batch_size = 8, .epochs = 2, .verbose = 2});
+  set_log_sink(nullptr);
+  mixed_precision::set_global_policy("float32");
+  REQUIRE(h.nonfinite_layers.size() == 2);
+  for (const auto& epoch : h.nonfinite_layers) CHECK(epoch == std::map<std::string, std::int64_t>{{"bad_gradient", 4}});
+  CHECK(h.history.at("skipped_steps") == std::vector<double>{4, 4});
+  std::int64_t named = 0;
+  for (const auto& l : lines)
+    if (l.find("skipped: inf/NaN gradients in layer bad_gradient (bad_gradient/v)") != std::string::npos) ++named;
+  CHECK(named == 8);
+}

@@ -690,13 +690,15 @@ void check_list_step(opt::Optimizer& a, opt::Optimizer& b, Device dev) {
   }
   const auto slots_a = a.slots_by_path(), slots_b = b.slots_by_path();
   REQUIRE(slots_a.size() == slots_b.size());
-  for (const auto& [path, slots] : slots_a) {
+  for (const auto& by_path : slots_a) {  // no structured bindings: clang 14 cannot capture them in CAPTURE
+    const std::string& path = by_path.first;
     CAPTURE(path);
     REQUIRE(slots_b.count(path));
-    REQUIRE(slots.size() == slots_b.at(path).size());
-    for (const auto& [name, t] : slots) {
+    REQUIRE(by_path.second.size() == slots_b.at(path).size());
+    for (const auto& slot : by_path.second) {
+      const std::string& name = slot.first;
       CAPTURE(name);
-      CHECK(t.to_vector<double>() == slots_b.at(path).at(name).to_vector<double>());
+      CHECK(slot.second.to_vector<double>() == slots_b.at(path).at(name).to_vector<double>());
     }
   }
 }

@@ -84,6 +84,7 @@ class LossScaleOptimizer : public optimizers::Optimizer {
   // The fused check of get_unscaled_gradients, reused by the apply that follows it.
   std::vector<std::uint64_t> checked_ids_;
   Tensor checked_flag_;
+  Tensor checked_flags_;  // per gradient, from the same fused check (overflow diagnostics)
 };
 
 }  // namespace mpt::mixed_precision

@@ -57,6 +57,10 @@ struct ApplyResult {
   bool applied = true;           ///< the step was taken
   bool found_nonfinite = false;  ///< some gradient held inf or NaN
   double loss_scale = 1.0;       ///< the loss scale after this step (1 without loss scaling)
+  /// A LossScaleOptimizer's overflow diagnostics: the variables (their paths, e.g.
+  /// "dense_1/kernel", else their names) whose
+  /// gradients held inf or NaN, in order, when the step was skipped; empty otherwise.
+  std::vector<std::string> nonfinite_variables;
 };
 
 class Optimizer {

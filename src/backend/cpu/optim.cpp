@@ -107,11 +107,14 @@ void CpuBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocit
 }
 
 void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
-                                   std::vector<Tensor>& outs, Tensor& found) {
-  std::atomic<bool> any{false};
+                                   std::vector<Tensor>& outs, Tensor& found, Tensor& flags) {
+  bool any_tensor = false;
   const float s = *inv_scale.data<float>();
+  float* per_tensor = grads.empty() ? nullptr : flags.data<float>();
   for (std::size_t k = 0; k < grads.size(); ++k) {
+    per_tensor[k] = 0.0f;
     if (!grads[k].defined()) continue;
+    std::atomic<bool> any{false};
     const Tensor& x = grads[k];
     float* po = outs[k].data<float>();
     parallel_for(x.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
@@ -128,8 +131,9 @@ void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tenso
       }
       if (acc != acc) any.store(true, std::memory_order_relaxed);
     });
+    if (any.load()) per_tensor[k] = 1.0f, any_tensor = true;
   }
-  *found.data<float>() = any.load() ? 1.0f : 0.0f;
+  *found.data<float>() = any_tensor ? 1.0f : 0.0f;
 }
 
 void CpuBackend::update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,

@@ -67,7 +67,7 @@ class CudaBackend final : public Backend {
                           const std::vector<Tensor*>& momentum, double lr, double rho,
                           double momentum_coef, double epsilon) override;
   void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
-                         std::vector<Tensor>& outs, Tensor& found) override;
+                         std::vector<Tensor>& outs, Tensor& found, Tensor& flags) override;
   void update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,
                          const ops::LossScaleRule& rule) override;
   void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,

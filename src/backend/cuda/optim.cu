@@ -184,11 +184,13 @@ void CudaBackend::rmsprop_update_all(std::vector<Tensor>& vars, const std::vecto
 }
 
 void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
-                                    std::vector<Tensor>& outs, Tensor& found) {
+                                    std::vector<Tensor>& outs, Tensor& found, Tensor& flags) {
   DeviceGuard g(found.device().index);
   cudaStream_t s = stream(g.index());
   float* flag = found.data<float>();
+  float* per_tensor = grads.empty() ? nullptr : flags.data<float>();
   check_cuda(cudaMemsetAsync(flag, 0, sizeof(float), s), "unscale_and_check");
+  if (per_tensor) check_cuda(cudaMemsetAsync(per_tensor, 0, grads.size() * sizeof(float), s), "unscale_and_check");
   std::vector<k::UnscaleItem> items;
   items.reserve(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
@@ -198,7 +200,7 @@ void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tens
     }
     items.push_back({grads[i].data_ptr(), outs[i].data<float>(), grads[i].numel(), grad_type(grads[i].dtype())});
   }
-  k::pack_unscale(items.data(), static_cast<std::int32_t>(items.size()), inv_scale.data<float>(), flag, nullptr,
+  k::pack_unscale(items.data(), static_cast<std::int32_t>(items.size()), inv_scale.data<float>(), flag, per_tensor,
                   kUnscaleChunk, [&](const k::UnscaleArgs& a, unsigned blocks) {
                     unscale_kernel<<<blocks, kUnscaleThreads, 0, s>>>(a);
                     check_launch("unscale_and_check");
