@@ -29,61 +29,11 @@ namespace mpt::kernels {
 
 namespace ew {
 
-// ---- arithmetic that nvcc does not contract into fma ------------------------------------------
-template <class C>
-MPT_HOST_DEVICE inline C mul(C a, C b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<C, float>) return __fmul_rn(a, b);
-  else if constexpr (std::is_same_v<C, double>) return __dmul_rn(a, b);
-  else return a * b;
-#else
-  return a * b;
-#endif
-}
-template <class C>
-MPT_HOST_DEVICE inline C add(C a, C b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<C, float>) return __fadd_rn(a, b);
-  else if constexpr (std::is_same_v<C, double>) return __dadd_rn(a, b);
-  else return a + b;
-#else
-  return a + b;
-#endif
-}
-template <class C>
-MPT_HOST_DEVICE inline C sub(C a, C b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<C, float>) return __fsub_rn(a, b);
-  else if constexpr (std::is_same_v<C, double>) return __dsub_rn(a, b);
-  else return a - b;
-#else
-  return a - b;
-#endif
-}
-template <class C>
-MPT_HOST_DEVICE inline C div(C a, C b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<C, float>) return __fdiv_rn(a, b);  // IEEE even under fast math
-  else if constexpr (std::is_same_v<C, double>) return __ddiv_rn(a, b);
-  else return a / b;
-#else
-  return a / b;
-#endif
-}
-MPT_HOST_DEVICE inline float sqrt_(float v) {
-#if defined(__CUDA_ARCH__)
-  return __fsqrt_rn(v);
-#else
-  return std::sqrt(v);
-#endif
-}
-MPT_HOST_DEVICE inline double sqrt_(double v) {
-#if defined(__CUDA_ARCH__)
-  return __dsqrt_rn(v);
-#else
-  return std::sqrt(v);
-#endif
-}
+// Arithmetic that nvcc does not contract into fma: types.hpp's exact:: helpers.
+using exact::add;
+using exact::div;
+using exact::mul;
+using exact::sub;
 // libm's float functions on the host (what std::exp(float) calls), CUDA's on the device.
 MPT_HOST_DEVICE inline float exp_(float v) { return ::expf(v); }
 MPT_HOST_DEVICE inline double exp_(double v) { return ::exp(v); }
@@ -243,7 +193,7 @@ MPT_HOST_DEVICE inline C unary_apply(C v) {
     static_assert(std::is_floating_point_v<C>, "transcendental unary ops are floating only");
     if constexpr (Op == UnaryOp::Exp) return ew::exp_(v);
     else if constexpr (Op == UnaryOp::Log) return ew::log_(v);
-    else if constexpr (Op == UnaryOp::Sqrt) return ew::sqrt_(v);
+    else if constexpr (Op == UnaryOp::Sqrt) return exact::sqrt(v);
     else if constexpr (Op == UnaryOp::Sigmoid) return sigmoid_c(v);
     else if constexpr (Op == UnaryOp::Tanh) return ew::tanh_(v);
     else if constexpr (Op == UnaryOp::Gelu)

@@ -16,43 +16,6 @@
 
 namespace mpt::kernels {
 
-namespace exact {
-MPT_HOST_DEVICE inline float mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-MPT_HOST_DEVICE inline float add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-MPT_HOST_DEVICE inline float sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-MPT_HOST_DEVICE inline float div(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);  // IEEE division even under -use_fast_math
-#else
-  return a / b;
-#endif
-}
-MPT_HOST_DEVICE inline float sqrt(float a) {
-#if defined(__CUDA_ARCH__)
-  return __fsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
-}  // namespace exact
 
 /// A variable or gradient element as float32 (float64 gradients rounded, as the CPU's load).
 template <class T>
@@ -191,26 +154,26 @@ struct UnscaleItem {
   GradType type;
 };
 
-/// Packs items into as few UnscaleArgs as fit and calls launch(args, blocks) for each (blocks:
-/// the grid). Host code; the tests call it with a small chunk so tensors cross chunks and launches.
-template <class Launch>
-void pack_unscale(const UnscaleItem* items, std::int32_t count, const float* inv_scale, float* found, float* flags,
-                  std::int64_t chunk, Launch&& launch) {
-  UnscaleArgs a{};
-  a.inv_scale = inv_scale, a.found = found, a.flags = flags, a.chunk = chunk;
+/// PyTorch's multi-tensor packing, shared by unscale_and_check and the list optimizer updates:
+/// item k (numel_of(k) > 0; others skipped) goes into a.tensors[] through put(slot, k), each of its
+/// chunks into a.block_tensor[] / a.block_chunk[]; a full argument struct (MaxBlocks blocks, or
+/// MaxTensors tensors at a tensor's end) is handed to launch(args, blocks), and a tensor cut off
+/// by a full launch carries on in the next one.
+template <int MaxTensors, int MaxBlocks, class Args, class NumelOf, class Put, class Launch>
+void pack_chunks(Args& a, std::int32_t count, std::int64_t chunk, NumelOf&& numel_of, Put&& put, Launch&& launch) {
   int tensors = 0, blocks = 0;
   for (std::int32_t k = 0; k < count; ++k) {
-    const UnscaleItem& it = items[k];
-    if (it.numel <= 0) continue;
-    a.tensors[tensors++] = {it.in, it.out, it.numel, it.type, k};
-    const std::int64_t chunks = (it.numel + chunk - 1) / chunk;
+    const std::int64_t numel = numel_of(k);
+    if (numel <= 0) continue;
+    put(a.tensors[tensors++], k);
+    const std::int64_t chunks = (numel + chunk - 1) / chunk;
     for (std::int64_t c = 0; c < chunks; ++c) {
       a.block_tensor[blocks] = static_cast<std::uint8_t>(tensors - 1);
       a.block_chunk[blocks] = static_cast<std::int32_t>(c);
       ++blocks;
       const bool last_chunk = c == chunks - 1;
-      if (blocks == kUnscaleBlocks || (tensors == kUnscaleTensors && last_chunk)) {
-        launch(static_cast<const UnscaleArgs&>(a), static_cast<unsigned>(blocks));
+      if (blocks == MaxBlocks || (tensors == MaxTensors && last_chunk)) {
+        launch(static_cast<const Args&>(a), static_cast<unsigned>(blocks));
         blocks = 0;
         if (last_chunk) {
           tensors = 0;
@@ -221,7 +184,23 @@ void pack_unscale(const UnscaleItem* items, std::int32_t count, const float* inv
       }
     }
   }
-  if (blocks > 0) launch(static_cast<const UnscaleArgs&>(a), static_cast<unsigned>(blocks));
+  if (blocks > 0) launch(static_cast<const Args&>(a), static_cast<unsigned>(blocks));
+}
+
+/// Packs items into as few UnscaleArgs as fit and calls launch(args, blocks) for each (blocks:
+/// the grid). Host code; the tests call it with a small chunk so tensors cross chunks and launches.
+template <class Launch>
+void pack_unscale(const UnscaleItem* items, std::int32_t count, const float* inv_scale, float* found, float* flags,
+                  std::int64_t chunk, Launch&& launch) {
+  UnscaleArgs a{};
+  a.inv_scale = inv_scale, a.found = found, a.flags = flags, a.chunk = chunk;
+  pack_chunks<kUnscaleTensors, kUnscaleBlocks>(
+      a, count, chunk, [&](std::int32_t k) { return items[k].numel; },
+      [&](auto& slot, std::int32_t k) {
+        const UnscaleItem& it = items[k];
+        slot = {it.in, it.out, it.numel, it.type, k};
+      },
+      launch);
 }
 
 template <class G>
@@ -307,30 +286,9 @@ void pack_updates(const UpdateTensor* items, std::int32_t count, const UpdateHyp
                   Launch&& launch) {
   UpdateArgs a{};
   a.h = h, a.chunk = chunk;
-  int tensors = 0, blocks = 0;
-  for (std::int32_t k = 0; k < count; ++k) {
-    const UpdateTensor& it = items[k];
-    if (it.numel <= 0) continue;
-    a.tensors[tensors++] = it;
-    const std::int64_t chunks = (it.numel + chunk - 1) / chunk;
-    for (std::int64_t c = 0; c < chunks; ++c) {
-      a.block_tensor[blocks] = static_cast<std::uint8_t>(tensors - 1);
-      a.block_chunk[blocks] = static_cast<std::int32_t>(c);
-      ++blocks;
-      const bool last_chunk = c == chunks - 1;
-      if (blocks == kUpdateBlocks || (tensors == kUpdateTensors && last_chunk)) {
-        launch(static_cast<const UpdateArgs&>(a), static_cast<unsigned>(blocks));
-        blocks = 0;
-        if (last_chunk) {
-          tensors = 0;
-        } else {  // the rest of this variable goes on in the next launch
-          a.tensors[0] = a.tensors[tensors - 1];
-          tensors = 1;
-        }
-      }
-    }
-  }
-  if (blocks > 0) launch(static_cast<const UpdateArgs&>(a), static_cast<unsigned>(blocks));
+  pack_chunks<kUpdateTensors, kUpdateBlocks>(
+      a, count, chunk, [&](std::int32_t k) { return items[k].numel; },
+      [&](UpdateTensor& slot, std::int32_t k) { slot = items[k]; }, launch);
 }
 
 template <UpdateKind K, class V, class G>

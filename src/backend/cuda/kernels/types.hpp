@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -120,5 +121,64 @@ MPT_HOST_DEVICE inline bool nonfinite(double v) {
   std::memcpy(&bits, &v, sizeof bits);
   return (bits & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
 }
+
+/// Arithmetic that nvcc may not contract into an fma the CPU does not do: the round-to-nearest
+/// intrinsics on the device, plain operators on the host (float and double; others plain).
+namespace exact {
+template <class C>
+MPT_HOST_DEVICE inline C mul(C a, C b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<C, float>) return __fmul_rn(a, b);
+  else if constexpr (std::is_same_v<C, double>) return __dmul_rn(a, b);
+  else return a * b;
+#else
+  return a * b;
+#endif
+}
+template <class C>
+MPT_HOST_DEVICE inline C add(C a, C b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<C, float>) return __fadd_rn(a, b);
+  else if constexpr (std::is_same_v<C, double>) return __dadd_rn(a, b);
+  else return a + b;
+#else
+  return a + b;
+#endif
+}
+template <class C>
+MPT_HOST_DEVICE inline C sub(C a, C b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<C, float>) return __fsub_rn(a, b);
+  else if constexpr (std::is_same_v<C, double>) return __dsub_rn(a, b);
+  else return a - b;
+#else
+  return a - b;
+#endif
+}
+template <class C>
+MPT_HOST_DEVICE inline C div(C a, C b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<C, float>) return __fdiv_rn(a, b);  // IEEE even under fast math
+  else if constexpr (std::is_same_v<C, double>) return __ddiv_rn(a, b);
+  else return a / b;
+#else
+  return a / b;
+#endif
+}
+MPT_HOST_DEVICE inline float sqrt(float v) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(v);
+#else
+  return std::sqrt(v);
+#endif
+}
+MPT_HOST_DEVICE inline double sqrt(double v) {
+#if defined(__CUDA_ARCH__)
+  return __dsqrt_rn(v);
+#else
+  return std::sqrt(v);
+#endif
+}
+}  // namespace exact
 
 }  // namespace mpt::kernels
