@@ -43,8 +43,28 @@ if(MPT_WITH_CUDA)
   target_include_directories(mpt_cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
   target_link_libraries(mpt_cudnn INTERFACE ${CUDNN_LIBRARY})
   message(STATUS "mpt: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, archs ${CMAKE_CUDA_ARCHITECTURES}, cuDNN ${CUDNN_LIBRARY})")
+  # NCCL ships with the toolkit: GPU gradients of mpt::distributed.
+  find_library(MPT_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  find_path(MPT_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  if(NOT MPT_NCCL_LIBRARY OR NOT MPT_NCCL_INCLUDE_DIR)
+    message(WARNING "mpt: NCCL not found; GPU gradients of mpt::distributed go through MPI host copies")
+    unset(MPT_NCCL_LIBRARY CACHE)
+  endif()
 else()
   message(STATUS "mpt: CUDA backend OFF")
+endif()
+
+# Open MPI (Debian: libopenmpi-dev openmpi-bin): mpt::distributed across processes and machines.
+set(MPT_HAVE_MPI OFF)
+if(MPT_WITH_MPI)
+  find_package(MPI COMPONENTS CXX)
+  if(MPI_CXX_FOUND)
+    set(MPT_HAVE_MPI ON)
+    find_program(MPT_MPIEXEC NAMES mpirun mpiexec HINTS ${MPIEXEC_EXECUTABLE})
+    message(STATUS "mpt: MPI ON (MPI ${MPI_CXX_VERSION}, ${MPT_MPIEXEC})")
+  else()
+    message(STATUS "mpt: MPI not found; mpt::distributed runs one process (install libopenmpi-dev)")
+  endif()
 endif()
 
 # TensorBoard event files: the Event/Summary protocol buffers (src/model/tensorboard/event.proto),

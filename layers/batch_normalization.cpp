@@ -1,5 +1,6 @@
 #include "config_text.hpp"
 #include "mpt/autograd.hpp"
+#include "mpt/distributed.hpp"
 #include "mpt/layers/conv.hpp"
 #include "mpt/mixed_precision/loss_scale_optimizer.hpp"
 #include "mpt/nn_ops.hpp"
@@ -40,7 +41,10 @@ class BatchNormalizationLayer : public Layer {
     Tensor gamma = o_.scale ? gamma_.read(pd) : Tensor(), beta = o_.center ? beta_.read(pd) : Tensor();
     if (!(training && trainable()))
       return ops::batch_norm(x, gamma, beta, moving_mean_.read(pd), moving_variance_.read(pd), {.epsilon = o_.epsilon}).y;
-    auto r = ops::batch_norm(x, gamma, beta, {}, {}, {.training = true, .epsilon = o_.epsilon});
+    const distributed::DataParallel* dp = distributed::current_strategy();
+    auto r = dp && dp->size() > 1 && dp->options().sync_batch_norm
+                 ? synced_batch_norm(*dp, x, gamma, beta)
+                 : ops::batch_norm(x, gamma, beta, {}, {}, {.training = true, .epsilon = o_.epsilon});
     // Keras: moving = moving * momentum + batch * (1 - momentum), with the biased batch variance.
     NoGradGuard no_grad;
     skips_at_call_ = mixed_precision::skipped_steps_total();
@@ -67,6 +71,30 @@ class BatchNormalizationLayer : public Layer {
   }
 
  private:
+  /// SyncBatchNorm: statistics over every rank's rows (two all-reduces of per-channel sums, each
+  /// differentiable, so the backward pass reduces the gradients' sums too), in float32.
+  ops::BatchNormResult synced_batch_norm(const distributed::DataParallel& dp, const Tensor& x, const Tensor& gamma,
+                                         const Tensor& beta) {
+    const std::int64_t channels = x.shape().back();
+    const Tensor x2 = ops::cast(x, float32).reshape({-1, channels});
+    const double rows = dp.all_reduce({static_cast<double>(x2.shape()[0])})[0];
+    const Tensor inv_rows = Tensor::scalar(1.0 / rows, float32, x.device());
+    const Tensor mean = ops::mul(distributed::all_reduce_sum(ops::sum(x2, {0})), inv_rows);
+    const Tensor centered = ops::sub(x2, mean);
+    const Tensor variance = ops::mul(distributed::all_reduce_sum(ops::sum(ops::square(centered), {0})), inv_rows);
+    const Tensor inv_std = ops::div(Tensor::scalar(1.0, float32, x.device()),
+                                    ops::sqrt(ops::add(variance, Tensor::scalar(o_.epsilon, float32, x.device()))));
+    Tensor y = ops::mul(centered, inv_std);
+    if (gamma.defined()) y = ops::mul(y, ops::cast(gamma, float32));
+    if (beta.defined()) y = ops::add(y, ops::cast(beta, float32));
+    ops::BatchNormResult r;
+    r.y = ops::cast(y.reshape(x.shape()), x.dtype());
+    const DType pd = x.dtype() == float64 ? float64 : float32;  // the statistics' dtype, as ops::batch_norm
+    r.mean = mean.detach().to(pd);
+    r.variance = variance.detach().to(pd);
+    return r;
+  }
+
   void commit() {
     if (!pending_mean_.defined()) return;
     moving_mean_.assign(pending_mean_);

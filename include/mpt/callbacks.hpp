@@ -44,6 +44,10 @@ class Callback {
   /// LossScaleOptimizer skipped the step), in the order of `variables`. Before on_train_batch_end.
   virtual void on_train_batch_gradients(std::int64_t batch, const std::vector<Variable>& variables,
                                         const std::vector<Tensor>& gradients) {}
+  /// Under data parallelism, whether only rank 0 runs this callback (those that print or write
+  /// files: the progress bar, ModelCheckpoint, CSVLogger, TensorBoard). The others run on every
+  /// rank and see the same, reduced, epoch logs.
+  virtual bool chief_only() const { return false; }
   /// Set by fit before on_train_begin.
   void set_model(Model* model) { model_ = model; }
   Model* model() const { return model_; }
@@ -120,6 +124,7 @@ class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string filename, CSVLoggerOptions o = {});
   bool wants_batch_logs(std::int64_t) override { return false; }
+  bool chief_only() const override { return true; }
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
 
@@ -155,6 +160,7 @@ class ModelCheckpoint : public Callback {
   explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions o = {});
   /// Only for the batches it saves at (save_freq in batches).
   bool wants_batch_logs(std::int64_t batch) override;
+  bool chief_only() const override { return true; }
   void on_train_begin(const Logs& logs) override;
   void on_epoch_begin(int epoch, const Logs& logs) override;
   void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
@@ -206,6 +212,7 @@ class TensorBoard : public Callback {
   TensorBoard(TensorBoard&&) noexcept;
   ~TensorBoard() override;
   bool wants_batch_logs(std::int64_t batch) override;
+  bool chief_only() const override { return true; }
   bool wants_gradients(std::int64_t batch) override;
   void on_train_begin(const Logs& logs) override;
   void on_train_end(const Logs& logs) override;
@@ -237,6 +244,7 @@ class ProgbarLogger : public Callback {
   ProgbarLogger(int verbose, std::int64_t steps, int epochs);
   /// True for the batches it redraws at (at most ten a second, and the last).
   bool wants_batch_logs(std::int64_t batch) override;
+  bool chief_only() const override { return true; }
   void on_epoch_begin(int epoch, const Logs& logs) override;
   void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mpt/callbacks.hpp"
+#include "mpt/distributed.hpp"
 #include "mpt/functional.hpp"
 #include "mpt/layers/layer.hpp"
 #include "mpt/losses/losses.hpp"
@@ -31,6 +32,9 @@ struct CompileOptions {
   std::vector<metrics::MetricArg> metrics;
   /// Under mixed_float16, wrap the optimizer in a LossScaleOptimizer (Keras's default).
   bool auto_scale_loss = true;
+  /// Data parallelism across processes (mpt::distributed); default: the process-wide strategy
+  /// of distributed::set_strategy, if any.
+  std::optional<distributed::DataParallel> distribution = std::nullopt;
 };
 
 struct FitOptions {
@@ -153,6 +157,10 @@ class Model {
   /// The LossScaleOptimizer when the optimizer is one (auto-wrapped or given), else null.
   mixed_precision::LossScaleOptimizer* loss_scale_optimizer() const;
   const losses::Loss& loss() const;
+  /// The data-parallel strategy fit/evaluate/predict use: compile's, else the process-wide one;
+  /// null when there is none or it has one rank. Under it only rank 0 writes files (save,
+  /// save_weights and the chief-only callbacks); the other ranks' calls write nothing.
+  const distributed::DataParallel* distribution() const;
   /// Set by a callback to end fit after the current epoch.
   bool stop_training = false;
 
@@ -172,7 +180,13 @@ class Model {
     std::vector<Tensor> gradients;
     std::vector<Variable> variables;
   };
-  StepResult train_step(const Tensor& x, const Tensor& y, bool keep_gradients = false);
+  /// One step on this rank's rows (x undefined: none this step); under a strategy the gradients
+  /// are summed over the ranks, this rank's weighted by `weight` (its share of the batch's rows).
+  StepResult train_step(const Tensor& x, const Tensor& y, bool keep_gradients = false,
+                        const distributed::DataParallel* strategy = nullptr, double weight = 1.0);
+  /// The results of loss_mean and each of `ms`, over all ranks under a strategy (one message).
+  std::vector<double> reduced_results(const distributed::DataParallel* strategy, const metrics::Mean& loss_mean,
+                                      const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
   Tensor test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& metrics);
   void check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const;
   /// Where the model's variables are (default_device() before any exists).
@@ -192,6 +206,7 @@ class Model {
   std::vector<metrics::MetricArg> metric_args_;
   std::vector<std::shared_ptr<metrics::Metric>> metrics_, val_metrics_;
   bool metrics_resolved_ = false;
+  std::optional<distributed::DataParallel> distribution_;
   std::uint64_t seed_;
   int epoch_ = 0;
   friend struct detail::CheckpointAccess;

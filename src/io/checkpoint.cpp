@@ -42,6 +42,8 @@ void Model::save(const std::string& filepath) const {
   for (const auto& l : layers())
     MPT_CHECK(l->built(), "save: layer '", l->name(), "' of model '", name_,
               "' is not built; build the model (model.build(shape)) or call it once first");
+  // Data parallelism: every rank holds the same model; rank 0 alone writes.
+  if (const auto* dp = distribution(); dp && dp->rank() != 0) return;
   const std::string where = "save: model '" + name_ + "'";
   const std::string model_config = io::dump_json(io::model_config_json(*this), where);
   const std::string compile_config = compiled() ? io::dump_json(io::compile_config_json(*this), where) : "";

@@ -340,6 +340,7 @@ void Model::save_weights(const std::string& filepath, SaveWeightsOptions o) cons
   const bool keras3 = io::ends_with(filepath, ".weights.h5");
   MPT_CHECK(keras3 || io::ends_with(filepath, ".h5") || io::ends_with(filepath, ".hdf5"), "save_weights: '", filepath,
             "': the file name must end in .weights.h5 (Keras 3 layout) or .h5 / .hdf5 (legacy Keras 2 layout)");
+  if (const auto* dp = distribution(); dp && dp->rank() != 0) return;  // rank 0 alone writes
   io::save_atomically(filepath, keras3 ? "keras3-weights" : "legacy-keras2-weights", [&](const std::string& tmp) {
     io::h5::File f = io::h5::File::create(tmp, io::kUserblockSize, filepath);
     if (keras3) io::write_keras3(f, *this, o);

@@ -91,6 +91,7 @@ void Model::compile(CompileOptions o) {
   if (o.auto_scale_loss && policy_.name() == "mixed_float16" && !loss_scale_optimizer())
     optimizer_ = std::make_shared<mixed_precision::LossScaleOptimizer>(optimizer_);
   metric_args_ = o.metrics;
+  distribution_ = o.distribution;
   metrics_.clear(), val_metrics_.clear();
   metrics_resolved_ = false;
   // The layers that produce the model's outputs: a functional model's output nodes, else the last.
@@ -105,6 +106,11 @@ void Model::compile(CompileOptions o) {
         l->dtype_policy().name(), ")");
     l->set_dtype_policy(mixed_precision::Policy("float32"));
   }
+}
+
+const distributed::DataParallel* Model::distribution() const {
+  const distributed::DataParallel* s = distribution_ ? &*distribution_ : distributed::current_strategy();
+  return s && s->size() > 1 ? s : nullptr;
 }
 
 void Model::resolve_metrics(const Tensor& y, const Tensor& y_pred) {
@@ -123,6 +129,33 @@ std::map<std::string, double> Model::metric_logs(const std::vector<std::shared_p
   std::map<std::string, double> logs;
   for (const auto& m : ms) logs[m->name()] = m->result();
   return logs;
+}
+
+std::vector<double> Model::reduced_results(const distributed::DataParallel* strategy, const metrics::Mean& loss_mean,
+                                           const std::vector<std::shared_ptr<metrics::Metric>>& ms) const {
+  std::vector<const metrics::Metric*> all{&loss_mean};
+  for (const auto& m : ms) all.push_back(m.get());
+  std::vector<double> out;
+  if (!strategy) {
+    for (const auto* m : all) out.push_back(m->result());
+    return out;
+  }
+  // One message for all: each metric's state, summed over the ranks.
+  std::vector<double> states;
+  std::vector<std::size_t> sizes;
+  for (const auto* m : all) {
+    auto st = m->reduction_state();
+    sizes.push_back(st.size());
+    states.insert(states.end(), st.begin(), st.end());
+  }
+  states = strategy->all_reduce(std::move(states));
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto first = states.begin() + static_cast<std::ptrdiff_t>(at);
+    out.push_back(all[i]->result_of_state(std::vector<double>(first, first + static_cast<std::ptrdiff_t>(sizes[i]))));
+    at += sizes[i];
+  }
+  return out;
 }
 
 // ---- steps --------------------------------------------------------------------------------
@@ -169,19 +202,29 @@ void Model::check_targets(const char* where, const Tensor& x, const Tensor& y) {
   if (loss_->name() == "binary_crossentropy") data::check_unit_interval(where, y);
 }
 
-Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_gradients) {
+Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_gradients,
+                                    const distributed::DataParallel* strategy, double weight) {
   StepResult r;
   Tensor y_pred;
   std::vector<Tensor> grads;
   std::vector<Variable> vars;
   auto* lso = loss_scale_optimizer();
-  {
+  if (x.defined()) {
     GradientTape tape;
     y_pred = as_loss_input(call(x, true));
     vars = trainable_variables();  // after the call: the first one builds the layers
     r.loss = (*loss_)(y, y_pred);
     grads = tape.gradient(lso ? lso->get_scaled_loss(r.loss) : r.loss, vars);
+  } else {
+    // A rank with no rows in this global batch (fewer rows than ranks) adds zeros.
+    MPT_CHECK(strategy != nullptr, "train_step: no batch");
+    vars = trainable_variables();
+    for (const auto& v : vars) grads.push_back(Tensor::zeros(v.shape(), float32, v.value().device()));
+    if (lso) lso->get_scaled_loss(Tensor::scalar(0.0, float32, variables_device()));
   }
+  // Σ_r weight_r·g_r: every rank gets the same gradients, so the loss-scale check that follows
+  // (an inf or NaN survives the sum) makes one skip decision for all ranks.
+  if (strategy) grads = strategy->all_reduce_gradients(grads, weight);
   if (lso) {
     auto unscaled = lso->get_unscaled_gradients(grads);
     auto applied = lso->apply_gradients_checked(unscaled, vars);
@@ -194,6 +237,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
   }
   if (keep_gradients) r.variables = vars;
   finish_step(r.applied);
+  if (!x.defined()) return r;
   r.loss = r.loss.detach();
   NoGradGuard no_grad;
   resolve_metrics(y, y_pred);
@@ -219,9 +263,11 @@ namespace {
 /// gathered in place, synchronously (a helper thread would only take a core from the kernels).
 class BatchStager {
  public:
-  BatchStager(Tensor x, Tensor y, std::int64_t batch_size, std::vector<std::int64_t> order, Device device)
+  /// Under a strategy each rank takes its share of every (global) batch.
+  BatchStager(Tensor x, Tensor y, std::int64_t batch_size, std::vector<std::int64_t> order, Device device,
+              const distributed::DataParallel* strategy = nullptr)
       : x_(std::move(x)), y_(std::move(y)), batch_size_(batch_size), order_(std::move(order)), device_(device),
-        steps_(data::batch_count(x_.shape()[0], batch_size)), ahead_(x_.device() != device) {}
+        steps_(data::batch_count(x_.shape()[0], batch_size)), ahead_(x_.device() != device), strategy_(strategy) {}
 
   /// Batch `step`; steps are asked for in order.
   std::pair<Tensor, Tensor> get(std::int64_t step) {
@@ -232,14 +278,27 @@ class BatchStager {
     }
     return b;
   }
-  std::int64_t rows(std::int64_t step) const {
+  /// Rows of batch `step` over all ranks.
+  std::int64_t global_rows(std::int64_t step) const {
     const std::int64_t begin = step * batch_size_;  // step < steps_: no overflow
     return std::min(x_.shape()[0] - begin, batch_size_);
+  }
+  /// This rank's rows of batch `step`: [begin, end) of the (shuffled) order.
+  std::pair<std::int64_t, std::int64_t> range(std::int64_t step) const {
+    const std::int64_t b = step * batch_size_;
+    if (!strategy_) return {b, b + global_rows(step)};
+    const auto [sb, se] = strategy_->shard(global_rows(step));
+    return {b + sb, b + se};
+  }
+  std::int64_t rows(std::int64_t step) const {
+    const auto r = range(step);
+    return r.second - r.first;
   }
 
  private:
   std::pair<Tensor, Tensor> make(std::int64_t step) const {
-    const std::int64_t b = step * batch_size_, e = b + rows(step);
+    const auto [b, e] = range(step);
+    if (b == e) return {};
     auto pick = [&](const Tensor& t) { return t.defined() ? data::rows_of(t, order_, b, e).to(device_) : Tensor(); };
     return {pick(x_), pick(y_)};
   }
@@ -252,6 +311,7 @@ class BatchStager {
   bool ahead_;
   std::future<std::pair<Tensor, Tensor>> next_;
   std::int64_t next_step_ = -1;
+  const distributed::DataParallel* strategy_;
 };
 
 }  // namespace
@@ -279,13 +339,37 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   MPT_CHECK(n > 0, "fit: no training samples");
   check_targets("fit", x, y);
   const std::int64_t steps = data::batch_count(n, o.batch_size);
+  const distributed::DataParallel* dp = distribution();
+  distributed::detail::ScopedStrategy scoped(dp);  // BatchNormalization's sync option sees it
+  const bool chief = !dp || dp->rank() == 0;
+  if (dp) {
+    // The same model and run on every rank, then rank 0's weights everywhere.
+    std::vector<std::string> lines;
+    for (const auto& v : variables())
+      lines.push_back(v.path() + " " + to_string(v.shape()) + " " + to_string(v.dtype()) +
+                      (v.trainable() ? "" : " non-trainable"));
+    lines.push_back("policy " + policy_.name());
+    lines.push_back("optimizer " + optimizer_->name());
+    lines.push_back("loss " + loss_->name());
+    lines.push_back("training samples " + std::to_string(n) + ", validation samples " +
+                    std::to_string(vx.defined() ? vx.shape()[0] : 0));
+    lines.push_back("batch_size " + std::to_string(o.batch_size) + ", epochs " + std::to_string(o.initial_epoch) +
+                    ".." + std::to_string(o.epochs) + ", shuffle " + std::to_string(o.shuffle) + ", seed " +
+                    std::to_string(o.seed ? *o.seed : seed_));
+    dp->check_same("models and fit arguments", lines);
+    // SyncBatchNorm reduces inside the forward pass: every rank needs rows in every batch.
+    MPT_CHECK(!dp->options().sync_batch_norm || n % o.batch_size == 0 || n % o.batch_size >= dp->size(),
+              "fit: with sync_batch_norm, the last batch's ", n % o.batch_size, " rows cannot be shared by ",
+              dp->size(), " ranks; choose a batch_size that leaves at least one row per rank");
+    dp->broadcast_variables(variables());
+  }
 
   std::vector<std::shared_ptr<callbacks::Callback>> cbs;
   for (std::size_t i = 0; i < o.callbacks.size(); ++i) {
     MPT_CHECK(o.callbacks[i].get() != nullptr, "fit: callback ", i, " is a null pointer");
-    cbs.push_back(o.callbacks[i].get());
+    if (chief || !o.callbacks[i].get()->chief_only()) cbs.push_back(o.callbacks[i].get());
   }
-  if (o.verbose > 0) cbs.push_back(std::make_shared<callbacks::ProgbarLogger>(o.verbose, steps, o.epochs));
+  if (o.verbose > 0 && chief) cbs.push_back(std::make_shared<callbacks::ProgbarLogger>(o.verbose, steps, o.epochs));
   for (auto& c : cbs) c->set_model(this);
 
   History history;
@@ -293,11 +377,15 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   auto* lso = loss_scale_optimizer();
   const std::uint64_t seed = o.seed ? *o.seed : seed_;
   const Device device = variables_device();
+  try {
   for (auto& c : cbs) c->on_train_begin({});
   Logs logs;
-  auto epoch_logs = [&](const metrics::Mean& loss_mean) {
-    Logs l = metric_logs(metrics_);
-    l["loss"] = loss_mean.result();
+  // Batch logs are this rank's (the progress bar runs on rank 0); epoch logs are global.
+  auto epoch_logs = [&](const metrics::Mean& loss_mean, const distributed::DataParallel* strategy) {
+    const auto values = reduced_results(strategy, loss_mean, metrics_);
+    Logs l;
+    l["loss"] = values[0];
+    for (std::size_t i = 0; i < metrics_.size(); ++i) l[metrics_[i]->name()] = values[i + 1];
     return l;
   };
   for (int epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) {
@@ -308,16 +396,18 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
     std::map<std::string, std::int64_t> nonfinite_layers;
     BatchStager batches(x, y, o.batch_size,
                         o.shuffle ? data::permutation(n, seed + static_cast<std::uint64_t>(epoch)) : std::vector<std::int64_t>{},
-                        device);
+                        device, dp);
     for (std::int64_t step = 0; step < steps; ++step) {
       auto [xb, yb] = batches.get(step);
       for (auto& c : cbs) c->on_train_batch_begin(step, {});
       bool keep_gradients = false;
       for (auto& c : cbs) keep_gradients = c->wants_gradients(step) || keep_gradients;
-      StepResult r = train_step(xb, yb, keep_gradients);
+      const std::int64_t rows = batches.rows(step);
+      StepResult r = train_step(xb, yb, keep_gradients, dp,
+                                static_cast<double>(rows) / static_cast<double>(batches.global_rows(step)));
       if (keep_gradients)
         for (auto& c : cbs) c->on_train_batch_gradients(step, r.variables, r.gradients);
-      loss_mean.update(r.loss, static_cast<double>(batches.rows(step)));
+      if (rows > 0) loss_mean.update(r.loss, static_cast<double>(rows));
       skipped += !r.applied;
       if (!r.nonfinite_variables.empty()) {
         // Overflow diagnostics: the layers (a variable "<layer>/<weight>" names its layer).
@@ -340,10 +430,10 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
       // progress bar when it redraws).
       bool wanted = false;
       for (auto& c : cbs) wanted = c->wants_batch_logs(step) || wanted;
-      logs = wanted ? epoch_logs(loss_mean) : Logs{};
+      logs = wanted ? epoch_logs(loss_mean, nullptr) : Logs{};
       for (auto& c : cbs) c->on_train_batch_end(step, logs);
     }
-    logs = epoch_logs(loss_mean);
+    logs = epoch_logs(loss_mean, dp);
     if (vx.defined()) {
       auto val = evaluate(vx, vy, {.batch_size = o.batch_size, .verbose = 0});
       for (const auto& [k, v] : val) logs["val_" + k] = v;
@@ -353,11 +443,18 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
     logs["skipped_steps"] = static_cast<double>(skipped);
     epoch_ = epoch + 1;  // callbacks (ModelCheckpoint) save the epochs completed
     for (auto& c : cbs) c->on_epoch_end(epoch, logs);
+    // A callback that stops on any rank (EarlyStopping sees the same logs everywhere) stops all.
+    if (dp) stop_training = dp->all_reduce({stop_training ? 1.0 : 0.0}, distributed::ReduceOp::max)[0] > 0;
     for (const auto& [k, v] : logs) history.history[k].push_back(v);
     history.epoch.push_back(epoch);
     history.nonfinite_layers.push_back(std::move(nonfinite_layers));
   }
   for (auto& c : cbs) c->on_train_end(logs);
+  } catch (const std::exception& e) {
+    // The other ranks are waiting in a collective: tell them, so they stop at once.
+    if (dp) dp->communicator().signal_failure(e.what());
+    throw;
+  }
   return history;
 }
 
@@ -370,13 +467,20 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, 
   check_targets("evaluate", x, y);  // metrics resolve here; val metrics are the evaluation copies
   for (auto& m : val_metrics_) m->reset_state();
   metrics::Mean loss_mean("loss");
-  BatchStager batches(x, y, o.batch_size, {}, variables_device());
-  for (std::int64_t step = 0; step * o.batch_size < n; ++step) {
-    auto [xb, yb] = batches.get(step);
-    loss_mean.update(test_step(xb, yb, val_metrics_), static_cast<double>(batches.rows(step)));
+  // Under a strategy each rank takes a contiguous share of the rows, and the results add up.
+  const distributed::DataParallel* dp = distribution();
+  const auto [begin, end] = dp ? dp->shard(n) : std::pair<std::int64_t, std::int64_t>{0, n};
+  const std::int64_t batch_size = dp ? std::max<std::int64_t>(1, o.batch_size / dp->size()) : o.batch_size;
+  if (end > begin) {
+    BatchStager batches(x.slice(begin, end), y.slice(begin, end), batch_size, {}, variables_device());
+    for (std::int64_t step = 0; step * batch_size < end - begin; ++step) {
+      auto [xb, yb] = batches.get(step);
+      loss_mean.update(test_step(xb, yb, val_metrics_), static_cast<double>(batches.rows(step)));
+    }
   }
-  std::map<std::string, double> out{{"loss", loss_mean.result()}};
-  for (std::size_t i = 0; i < val_metrics_.size(); ++i) out[metrics_[i]->name()] = val_metrics_[i]->result();
+  const auto values = reduced_results(dp, loss_mean, val_metrics_);
+  std::map<std::string, double> out{{"loss", values[0]}};
+  for (std::size_t i = 0; i < val_metrics_.size(); ++i) out[metrics_[i]->name()] = values[i + 1];
   return out;
 }
 
@@ -385,14 +489,20 @@ Tensor Model::predict(const Tensor& x, PredictOptions o) {
   const std::int64_t n = x.shape()[0];
   MPT_CHECK(n > 0, "predict: no samples in x of shape ", to_string(x.shape()));
   NoGradGuard no_grad;
+  // Under a strategy each rank predicts a contiguous share, and every rank gets all the rows.
+  const distributed::DataParallel* dp = distribution();
+  const auto [begin, end] = dp ? dp->shard(n) : std::pair<std::int64_t, std::int64_t>{0, n};
+  const std::int64_t batch_size = dp ? std::max<std::int64_t>(1, o.batch_size / dp->size()) : o.batch_size;
   std::vector<Tensor> parts;
-  BatchStager batches(x, Tensor(), o.batch_size, {}, variables_device());
-  for (std::int64_t step = 0; step * o.batch_size < n; ++step) {
+  BatchStager batches(end > begin ? x.slice(begin, end) : x.slice(0, 1), Tensor(), batch_size, {}, variables_device());
+  for (std::int64_t step = 0; step * batch_size < std::max<std::int64_t>(end - begin, 1); ++step) {
     Tensor p = call(batches.get(step).first, false);
     parts.push_back(is_half(p.dtype()) ? p.to(float32) : p);
   }
+  Tensor local = parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
+  if (end == begin) local = local.slice(0, 0);  // a rank with no rows: the shape, no values
   // Results go where the inputs came from (host data in, host results out), in one copy.
-  return (parts.size() == 1 ? parts[0] : ops::concat(parts, 0)).to(x.device());
+  return dp ? dp->all_gather_rows(local).to(x.device()) : local.to(x.device());
 }
 
 std::map<std::string, double> Model::train_on_batch(const Tensor& x, const Tensor& y) {

@@ -24,6 +24,10 @@ class Metric {
   virtual double result() const = 0;
   virtual void reset_state() = 0;
   virtual std::shared_ptr<Metric> clone() const = 0;
+  /// Data parallelism: the state as numbers that add up over the ranks, and the result of such
+  /// a sum. By default {result, 1}: the mean of the ranks' results.
+  virtual std::vector<double> reduction_state() const { return {result(), 1.0}; }
+  virtual double result_of_state(const std::vector<double>& sum) const { return sum[1] > 0 ? sum[0] / sum[1] : 0.0; }
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
 
@@ -46,6 +50,8 @@ class Mean : public Metric {
   double result() const override;
   void reset_state() override { total_ = Tensor(), count_ = 0; }
   std::shared_ptr<Metric> clone() const override { return std::make_shared<Mean>(name()); }
+  /// {total, count}: a mean over every rank's samples.
+  std::vector<double> reduction_state() const override { return {count_ > 0 ? total_.item() : 0.0, count_}; }
 
  private:
   void add(const Tensor& total_of_update, double count);

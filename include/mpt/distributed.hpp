@@ -1,0 +1,173 @@
+#pragma once
+/// Data-parallel training across processes and machines: Open MPI for processes (and for the
+/// gradients of CPU models), NCCL for the gradients of GPU models, bootstrapped over MPI.
+///
+///   mpt::distributed::initialize();                      // from MPI: mpirun -np 8 ./train
+///   mpt::distributed::DataParallel strategy;             // gradients all-reduced
+///   model.compile({..., .distribution = strategy});      // or mpt::distributed::set_strategy(strategy)
+///   model.fit(x, y, {.batch_size = 1024});               // the global batch, split across ranks
+///
+/// Under a DataParallel strategy with more than one rank, fit broadcasts the weights from rank 0,
+/// checks that every rank built the same model, gives each rank its share of every global batch
+/// (the same global shuffle everywhere), averages the gradients in float32 buckets, skips a step
+/// on every rank when a gradient overflowed on any, reduces loss and metrics for the logs, and
+/// runs the chief-only callbacks (progress bar, ModelCheckpoint, CSVLogger, TensorBoard) on
+/// rank 0 only. evaluate reduces over the ranks' shares; predict gathers every rank's rows.
+///
+/// Custom loops use the same pieces:
+///   auto grads = tape.gradient(loss, model.trainable_variables());
+///   grads = strategy.all_reduce_gradients(grads);        // the mean over ranks
+///   optimizer.apply_gradients(grads, model.trainable_variables());
+///
+/// A collective that waits longer than the timeout for the other ranks (one died, hung or took
+/// another path), or hears that another rank failed, throws mpt::Error; it never hangs.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpt/tensor.hpp"
+#include "mpt/variable.hpp"
+
+namespace mpt::distributed {
+
+enum class ReduceOp { sum, max };
+
+/// One process's link to the others. mpt's are Open MPI's (any device, through host copies
+/// for device tensors) and NCCL's (GPU tensors); tests may give their own.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "mpi", "nccl", "single", ...
+  virtual std::string backend() const = 0;
+  /// Whether all_reduce_sum takes tensors on `device`.
+  virtual bool serves(Device device) const { return true; }
+  /// In place: each buffer becomes the elementwise sum of that buffer over all ranks. Buffers are
+  /// contiguous float32 tensors, one call's buffers in the same order and sizes on every rank;
+  /// they may be reduced concurrently, and the call returns when all are done.
+  virtual void all_reduce_sum(std::vector<Tensor>& buffers) = 0;
+  /// Host values reduced over all ranks, in place.
+  virtual void all_reduce(std::vector<double>& values, ReduceOp op) = 0;
+  /// `t` (contiguous, same shape and dtype on every rank) takes rank `root`'s values.
+  virtual void broadcast(Tensor& t, int root) = 0;
+  /// Every rank's bytes, in rank order.
+  virtual std::vector<std::string> all_gather(const std::string& mine) = 0;
+  virtual void barrier() = 0;
+  /// Tells the other ranks that this one failed with `message`; their next collective throws
+  /// mpt::Error naming this rank. Never throws.
+  virtual void signal_failure(const std::string& message) noexcept {}
+};
+
+struct InitializeOptions {
+  /// Seconds a collective waits for the other ranks before mpt::Error. MPT_DISTRIBUTED_TIMEOUT
+  /// (seconds) overrides it.
+  double timeout_seconds = 300.0;
+};
+
+/// Joins the job started by mpirun / srun (MPI_Init_thread), or does nothing but record a
+/// single process when mpt was built without MPI or started without a launcher that sets
+/// several ranks. Idempotent. In CUDA builds it makes GPU local_rank() the default device.
+void initialize(InitializeOptions options = {});
+bool is_initialized();
+/// This process's rank among size() (0 and 1 before initialize or without MPI).
+int rank();
+int size();
+/// Rank and number of ranks on this machine (which GPU a rank takes).
+int local_rank();
+int local_size();
+/// Rank 0: the one that prints, logs and writes checkpoints.
+inline bool is_chief() { return rank() == 0; }
+/// True when mpt was built with Open MPI (MPT_WITH_MPI).
+bool built_with_mpi();
+/// True when mpt was built with NCCL (CUDA builds).
+bool built_with_nccl();
+/// Seconds a collective waits (InitializeOptions / MPT_DISTRIBUTED_TIMEOUT).
+double timeout_seconds();
+/// Ends the job on every rank at once (MPI_Abort) with `code`; for a rank that caught an error
+/// and cannot go on. Without MPI, std::exit(code).
+[[noreturn]] void abort(int code = 1);
+/// The world communicator: MPI's after initialize with several ranks, else a single-process one.
+std::shared_ptr<Communicator> world();
+
+struct DataParallelOptions {
+  /// Gradients are packed into flat float32 buckets of about this size, each all-reduced as
+  /// one message (PyTorch DDP's bucket_cap_mb).
+  double bucket_mb = 25.0;
+  /// BatchNormalization layers use statistics over the global batch (SyncBatchNorm) instead of
+  /// their rank's share (the default, as Keras and PyTorch).
+  bool sync_batch_norm = false;
+  /// The host communicator (default: world()).
+  std::shared_ptr<Communicator> communicator = nullptr;
+  /// The communicator for GPU gradients (default in CUDA builds: NCCL over `communicator`'s
+  /// ranks, made on first use).
+  std::shared_ptr<Communicator> device_communicator = nullptr;
+};
+
+/// Synchronous data parallelism: every rank holds the whole model and takes a share of every
+/// global batch; gradients are averaged (weighted by each rank's share of the rows).
+class DataParallel {
+ public:
+  explicit DataParallel(DataParallelOptions options = {});
+  int rank() const;
+  int size() const;
+  const DataParallelOptions& options() const { return o_; }
+  Communicator& communicator() const { return *comm_; }
+
+  /// Rows [begin, end) of this rank's share of the global rows [0, n): contiguous, sizes
+  /// differing by at most one, in rank order.
+  std::pair<std::int64_t, std::int64_t> shard(std::int64_t n) const;
+
+  /// Σ over ranks of weight·grads, in float32 buckets, on every rank (each result in its
+  /// gradient's dtype and device). weight defaults to 1/size(): the mean. An undefined gradient
+  /// stays undefined when it is undefined on every rank, and counts as zeros otherwise.
+  std::vector<Tensor> all_reduce_gradients(const std::vector<Tensor>& grads,
+                                           std::optional<double> weight = std::nullopt) const;
+  /// Every variable takes rank `root`'s values (one message per dtype).
+  void broadcast_variables(const std::vector<Variable>& variables, int root = 0) const;
+  /// mpt::Error on every rank unless every rank passes the same description (a model's
+  /// variables, the run's settings); names the first rank and line that differ.
+  void check_same(const std::string& what, const std::vector<std::string>& lines) const;
+  /// Host values summed (or maxed) over the ranks.
+  std::vector<double> all_reduce(std::vector<double> values, ReduceOp op = ReduceOp::sum) const;
+  /// Every rank's rows of `t` (host tensors, same trailing shape and dtype), concatenated in
+  /// rank order, on every rank.
+  Tensor all_gather_rows(const Tensor& t) const;
+
+ private:
+  Communicator& communicator_for(Device device) const;
+  DataParallelOptions o_;
+  std::shared_ptr<Communicator> comm_;
+  mutable std::shared_ptr<Communicator> device_comm_;
+};
+
+/// A process-wide strategy for fit/evaluate/predict of models compiled without one, and for
+/// layers (SyncBatchNorm) in custom loops; std::nullopt clears it.
+void set_strategy(std::optional<DataParallel> strategy);
+/// The strategy in force: the one of the fit/evaluate/predict running on this thread, else the
+/// process-wide one; null when none.
+const DataParallel* current_strategy();
+
+/// Σ over ranks of `t` (any device, float32), differentiable: the gradient of each rank's input
+/// is the sum over ranks of the output's gradients. For layers such as SyncBatchNorm.
+Tensor all_reduce_sum(const Tensor& t);
+
+namespace detail {
+/// Makes `strategy` the current one on this thread while alive (fit/evaluate/predict).
+class ScopedStrategy {
+ public:
+  explicit ScopedStrategy(const DataParallel* strategy);
+  ~ScopedStrategy();
+  ScopedStrategy(const ScopedStrategy&) = delete;
+  ScopedStrategy& operator=(const ScopedStrategy&) = delete;
+
+ private:
+  const DataParallel* previous_;
+};
+/// The NCCL communicator over `host`'s ranks for GPU `device` (unique id sent over `host`);
+/// null in builds without NCCL.
+std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Communicator> host, Device device);
+}  // namespace detail
+
+}  // namespace mpt::distributed
