@@ -18,6 +18,7 @@
 namespace layers = mpt::layers;
 
 int main(int argc, char** argv) {
+  bool distributed = false;
   std::string policy = "mixed_float16", checkpoint = "fashion_cnn.weights.h5", tensorboard, csv_log;
   double validation_split = 0.0;
   int epochs = 3;
@@ -35,7 +36,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tensorboard", tensorboard, "TensorBoard log directory (none by default)");
   app.add_option("--csv-log", csv_log, "CSV file of the History (none by default)");
+  examples::add_distributed(app, distributed);
   if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
+  examples::start_distributed(distributed);
+  const bool chief = mpt::distributed::is_chief();  // rank 0 (or the only process) prints
   try {
     mpt::set_random_seed(seed);
     mpt::mixed_precision::set_global_policy(policy);
@@ -55,7 +59,7 @@ int main(int argc, char** argv) {
     model.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-3}),
                    .loss = "sparse_categorical_crossentropy",
                    .metrics = {"accuracy"}});
-    model.summary();
+    if (chief) model.summary();
     std::vector<mpt::callbacks::CallbackArg> callbacks;
     if (!tensorboard.empty())
       callbacks.emplace_back(mpt::callbacks::TensorBoard({.log_dir = tensorboard, .update_freq = 20, .histogram_freq = 1}));
@@ -66,13 +70,13 @@ int main(int argc, char** argv) {
     auto scores = model.evaluate(data.x_test, data.y_test, {.batch_size = 512});
     if (!checkpoint.empty()) {
       model.save_weights(checkpoint);
-      std::printf("checkpoint written: %s (load with model.load_weights(\"%s\"))\n", checkpoint.c_str(),
+      if (chief) std::printf("checkpoint written: %s (load with model.load_weights(\"%s\"))\n", checkpoint.c_str(),
                   checkpoint.c_str());
     }
-    std::printf("policy %s: test loss %.4f, test accuracy %.4f, final loss scale %g\n", policy.c_str(),
+    if (chief) std::printf("policy %s: test loss %.4f, test accuracy %.4f, final loss scale %g\n", policy.c_str(),
                 scores["loss"], scores["accuracy"], h.history["loss_scale"].back());
     if (!tensorboard.empty()) std::printf("TensorBoard logs: %s (tensorboard --logdir %s)\n", tensorboard.c_str(), tensorboard.c_str());
-    std::printf("test_accuracy=%.4f\n", scores["accuracy"]);
+    if (chief) std::printf("test_accuracy=%.4f\n", scores["accuracy"]);
   } catch (const mpt::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -14,6 +14,7 @@
 namespace layers = mpt::layers;
 
 int main(int argc, char** argv) {
+  bool distributed = false;
   std::string policy = "mixed_float16";
   int epochs = 3;
   std::int64_t batch_size = 128;
@@ -23,7 +24,10 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", epochs, "epochs to train")->check(examples::kPositive)->capture_default_str();
   app.add_option("--batch-size", batch_size, "batch size")->check(examples::kPositive)->capture_default_str();
   app.add_option("--seed", seed, "random seed")->capture_default_str();
+  examples::add_distributed(app, distributed);
   if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
+  examples::start_distributed(distributed);
+  const bool chief = mpt::distributed::is_chief();  // rank 0 (or the only process) prints
   try {
     mpt::set_random_seed(seed);
     mpt::mixed_precision::set_global_policy(policy);
@@ -40,12 +44,12 @@ int main(int argc, char** argv) {
     model.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-3}),
                    .loss = "sparse_categorical_crossentropy",
                    .metrics = {"accuracy"}});
-    model.summary();
+    if (chief) model.summary();
     mpt::History h = model.fit(data.x_train, data.y_train, {.batch_size = batch_size, .epochs = epochs});
     auto scores = model.evaluate(data.x_test, data.y_test, {.batch_size = 512});
-    std::printf("policy %s: test loss %.4f, test accuracy %.4f, final loss scale %g\n", policy.c_str(),
+    if (chief) std::printf("policy %s: test loss %.4f, test accuracy %.4f, final loss scale %g\n", policy.c_str(),
                 scores["loss"], scores["accuracy"], h.history["loss_scale"].back());
-    std::printf("test_accuracy=%.4f\n", scores["accuracy"]);
+    if (chief) std::printf("test_accuracy=%.4f\n", scores["accuracy"]);
   } catch (const mpt::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

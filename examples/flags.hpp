@@ -12,6 +12,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <mpt/distributed.hpp>
+
 namespace examples {
 
 /// Keras's dtype policy names, as mpt::mixed_precision::Policy accepts them.
@@ -49,6 +51,21 @@ inline int parse(CLI::App& app, int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   return -1;
+}
+
+/// `--distributed`: data parallelism over the processes mpirun started,
+///   mpirun -np 2 ./fashion_mnist_cnn --distributed
+inline CLI::Option* add_distributed(CLI::App& app, bool& on) {
+  return app.add_flag("--distributed", on,
+                      "data parallel over the ranks of an MPI job (mpirun -np N ...); --batch-size stays global");
+}
+
+/// With `on`: joins the MPI job and makes DataParallel the process-wide strategy, so every
+/// compile/fit/evaluate/predict that follows shares the work; rank 0 alone prints and writes.
+inline void start_distributed(bool on) {
+  if (!on) return;
+  mpt::distributed::initialize();
+  mpt::distributed::set_strategy(mpt::distributed::DataParallel());
 }
 
 }  // namespace examples

@@ -51,6 +51,7 @@ mpt::datasets::Dataset generated_cifar(std::int64_t n_train, std::int64_t n_test
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool distributed = false;
   std::string policy = "mixed_bfloat16", data_dir;
   int epochs = 2;
   std::int64_t batch_size = 128, train_samples = 5000;
@@ -62,18 +63,21 @@ int main(int argc, char** argv) {
   app.add_option("--train-samples", train_samples, "generated training images when there is no --data-dir")
       ->check(examples::kPositive)
       ->capture_default_str();
+  examples::add_distributed(app, distributed);
   if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
+  examples::start_distributed(distributed);
+  const bool chief = mpt::distributed::is_chief();  // rank 0 (or the only process) prints
   try {
     mpt::set_random_seed(1);
     mpt::mixed_precision::set_global_policy(policy);
     mpt::datasets::Dataset data;
     if (!data_dir.empty() && std::filesystem::exists(std::filesystem::path(data_dir) / "data_batch_1.bin")) {
       data = mpt::datasets::cifar10::load(data_dir);
-      std::printf("CIFAR-10 from %s: %lld train, %lld test images\n", data_dir.c_str(),
+      if (chief) std::printf("CIFAR-10 from %s: %lld train, %lld test images\n", data_dir.c_str(),
                   static_cast<long long>(data.x_train.shape()[0]), static_cast<long long>(data.x_test.shape()[0]));
     } else {
       data = generated_cifar(train_samples, train_samples / 5);
-      std::printf("no CIFAR-10 binary batches given (--data-dir): generated CIFAR-shaped data, %lld train images\n",
+      if (chief) std::printf("no CIFAR-10 binary batches given (--data-dir): generated CIFAR-shaped data, %lld train images\n",
                   static_cast<long long>(train_samples));
     }
 
@@ -88,11 +92,11 @@ int main(int argc, char** argv) {
     mpt::Model model(in, out, "resnet_cifar");
     model.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-3}),
                    .loss = "sparse_categorical_crossentropy", .metrics = {"accuracy"}});
-    model.summary();
+    if (chief) model.summary();
     model.fit(data.x_train, data.y_train, {.batch_size = batch_size, .epochs = epochs, .validation_split = 0.1});
     auto scores = model.evaluate(data.x_test, data.y_test, {.batch_size = 256});
-    std::printf("policy %s: test loss %.4f, test accuracy %.4f\n", policy.c_str(), scores["loss"], scores["accuracy"]);
-    std::printf("test_accuracy=%.4f\n", scores["accuracy"]);
+    if (chief) std::printf("policy %s: test loss %.4f, test accuracy %.4f\n", policy.c_str(), scores["loss"], scores["accuracy"]);
+    if (chief) std::printf("test_accuracy=%.4f\n", scores["accuracy"]);
   } catch (const mpt::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

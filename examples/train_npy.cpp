@@ -92,6 +92,7 @@ void export_fashion_mnist(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool distributed = false;
   std::string policy = "mixed_bfloat16", x_path, y_path, x_test_path, y_test_path, export_dir;
   int epochs = 3;
   std::int64_t batch_size = 128, limit = 0;
@@ -108,7 +109,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "batch size")->check(examples::kPositive)->capture_default_str();
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--limit", limit, "use only the first N training rows")->check(examples::kPositive);
+  examples::add_distributed(app, distributed);
   if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
+  examples::start_distributed(distributed);
+  const bool chief = mpt::distributed::is_chief();  // rank 0 (or the only process) prints
   try {
     if (!export_dir.empty()) {
       if (!x_path.empty() || !y_path.empty() || !x_test_path.empty() || !y_test_path.empty())
@@ -152,7 +156,7 @@ int main(int argc, char** argv) {
         throw BadData(y_test_path + ": label " + std::to_string(max_test) + " is not among the " +
                       std::to_string(num_classes) + " classes seen in training (0.." + std::to_string(num_classes - 1) + ")");
     }
-    std::printf("training on %lld rows of shape %s, %lld classes, policy %s\n", static_cast<long long>(x.size(0)),
+    if (chief) std::printf("training on %lld rows of shape %s, %lld classes, policy %s\n", static_cast<long long>(x.size(0)),
                 shape_str(input_shape).c_str(), static_cast<long long>(num_classes), policy.c_str());
 
     mpt::Sequential model({
@@ -169,10 +173,10 @@ int main(int argc, char** argv) {
     model.fit(x, y, {.batch_size = batch_size, .epochs = epochs});
     if (x_test.defined()) {
       auto scores = model.evaluate(x_test, y_test, {.batch_size = 512});
-      std::printf("test loss %.4f\ntest_accuracy=%.4f\n", scores["loss"], scores["accuracy"]);
+      if (chief) std::printf("test loss %.4f\ntest_accuracy=%.4f\n", scores["loss"], scores["accuracy"]);
     } else {
       auto scores = model.evaluate(x, y, {.batch_size = 512});
-      std::printf("no --x-test/--y-test: accuracy on the training data\ntrain_accuracy=%.4f\n", scores["accuracy"]);
+      if (chief) std::printf("no --x-test/--y-test: accuracy on the training data\ntrain_accuracy=%.4f\n", scores["accuracy"]);
     }
   } catch (const BadData& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -6,6 +6,7 @@ pkgs=(build-essential cmake pkg-config
       libdnnl-dev ocl-icd-opencl-dev zlib1g-dev dataset-fashion-mnist
       libzip-dev   # libzip: the optional .keras checkpoint format
       libprotobuf-dev protobuf-compiler   # TensorBoard's event protocol buffers
+      libopenmpi-dev openmpi-bin   # mpt::distributed across processes and machines
       clang libclang-rt-dev libomp-dev)  # the sanitizer and fuzzing half of scripts/test.sh
 missing=()
 for p in "${pkgs[@]}"; do

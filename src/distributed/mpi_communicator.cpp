@@ -2,6 +2,9 @@
 
 #ifdef MPT_WITH_MPI
 
+// The C API only: no C++ bindings (deprecated, and a library of their own).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <algorithm>

@@ -1,0 +1,194 @@
+// mpt::distributed in one process: the gradient buckets, weights and mask, the one skip decision,
+// shards, the model check and the differentiable all-reduce, through a fake communicator whose
+// peer rank is simulated; and a process that is the whole job. The real jobs (mpirun -np 2 / 4)
+// are tests/distributed/mpi_data_parallel.cpp.
+#include "test_util.hpp"
+
+using namespace mpt;
+using namespace mpt::test;
+namespace dist = mpt::distributed;
+
+namespace {
+
+/// Rank 0 of 2; the other rank's buffers are `peer(i, mine)` (default: the same as this rank's).
+class FakePeer : public dist::Communicator {
+ public:
+  std::function<Tensor(std::size_t, const Tensor&)> peer;
+  std::vector<std::string> peer_lines;  // what the other rank passes to all_gather
+  std::vector<std::int64_t> reduced_sizes;  // element count of every all_reduce_sum buffer
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "fake"; }
+  void all_reduce_sum(std::vector<Tensor>& buffers) override {
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      reduced_sizes.push_back(buffers[i].numel());
+      const Tensor other = peer ? peer(i, buffers[i]) : buffers[i].copy();
+      buffers[i].assign(ops::add(buffers[i], other));
+    }
+  }
+  void all_reduce(std::vector<double>& v, dist::ReduceOp op) override {
+    for (auto& x : v) x = op == dist::ReduceOp::sum ? 2 * x : x;
+  }
+  void broadcast(Tensor&, int) override {}
+  std::vector<std::string> all_gather(const std::string& mine) override {
+    std::string other;
+    for (const auto& l : peer_lines) other += l + "\n";
+    return {mine, peer_lines.empty() ? mine : other};
+  }
+  void barrier() override {}
+};
+
+}  // namespace
+
+TEST_CASE("a process started without mpirun is the whole job") {
+  dist::initialize();
+  dist::initialize();  // idempotent
+  CHECK(dist::is_initialized());
+  CHECK(dist::rank() == 0);
+  CHECK(dist::size() == 1);
+  CHECK(dist::is_chief());
+  CHECK(dist::world()->backend() == "single");
+  dist::DataParallel dp;
+  CHECK(dp.size() == 1);
+  CHECK(dp.shard(10) == std::pair<std::int64_t, std::int64_t>{0, 10});
+  const std::vector<Tensor> g{Tensor::ones({3})};
+  CHECK(dp.all_reduce_gradients(g)[0].id() == g[0].id());  // nothing to do
+  // A model compiled with a one-rank strategy trains as without one.
+  Sequential m({layers::Input({2}), layers::Dense(1)});
+  m.compile({.optimizer = "sgd", .loss = "mse", .distribution = dp});
+  CHECK(m.distribution() == nullptr);
+  CHECK(error_of([] { dist::DataParallel bad({.bucket_mb = 0}); }) ==
+        "DataParallel: bucket_mb must be positive, got 0");
+}
+
+TEST_CASE("shards of a global batch: contiguous, in rank order, sizes differing by at most one") {
+  auto fake = std::make_shared<FakePeer>();
+  dist::DataParallel dp({.communicator = fake});
+  CHECK(dp.shard(128) == std::pair<std::int64_t, std::int64_t>{0, 64});
+  CHECK(dp.shard(7) == std::pair<std::int64_t, std::int64_t>{0, 3});
+  CHECK(dp.shard(1) == std::pair<std::int64_t, std::int64_t>{0, 0});  // rank 1 takes the one row
+  CHECK(error_of([&] { dp.shard(-1); }) == "DataParallel::shard: negative row count -1");
+}
+
+TEST_CASE("all_reduce_gradients: float32 buckets of the set size, weighted sums, the mask") {
+  for_each_device([](Device d) {
+    auto fake = std::make_shared<FakePeer>();
+    // 100 float32 values per bucket.
+    dist::DataParallel dp({.bucket_mb = 400.0 / (1024 * 1024), .communicator = fake});
+    const std::vector<Tensor> g{Tensor::random_uniform({6, 10}, -1, 1, 1, float32, d),   // 60
+                                Tensor::random_uniform({30}, -1, 1, 2, float32, d),      // 30: fits with 60
+                                Tensor(),                                               // no gradient
+                                Tensor::random_uniform({50}, -1, 1, 3, bfloat16, d),     // a new bucket
+                                Tensor::random_uniform({120}, -1, 1, 4, float32, d)};    // alone, over the cap
+    // The other rank's gradients: 3 * this rank's.
+    fake->peer = [](std::size_t, const Tensor& mine) { return ops::mul(mine, Tensor::scalar(3.0, float32, mine.device())); };
+    const auto out = dp.all_reduce_gradients(g, 0.25);
+    // Buckets [60+30], [50], [120 + the 5-value mask].
+    CHECK(fake->reduced_sizes == std::vector<std::int64_t>{90, 50, 125});
+    REQUIRE(out.size() == g.size());
+    CHECK_FALSE(out[2].defined());
+    for (std::size_t i : {0u, 1u, 3u, 4u}) {
+      CHECK(out[i].device() == d);
+      CHECK(out[i].dtype() == g[i].dtype());
+      CHECK(out[i].shape() == g[i].shape());
+      // 0.25·g + 3·(0.25·g) = g, computed exactly in float32 (powers of two).
+      const auto a = out[i].to_vector<double>(), e = g[i].to_vector<double>();
+      CHECK(a == e);
+    }
+    // Default weight 1/size: the mean of identical gradients is the gradient.
+    fake->peer = nullptr;
+    CHECK(dp.all_reduce_gradients({g[0]})[0].to_vector<float>() == g[0].to_vector<float>());
+  });
+}
+
+TEST_CASE("an inf on the other rank only: the summed gradients carry it, so every rank skips") {
+  for_each_device([](Device d) {
+    set_default_device(d);
+    auto fake = std::make_shared<FakePeer>();
+    dist::DataParallel dp({.communicator = fake});
+    mixed_precision::LossScaleOptimizer lso(optimizers::SGD({.learning_rate = 0.1}));
+    Variable v(Tensor::ones({4}, float32, d), "v");
+    const Tensor before = v.value().copy();
+    fake->peer = [](std::size_t, const Tensor& mine) {
+      auto h = mine.to_vector<float>();
+      h[1] = std::numeric_limits<float>::infinity();
+      return Tensor::from_vector(h, mine.shape(), mine.device());
+    };
+    lso.get_scaled_loss(Tensor::scalar(1.0, float32, d));
+    auto g = dp.all_reduce_gradients({Tensor::full({4}, 0.5, float32, d)});
+    auto r = lso.apply_gradients(lso.get_unscaled_gradients(g), {v});
+    CHECK_FALSE(r.applied);
+    CHECK(lso.loss_scale() == 16384.0);
+    CHECK(v.value().to_vector<float>() == before.to_vector<float>());
+    // And a step whose sums are finite is applied.
+    fake->peer = nullptr;
+    lso.get_scaled_loss(Tensor::scalar(1.0, float32, d));
+    g = dp.all_reduce_gradients({Tensor::full({4}, 16384.0, float32, d)});
+    r = lso.apply_gradients(lso.get_unscaled_gradients(g), {v});
+    CHECK(r.applied);
+    CHECK(v.value().to_vector<float>() == std::vector<float>(4, 0.9f));
+    set_default_device(Device::cpu());
+  });
+}
+
+TEST_CASE("a gradient defined on another rank but not here is an error, not a silent zero") {
+  auto fake = std::make_shared<FakePeer>();
+  dist::DataParallel dp({.communicator = fake});
+  // The peer's mask says it had gradient 0 (this rank did not).
+  fake->peer = [](std::size_t, const Tensor& mine) {
+    auto h = mine.to_vector<float>();
+    h.back() = 1.0f;  // the mask is the last bucket's tail: [g1, mask0, mask1]
+    h[h.size() - 2] = 1.0f;
+    return Tensor::from_vector(h, mine.shape(), mine.device());
+  };
+  const std::string err = error_of([&] { dp.all_reduce_gradients({Tensor(), Tensor::ones({2})}); });
+  CHECK(contains(err, "gradient 0 is defined on 1 ranks but undefined on rank 0"));
+}
+
+TEST_CASE("check_same names the first line that differs") {
+  auto fake = std::make_shared<FakePeer>();
+  dist::DataParallel dp({.communicator = fake});
+  dp.check_same("models", {"a (2)", "b (3)"});  // the peer passes the same
+  fake->peer_lines = {"a (2)", "b (4)"};
+  CHECK(error_of([&] { dp.check_same("models", {"a (2)", "b (3)"}); }) ==
+        "distributed: the models differ between rank 0 and rank 1: line 2 is 'b (3)' on rank 0 and 'b (4)' on rank 1; "
+        "every rank must build the same model and call fit alike");
+  fake->peer_lines = {"a (2)"};
+  CHECK(contains(error_of([&] { dp.check_same("models", {"a (2)", "b (3)"}); }), "line 2 is 'b (3)' on rank 0 and '(nothing)'"));
+}
+
+TEST_CASE("all_reduce_sum is differentiable: the backward pass all-reduces the gradient") {
+  for_each_device([](Device d) {
+    auto fake = std::make_shared<FakePeer>();
+    dist::DataParallel dp({.communicator = fake});
+    dist::detail::ScopedStrategy scoped(&dp);
+    Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}, d);
+    GradientTape tape;
+    tape.watch(x);
+    Tensor y = dist::all_reduce_sum(x);  // the peer holds the same x: 2x
+    CHECK(y.to_vector<float>() == std::vector<float>{2, 4, 6});
+    Tensor loss = ops::sum(ops::mul(y, y));  // d/dy = 2y; summed over the 2 ranks: 4y = 8x
+    const auto g = tape.gradient(loss, {x})[0];
+    CHECK(g.to_vector<float>() == std::vector<float>{8, 16, 24});
+  });
+}
+
+TEST_CASE("metrics reduce by their state: a mean over every rank's samples") {
+  metrics::Mean m("loss");
+  m.update(3.0, 2.0);  // total 6, count 2
+  CHECK(m.reduction_state() == std::vector<double>{6.0, 2.0});
+  CHECK(m.result_of_state({6.0 + 10.0, 2.0 + 2.0}) == 4.0);
+}
+
+TEST_CASE("the NCCL communicator: only in CUDA builds with NCCL, only for GPUs") {
+  if (!dist::built_with_nccl()) {
+    CHECK(dist::detail::make_nccl_communicator(dist::world(), Device::cuda(0)) == nullptr);
+  } else {
+    CHECK(cuda::built_with_cuda());
+    CHECK(contains(error_of([] { dist::detail::make_nccl_communicator(dist::world(), Device::cpu()); }),
+                   "distributed (nccl)"));
+  }
+  // A DataParallel of one process never asks for it: CPU and GPU gradients alike stay put.
+  dist::DataParallel dp;
+  CHECK(&dp.communicator() == dist::world().get());
+}
