@@ -83,14 +83,21 @@ class GradientTape {
   GradientTape(const GradientTape&) = delete;
   GradientTape& operator=(const GradientTape&) = delete;
 
+  /// Called during gradient() for each source whose gradient is final, as soon as it is (in
+  /// the backward pass's order: the last layers first), with the source's index and gradient.
+  /// Data parallelism sends gradients to the other ranks while the rest are computed.
+  using GradientReady = std::function<void(std::size_t index, const Tensor& gradient)>;
+
   /// Makes `t` a source gradients can be taken for.
   void watch(Tensor& t);
   /// d(sum of target)/d(source) for each source, each in its source's dtype; an undefined
   /// Tensor for a source the target does not depend on.
-  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources);
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                               const GradientReady& on_ready = nullptr);
   /// The same for variables (their stored tensors); gradients in the variables' dtype.
-  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources) {
-    return gradient(target, values_of(sources));
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources,
+                               const GradientReady& on_ready = nullptr) {
+    return gradient(target, values_of(sources), on_ready);
   }
 
  private:

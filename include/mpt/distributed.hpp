@@ -33,6 +33,15 @@ namespace mpt::distributed {
 
 enum class ReduceOp { sum, max };
 
+/// A collective in flight (Communicator::all_reduce_sum_async).
+class Pending {
+ public:
+  virtual ~Pending() = default;
+  /// Returns when the collective is done and its results are in place (bounded by the
+  /// timeout, as every collective).
+  virtual void wait() = 0;
+};
+
 /// One process's link to the others. mpt's are Open MPI's (any device, through host copies
 /// for device tensors) and NCCL's (GPU tensors); tests may give their own.
 class Communicator {
@@ -48,6 +57,13 @@ class Communicator {
   /// contiguous float32 tensors, one call's buffers in the same order and sizes on every rank;
   /// they may be reduced concurrently, and the call returns when all are done.
   virtual void all_reduce_sum(std::vector<Tensor>& buffers) = 0;
+  /// The same, started now and finished by the returned Pending's wait(): the caller computes
+  /// meanwhile. Calls must come in the same order on every rank. The default runs
+  /// all_reduce_sum at once.
+  virtual std::unique_ptr<Pending> all_reduce_sum_async(std::vector<Tensor> buffers);
+  /// Lets collectives in flight advance (MPI progresses non-blocking collectives inside its
+  /// calls); called between pieces of other work.
+  virtual void progress() {}
   /// Host values reduced over all ranks, in place.
   virtual void all_reduce(std::vector<double>& values, ReduceOp op) = 0;
   /// `t` (contiguous, same shape and dtype on every rank) takes rank `root`'s values.
@@ -115,6 +131,9 @@ class DataParallel {
   const DataParallelOptions& options() const { return o_; }
   Communicator& communicator() const { return *comm_; }
 
+  /// Sums gradients while the backward pass still runs (see GradientReducer): fit's path.
+  friend class GradientReducer;
+
   /// Rows [begin, end) of this rank's share of the global rows [0, n): contiguous, sizes
   /// differing by at most one, in rank order.
   std::pair<std::int64_t, std::int64_t> shard(std::int64_t n) const;
@@ -140,6 +159,48 @@ class DataParallel {
   DataParallelOptions o_;
   std::shared_ptr<Communicator> comm_;
   mutable std::shared_ptr<Communicator> device_comm_;
+};
+
+/// Sums one step's gradients over the ranks while the backward pass runs, as PyTorch DDP does:
+/// the gradients are laid out in float32 buckets of about bucket_mb, in reverse order (the last
+/// layers' gradients are ready first), from their shapes alone, so every rank has the same
+/// layout; a bucket is sent as soon as all its gradients are ready (ready(), which
+/// GradientTape::gradient's on_ready calls) and the buckets before it were sent; finish() sends
+/// the rest, waits and returns the sums.
+///
+///   distributed::GradientReducer reducer(strategy, shapes);
+///   auto grads = tape.gradient(loss, vars, [&](std::size_t i, const Tensor& g) { reducer.ready(i, g); });
+///   grads = reducer.finish(grads);      // Σ over ranks, each in its gradient's dtype
+class GradientReducer {
+ public:
+  /// `shapes[i]`: gradient i's shape (a variable's); `weight` multiplies this rank's gradients
+  /// (1: a plain sum).
+  GradientReducer(const DataParallel& strategy, std::vector<Shape> shapes, Device device, double weight = 1.0);
+  /// Gradient i is final (float, shape shapes[i], on the device).
+  void ready(std::size_t i, const Tensor& gradient);
+  /// Sends what was not sent (undefined gradients as zeros), waits, and returns the sums; a
+  /// gradient undefined on every rank stays undefined.
+  std::vector<Tensor> finish(const std::vector<Tensor>& gradients);
+
+ private:
+  struct Bucket {
+    std::vector<std::size_t> members;
+    std::int64_t elements = 0;
+    std::size_t waiting = 0;  // members not ready yet
+    Tensor flat;
+    std::unique_ptr<Pending> pending;
+  };
+  void send_ready_buckets();
+  void send(Bucket& b);
+  const DataParallel& strategy_;
+  Communicator& comm_;
+  std::vector<Shape> shapes_;
+  Device device_;
+  double weight_;
+  std::vector<Tensor> grads_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;
+  std::size_t next_to_send_ = 0;
 };
 
 /// A process-wide strategy for fit/evaluate/predict of models compiled without one, and for

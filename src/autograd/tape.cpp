@@ -74,7 +74,8 @@ using NodeKey = std::pair<const Node*, std::uint32_t>;
 void accumulate(Tensor& slot, const Tensor& g) { slot = slot.defined() ? ops::add(slot, g) : g; }
 }  // namespace
 
-std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources) {
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                                          const GradientReady& on_ready) {
   MPT_CHECK(target.defined(), "GradientTape::gradient: undefined target");
   MPT_CHECK(!used_ || options_.persistent,
             "GradientTape::gradient: a non-persistent tape can compute gradients only once; "
@@ -91,6 +92,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     MPT_CHECK(s.defined(), "GradientTape::gradient: source ", i, " is undefined");
     if (s.impl() == target.impl()) {
       result[i] = Tensor::ones(s.shape(), s.dtype(), s.device());
+      if (on_ready) on_ready(i, result[i]);
       continue;
     }
     if (s.impl()->grad_fn) source_at_node[{s.impl()->grad_fn.get(), s.impl()->output_nr}].push_back(i);
@@ -128,11 +130,28 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   }
   std::reverse(order.begin(), order.end());  // target first
 
+  // For on_ready: how many edges from nodes that will run still lead into each source leaf; a
+  // leaf's gradient is final when the last of them has run.
+  std::unordered_map<std::uint64_t, int> leaf_edges_left;
+  if (on_ready)
+    for (Node* node : order)
+      if (useful.count(node))
+        for (const auto& e : node->inputs)
+          if (!e.fn && e.leaf_id && source_at_leaf.count(e.leaf_id)) ++leaf_edges_left[e.leaf_id];
+
   std::map<NodeKey, Tensor> grads;
   grads[{root.get(), target.impl()->output_nr}] =
       Tensor::ones(target.shape(), target.dtype(), target.device());
   std::unordered_map<std::uint64_t, Tensor> leaf_grads;
 
+  // After `node` ran (or had no gradient to pass on): the source leaves it was the last to feed.
+  auto settle = [&](const Node* node) {
+    if (!on_ready) return;
+    for (const auto& e : node->inputs)
+      if (!e.fn && e.leaf_id && source_at_leaf.count(e.leaf_id) && --leaf_edges_left[e.leaf_id] == 0 &&
+          leaf_grads.count(e.leaf_id))
+        for (auto i : source_at_leaf[e.leaf_id]) on_ready(i, leaf_grads[e.leaf_id]);
+  };
   for (Node* node : order) {
     if (!useful.count(node)) continue;
     std::vector<Tensor> gout(node->output_meta.size());
@@ -144,10 +163,16 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
         any = true;
         grads.erase(it);
         if (auto s = source_at_node.find({node, o}); s != source_at_node.end())
-          for (auto i : s->second) result[i] = gout[o];
+          for (auto i : s->second) {
+            result[i] = gout[o];
+            if (on_ready) on_ready(i, result[i]);
+          }
       }
     }
-    if (!any) continue;
+    if (!any) {
+      settle(node);
+      continue;
+    }
     for (std::uint32_t o = 0; o < gout.size(); ++o)
       if (!gout[o].defined()) {
         const auto& m = node->output_meta[o];
@@ -172,6 +197,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
         accumulate(leaf_grads[e.leaf_id], g);
       }
     }
+    settle(node);
   }
   for (auto& [id, g] : leaf_grads)
     for (auto i : source_at_leaf[id]) result[i] = g;

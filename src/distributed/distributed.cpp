@@ -53,6 +53,12 @@ bool launched_by_mpi() {
   return false;
 }
 
+std::int64_t numel_of(const Shape& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
 std::string describe(const Tensor& t) { return to_string(t.shape()) + " " + to_string(t.dtype()); }
 
 }  // namespace
@@ -160,68 +166,122 @@ std::vector<Tensor> DataParallel::all_reduce_gradients(const std::vector<Tensor>
   const double w = weight.value_or(1.0 / size());
   MPT_CHECK(std::isfinite(w) && w >= 0, "DataParallel::all_reduce_gradients: weight must be finite and >= 0, got ", w);
   if (size() == 1 && w == 1.0) return grads;
-  NoGradGuard no_grad;
-  // Every rank must lay the buckets out alike: the count and shapes are checked with the model
-  // at the start of fit; here the device comes from the first defined gradient.
   std::optional<Device> device;
-  for (const auto& g : grads)
+  std::vector<Shape> shapes;
+  for (const auto& g : grads) {
     if (g.defined()) {
       if (!device) device = g.device();
       MPT_CHECK(g.device() == *device, "DataParallel::all_reduce_gradients: gradients on ", device->str(), " and ",
                 g.device().str());
-      MPT_CHECK(is_floating(g.dtype()), "DataParallel::all_reduce_gradients: gradient of ", describe(g),
-                " is not floating-point");
     }
-  if (!device) device = default_device();
-  // A mask (one float per gradient, in the last bucket) counts the ranks that had each one.
-  const auto bucket_bytes = static_cast<std::int64_t>(o_.bucket_mb * 1024 * 1024);
-  struct Bucket {
-    std::vector<std::size_t> members;
-    std::int64_t elements = 0;
+    // An undefined gradient takes no room: every rank must have the same ones defined (fit
+    // checks the model first and passes zeros for a rank without rows).
+    shapes.push_back(g.defined() ? g.shape() : Shape{0});
+  }
+  GradientReducer reducer(*this, shapes, device.value_or(default_device()), w);
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    if (grads[i].defined()) reducer.ready(i, grads[i]);
+  return reducer.finish(grads);
+}
+
+// ---- GradientReducer --------------------------------------------------------------------------
+std::unique_ptr<Pending> Communicator::all_reduce_sum_async(std::vector<Tensor> buffers) {
+  struct Done final : Pending {
+    void wait() override {}
   };
-  std::vector<Bucket> buckets(1);
-  for (std::size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) continue;
-    const std::int64_t n = grads[i].numel();
-    if (!buckets.back().members.empty() && (buckets.back().elements + n) * 4 > bucket_bytes) buckets.emplace_back();
-    buckets.back().members.push_back(i);
-    buckets.back().elements += n;
+  all_reduce_sum(buffers);
+  return std::make_unique<Done>();
+}
+
+GradientReducer::GradientReducer(const DataParallel& strategy, std::vector<Shape> shapes, Device device, double weight)
+    : strategy_(strategy),
+      comm_(strategy.communicator_for(device)),
+      shapes_(std::move(shapes)),
+      device_(device),
+      weight_(weight),
+      grads_(shapes_.size()),
+      bucket_of_(shapes_.size()) {
+  MPT_CHECK(std::isfinite(weight_) && weight_ >= 0, "GradientReducer: weight must be finite and >= 0, got ", weight_);
+  // Reverse order: the backward pass finishes the last layers' gradients first.
+  const auto cap = static_cast<std::int64_t>(strategy.options().bucket_mb * 1024 * 1024 / 4);
+  for (std::size_t k = shapes_.size(); k-- > 0;) {
+    const std::int64_t n = numel_of(shapes_[k]);
+    if (buckets_.empty() || (!buckets_.back().members.empty() && buckets_.back().elements + n > cap))
+      buckets_.emplace_back();
+    buckets_.back().members.push_back(k);
+    buckets_.back().elements += n;
+    bucket_of_[k] = buckets_.size() - 1;
   }
-  std::vector<Tensor> flats;
-  std::vector<float> mask(grads.size());
-  for (std::size_t i = 0; i < grads.size(); ++i) mask[i] = grads[i].defined() ? 1.0f : 0.0f;
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    std::vector<Tensor> parts;
-    for (std::size_t i : buckets[b].members) parts.push_back(grads[i].to(float32).reshape({-1}));
-    Tensor flat = parts.empty() ? Tensor::zeros({0}, float32, *device) : ops::concat(parts, 0);
-    if (w != 1.0) flat = ops::mul(flat, Tensor::scalar(w, float32, *device));
-    if (b + 1 == buckets.size()) {
-      // The mask rides in the last bucket, unweighted.
-      flat = ops::concat({flat, Tensor::from_vector(mask, {static_cast<std::int64_t>(mask.size())}, *device)}, 0);
-    }
-    flats.push_back(flat.copy());  // own contiguous storage, reduced in place
+  for (auto& b : buckets_) b.waiting = b.members.size();
+}
+
+void GradientReducer::ready(std::size_t i, const Tensor& gradient) {
+  MPT_CHECK(i < shapes_.size(), "GradientReducer::ready: gradient ", i, " of ", shapes_.size());
+  MPT_CHECK(!grads_[i].defined(), "GradientReducer::ready: gradient ", i, " was given twice");
+  MPT_CHECK(gradient.defined() && gradient.shape() == shapes_[i] && gradient.device() == device_ &&
+                is_floating(gradient.dtype()),
+            "GradientReducer::ready: gradient ", i, " must be a floating tensor of shape ", to_string(shapes_[i]),
+            " on ", device_.str(), ", got ",
+            gradient.defined() ? to_string(gradient.shape()) + " " + to_string(gradient.dtype()) + " on " +
+                                     gradient.device().str()
+                               : std::string("an undefined tensor"));
+  grads_[i] = gradient;
+  if (--buckets_[bucket_of_[i]].waiting == 0) send_ready_buckets();
+  comm_.progress();
+}
+
+void GradientReducer::send_ready_buckets() {
+  // In layout order only: collectives must be started in the same order on every rank.
+  while (next_to_send_ < buckets_.size() && buckets_[next_to_send_].waiting == 0) send(buckets_[next_to_send_++]);
+}
+
+void GradientReducer::send(Bucket& b) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> parts;
+  for (std::size_t i : b.members) {
+    if (grads_[i].defined())
+      parts.push_back(grads_[i].to(float32).reshape({-1}));
+    else if (numel_of(shapes_[i]) > 0)
+      parts.push_back(Tensor::zeros({numel_of(shapes_[i])}, float32, device_));
   }
-  // The buckets' layout must be the same on every rank: the same gradients defined, with the
-  // same shapes (fit checks the model at its start and passes zeros for a rank without rows).
-  communicator_for(*device).all_reduce_sum(flats);
-  // Mask: how many ranks had each gradient.
-  const Tensor& last = flats.back();
-  const std::int64_t mask_at = last.numel() - static_cast<std::int64_t>(grads.size());
-  const std::vector<float> counts = last.slice(mask_at, last.numel()).to_vector<float>();
-  std::vector<Tensor> out(grads.size());
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
+  // concat gives the bucket its own storage in one pass; a weight costs one more.
+  b.flat = parts.empty() ? Tensor::zeros({0}, float32, device_) : ops::concat(parts, 0);
+  if (weight_ != 1.0) b.flat = ops::mul(b.flat, Tensor::scalar(weight_, float32, device_));
+  b.pending = comm_.all_reduce_sum_async({b.flat});
+}
+
+std::vector<Tensor> GradientReducer::finish(const std::vector<Tensor>& gradients) {
+  MPT_CHECK(gradients.size() == shapes_.size(), "GradientReducer::finish: ", gradients.size(), " gradients for ",
+            shapes_.size(), " shapes");
+  for (std::size_t i = 0; i < gradients.size(); ++i)
+    if (!grads_[i].defined() && gradients[i].defined()) ready(i, gradients[i]);
+  // The rest are undefined here: zeros in their buckets, and the mask tells the ranks apart.
+  for (auto& b : buckets_) b.waiting = 0;
+  send_ready_buckets();
+  std::vector<float> mask(shapes_.size());
+  for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = grads_[i].defined() ? 1.0f : 0.0f;
+  Tensor counts_tensor = Tensor::from_vector(mask, {static_cast<std::int64_t>(mask.size())}, device_);
+  auto mask_pending = comm_.all_reduce_sum_async({counts_tensor});
+  for (auto& b : buckets_) b.pending->wait();
+  mask_pending->wait();
+  const std::vector<float> counts = counts_tensor.to_vector<float>();
+  std::vector<Tensor> out(shapes_.size());
+  for (auto& b : buckets_) {
     std::int64_t offset = 0;
-    for (std::size_t i : buckets[b].members) {
-      const std::int64_t n = grads[i].numel();
-      Tensor g = flats[b].slice(offset, offset + n).reshape(grads[i].shape());
-      out[i] = grads[i].dtype() == float32 ? g : g.to(grads[i].dtype());
+    for (std::size_t i : b.members) {
+      MPT_CHECK(counts[i] == 0.0f || grads_[i].defined(), "DataParallel::all_reduce_gradients: gradient ", i,
+                " is defined on another rank but undefined on rank ", strategy_.rank(),
+                "; pass zeros of the variable's shape where a rank has none");
+      if (!grads_[i].defined()) {  // zeros in the bucket
+        offset += numel_of(shapes_[i]);
+        continue;
+      }
+      const std::int64_t n = grads_[i].numel();
+      Tensor g = b.flat.slice(offset, offset + n).reshape(shapes_[i]);
+      out[i] = grads_[i].dtype() == float32 ? g : g.to(grads_[i].dtype());
       offset += n;
     }
   }
-  for (std::size_t i = 0; i < grads.size(); ++i)
-    MPT_CHECK(counts[i] == 0.0f || grads[i].defined(), "DataParallel::all_reduce_gradients: gradient ", i,
-              " is defined on ", counts[i], " ranks but undefined on rank ", rank(),
-              "; pass zeros of the variable's shape where a rank has none");
   return out;
 }
 

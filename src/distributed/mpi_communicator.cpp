@@ -35,12 +35,12 @@ std::string mpi_error_string(int code) {
 /// by finish()).
 class HostView {
  public:
-  explicit HostView(Tensor& t) : t_(t) {
-    MPT_CHECK(t.defined(), "distributed (mpi): an undefined tensor");
-    if (t.device().is_cpu()) {
-      ptr_ = static_cast<char*>(t.data_ptr());
+  explicit HostView(Tensor t) : t_(std::move(t)) {
+    MPT_CHECK(t_.defined(), "distributed (mpi): an undefined tensor");
+    if (t_.device().is_cpu()) {
+      ptr_ = static_cast<char*>(t_.data_ptr());
     } else {
-      host_ = t.to(Device::cpu());
+      host_ = t_.to(Device::cpu());
       ptr_ = static_cast<char*>(host_.data_ptr());
     }
   }
@@ -50,9 +50,24 @@ class HostView {
   }
 
  private:
-  Tensor& t_;
-  Tensor host_;
+  Tensor t_, host_;
   char* ptr_ = nullptr;
+};
+
+class MpiCommunicator;
+
+/// Non-blocking all-reduces in flight; the buffers (and host copies) live until wait().
+class MpiPending final : public Pending {
+ public:
+  MpiPending(MpiCommunicator& comm, std::vector<HostView> views, std::vector<MPI_Request> requests)
+      : comm_(comm), views_(std::move(views)), requests_(std::move(requests)) {}
+  void wait() override;
+
+ private:
+  MpiCommunicator& comm_;
+  std::vector<HostView> views_;
+  std::vector<MPI_Request> requests_;
+  bool done_ = false;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -75,7 +90,11 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
-  void all_reduce_sum(std::vector<Tensor>& buffers) override {
+  void all_reduce_sum(std::vector<Tensor>& buffers) override { all_reduce_sum_async(buffers)->wait(); }
+
+  std::unique_ptr<Pending> all_reduce_sum_async(std::vector<Tensor> buffers) override {
+    MPT_CHECK(!failed_, "distributed (mpi): rank ", rank_, " cannot start an all-reduce: an earlier collective ",
+              "failed (", failure_, "); end this process");
     std::vector<HostView> views;
     views.reserve(buffers.size());
     std::vector<MPI_Request> requests;
@@ -91,8 +110,14 @@ class MpiCommunicator final : public Communicator {
               "MPI_Iallreduce");
       }
     }
-    wait(requests, "all-reduce of gradients");
-    for (auto& v : views) v.finish();
+    return std::make_unique<MpiPending>(*this, std::move(views), std::move(requests));
+  }
+
+  void progress() override {
+    // Any MPI call drives Open MPI's progress engine; testing the failure listener also
+    // notices a failed rank during the backward pass.
+    if (failed_) return;
+    poll_failure("all-reduce of gradients");
   }
 
   void all_reduce(std::vector<double>& values, ReduceOp op) override {
@@ -198,6 +223,18 @@ class MpiCommunicator final : public Communicator {
     fail("distributed (mpi): ", what, " on rank ", rank_, " failed: ", mpi_error_string(code));
   }
 
+  /// Throws when another rank reported a failure.
+  void poll_failure(const char* what) {
+    MPI_Status status;
+    int heard = 0;
+    MPI_Test(&failure_request_, &heard, &status);
+    if (!heard) return;
+    failed_ = true;
+    failure_ = "rank " + std::to_string(status.MPI_SOURCE) + " failed: " + failure_in_;
+    fail("distributed (mpi): the ", what, " on rank ", rank_, " stopped: ", failure_);
+  }
+
+ public:
   /// Waits for `requests` with a deadline, stopping early when another rank reports a failure.
   void wait(std::vector<MPI_Request>& requests, const char* what) {
     MPT_CHECK(!failed_, "distributed (mpi): rank ", rank_, " cannot run the ", what,
@@ -209,14 +246,7 @@ class MpiCommunicator final : public Communicator {
       check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
             "MPI_Testall");
       if (done) return;
-      MPI_Status status;
-      int heard = 0;
-      MPI_Test(&failure_request_, &heard, &status);
-      if (heard) {
-        failed_ = true;
-        failure_ = "rank " + std::to_string(status.MPI_SOURCE) + " failed: " + failure_in_;
-        fail("distributed (mpi): the ", what, " on rank ", rank_, " stopped: ", failure_);
-      }
+      poll_failure(what);
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > limit) {
         failed_ = true;
@@ -229,6 +259,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+ private:
   MPI_Comm comm_ = MPI_COMM_NULL, failure_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   MPI_Request failure_request_ = MPI_REQUEST_NULL;
@@ -237,6 +268,13 @@ class MpiCommunicator final : public Communicator {
   bool failed_ = false, signalled_ = false;
   std::string failure_;
 };
+
+void MpiPending::wait() {
+  if (done_) return;
+  comm_.wait(requests_, "all-reduce of gradients");
+  for (auto& v : views_) v.finish();
+  done_ = true;
+}
 
 std::shared_ptr<MpiCommunicator>& world_slot() {
   static auto* slot = new std::shared_ptr<MpiCommunicator>();  // outlives static destructors

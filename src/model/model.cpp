@@ -209,22 +209,41 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
   std::vector<Tensor> grads;
   std::vector<Variable> vars;
   auto* lso = loss_scale_optimizer();
+  // Under a strategy, buckets of gradients go to the other ranks while the backward pass still
+  // computes the rest (GradientReducer, fed by the tape as each gradient is final).
+  std::optional<distributed::GradientReducer> reducer;
+  auto start_reducer = [&] {
+    std::vector<Shape> shapes;
+    for (const auto& v : vars) shapes.push_back(v.shape());
+    reducer.emplace(*strategy, std::move(shapes), variables_device());
+  };
   if (x.defined()) {
     GradientTape tape;
     y_pred = as_loss_input(call(x, true));
     vars = trainable_variables();  // after the call: the first one builds the layers
     r.loss = (*loss_)(y, y_pred);
-    grads = tape.gradient(lso ? lso->get_scaled_loss(r.loss) : r.loss, vars);
+    // Under a strategy this rank's share of the global mean is weight·loss: the weight rides on
+    // the scalar loss, so the all-reduce is a plain sum with no pass over the gradients.
+    const Tensor objective =
+        strategy && weight != 1.0 ? ops::mul(r.loss, Tensor::scalar(weight, r.loss.dtype(), r.loss.device())) : r.loss;
+    const Tensor target = lso ? lso->get_scaled_loss(objective) : objective;
+    if (strategy) {
+      start_reducer();
+      grads = tape.gradient(target, vars, [&](std::size_t i, const Tensor& g) { reducer->ready(i, g); });
+    } else {
+      grads = tape.gradient(target, vars);
+    }
   } else {
     // A rank with no rows in this global batch (fewer rows than ranks) adds zeros.
     MPT_CHECK(strategy != nullptr, "train_step: no batch");
     vars = trainable_variables();
     for (const auto& v : vars) grads.push_back(Tensor::zeros(v.shape(), float32, v.value().device()));
     if (lso) lso->get_scaled_loss(Tensor::scalar(0.0, float32, variables_device()));
+    start_reducer();
   }
   // Σ_r weight_r·g_r: every rank gets the same gradients, so the loss-scale check that follows
   // (an inf or NaN survives the sum) makes one skip decision for all ranks.
-  if (strategy) grads = strategy->all_reduce_gradients(grads, weight);
+  if (strategy) grads = reducer->finish(grads);
   if (lso) {
     auto unscaled = lso->get_unscaled_gradients(grads);
     auto applied = lso->apply_gradients_checked(unscaled, vars);

@@ -423,3 +423,28 @@ TEST_CASE("variables: set_requires_grad(true) without watch gives gradients") {
     CHECK_FALSE(tape2.gradient(y2, {w})[0].defined());
   });
 }
+
+TEST_CASE("on_ready: each source's gradient as soon as it is final, the last layers first") {
+  for_each_device([](Device dev) {
+    // x -> w1 -> relu -> w2 -> sum, with w1 used twice (its gradient has two contributions).
+    Tensor x = Tensor::random_uniform({4, 3}, -1, 1, 1, float32, dev);
+    Tensor w1 = Tensor::random_uniform({3, 3}, -1, 1, 2, float32, dev);
+    Tensor w2 = Tensor::random_uniform({3, 2}, -1, 1, 3, float32, dev);
+    Tensor unused = Tensor::ones({2}, float32, dev);
+    for (Tensor* t : {&w1, &w2, &unused}) t->set_requires_grad(true);
+    GradientTape tape;
+    Tensor h = ops::relu(ops::matmul(ops::matmul(x, w1), w1));
+    Tensor y = ops::sum(ops::matmul(h, w2));
+    std::vector<std::pair<std::size_t, std::vector<float>>> seen;
+    const auto g = tape.gradient(y, {w1, w2, unused}, [&](std::size_t i, const Tensor& gi) {
+      seen.emplace_back(i, gi.to_vector<float>());
+    });
+    REQUIRE(seen.size() == 2);  // no call for a source without a gradient
+    CHECK(seen[0].first == 1);  // w2 is final before the backward pass reaches w1
+    CHECK(seen[1].first == 0);
+    // What was handed over is the final gradient (w1's two contributions summed).
+    CHECK(seen[0].second == g[1].to_vector<float>());
+    CHECK(seen[1].second == g[0].to_vector<float>());
+    CHECK_FALSE(g[2].defined());
+  });
+}

@@ -83,8 +83,9 @@ TEST_CASE("all_reduce_gradients: float32 buckets of the set size, weighted sums,
     // The other rank's gradients: 3 * this rank's.
     fake->peer = [](std::size_t, const Tensor& mine) { return ops::mul(mine, Tensor::scalar(3.0, float32, mine.device())); };
     const auto out = dp.all_reduce_gradients(g, 0.25);
-    // Buckets [60+30], [50], [120 + the 5-value mask].
-    CHECK(fake->reduced_sizes == std::vector<std::int64_t>{90, 50, 125});
+    // Buckets in reverse order (the backward pass's): [120], [50 + 30], [60], then the 5-value
+    // mask of which gradients were defined.
+    CHECK(fake->reduced_sizes == std::vector<std::int64_t>{120, 80, 60, 5});
     REQUIRE(out.size() == g.size());
     CHECK_FALSE(out[2].defined());
     for (std::size_t i : {0u, 1u, 3u, 4u}) {
@@ -98,6 +99,36 @@ TEST_CASE("all_reduce_gradients: float32 buckets of the set size, weighted sums,
     // Default weight 1/size: the mean of identical gradients is the gradient.
     fake->peer = nullptr;
     CHECK(dp.all_reduce_gradients({g[0]})[0].to_vector<float>() == g[0].to_vector<float>());
+  });
+}
+
+TEST_CASE("GradientReducer: a bucket goes out once its gradients are ready, in layout order only") {
+  for_each_device([](Device d) {
+    auto fake = std::make_shared<FakePeer>();
+    dist::DataParallel dp({.bucket_mb = 400.0 / (1024 * 1024), .communicator = fake});  // 100 floats
+    // Layout, last gradient first: [3: 120], [2: 50, 1: 30], [0: 60].
+    dist::GradientReducer reducer(dp, {{60}, {30}, {50}, {120}}, d);
+    std::vector<Tensor> g;
+    for (std::int64_t n : {60, 30, 50, 120}) g.push_back(Tensor::random_uniform({n}, -1, 1, static_cast<std::uint64_t>(n), float32, d));
+    reducer.ready(0, g[0]);  // its bucket is complete, but two buckets come before it
+    CHECK(fake->reduced_sizes.empty());
+    reducer.ready(3, g[3]);
+    CHECK(fake->reduced_sizes == std::vector<std::int64_t>{120});
+    reducer.ready(1, g[1]);
+    CHECK(fake->reduced_sizes == std::vector<std::int64_t>{120});
+    reducer.ready(2, g[2]);  // completes [2, 1], which lets [0] go too
+    CHECK(fake->reduced_sizes == std::vector<std::int64_t>{120, 80, 60});
+    const auto out = reducer.finish(g);
+    CHECK(fake->reduced_sizes == std::vector<std::int64_t>{120, 80, 60, 4});
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      auto e = g[i].to_vector<float>();
+      for (auto& v : e) v *= 2;  // the peer holds the same gradients
+      CHECK(out[i].to_vector<float>() == e);
+    }
+    CHECK(contains(error_of([&] { reducer.ready(0, g[0]); }), "gradient 0 was given twice"));
+    dist::GradientReducer other(dp, {{2}}, d);
+    CHECK(contains(error_of([&] { other.ready(0, Tensor::ones({3}, float32, d)); }),
+                   "gradient 0 must be a floating tensor of shape (2,) on " + d.str() + ", got (3,) float32"));
   });
 }
 
@@ -142,7 +173,7 @@ TEST_CASE("a gradient defined on another rank but not here is an error, not a si
     return Tensor::from_vector(h, mine.shape(), mine.device());
   };
   const std::string err = error_of([&] { dp.all_reduce_gradients({Tensor(), Tensor::ones({2})}); });
-  CHECK(contains(err, "gradient 0 is defined on 1 ranks but undefined on rank 0"));
+  CHECK(contains(err, "gradient 0 is defined on another rank but undefined on rank 0"));
 }
 
 TEST_CASE("check_same names the first line that differs") {
