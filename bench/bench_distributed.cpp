@@ -14,35 +14,9 @@
 
 #include <mpt/mpt.hpp>
 
-namespace layers = mpt::layers;
+#include "bench_models.hpp"
+
 using namespace mpt;
-
-namespace {
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-std::shared_ptr<Sequential> model_c() {
-  return std::make_shared<Sequential>(std::initializer_list<LayerRef>{
-      layers::Input({28, 28, 1}), layers::Conv2D(32, {3, 3}, {.activation = "relu"}), layers::MaxPooling2D({2, 2}),
-      layers::Conv2D(64, {3, 3}, {.activation = "relu"}), layers::MaxPooling2D({2, 2}), layers::Flatten(),
-      layers::Dense(128, {.activation = "relu"}), layers::Dense(10), layers::Activation("softmax")});
-}
-
-std::shared_ptr<Sequential> model_d() {
-  return std::make_shared<Sequential>(std::initializer_list<LayerRef>{
-      layers::Input({1024}), layers::Dense(2048, {.activation = "relu"}), layers::Dense(2048, {.activation = "relu"}),
-      layers::Dense(2048, {.activation = "relu"}), layers::Dense(10), layers::Activation("softmax")});
-}
-
-/// Start time of every batch.
-struct StepClock : callbacks::Callback {
-  std::vector<double> starts;
-  bool wants_batch_logs(std::int64_t) override { return false; }
-  void on_train_batch_begin(std::int64_t, const Logs&) override { starts.push_back(now()); }
-  void on_train_end(const Logs&) override { starts.push_back(now()); }
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::string model_name = "C", policy = "float32";
@@ -64,17 +38,17 @@ int main(int argc, char** argv) {
     distributed::initialize();
     mixed_precision::set_global_policy(policy);
     set_random_seed(1);
-    const bool c = model_name == "C";
-    const std::int64_t per_rank = c ? 128 : 512, batch = per_rank * distributed::size();
-    auto model = c ? model_c() : model_d();
+    const std::int64_t per_rank = bench::batch_size(model_name), batch = per_rank * distributed::size();
+    auto model = bench::model(model_name);
     model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-4}), .loss = "sparse_categorical_crossentropy",
                     .metrics = {"accuracy"}, .distribution = distributed::DataParallel()});
     // Every rank holds the global data, as with an in-memory data set (fit takes its shares).
-    const Shape shape = c ? Shape{batch * steps, 28, 28, 1} : Shape{batch * steps, 1024};
+    Shape shape{batch * steps};
+    for (auto d : bench::input_shape(model_name)) shape.push_back(d);
     Tensor x = Tensor::random_uniform(shape, 0, 1, 2, float32, Device::cpu());
     Tensor y = ops::cast(Tensor::random_uniform({batch * steps}, 0, 9.99, 3, float32, Device::cpu()), int32);
     model->fit(x.slice(0, 3 * batch), y.slice(0, 3 * batch), {.batch_size = batch, .verbose = 0});  // warm-up
-    auto clock = std::make_shared<StepClock>();
+    auto clock = std::make_shared<bench::StepClock>();
     model->fit(x, y, {.batch_size = batch, .verbose = 0, .callbacks = {clock}});
     // The all-reduce alone: the model's gradients (zeros of every trainable variable's shape),
     // summed over the ranks as fit does, 20 times.
@@ -88,14 +62,12 @@ int main(int argc, char** argv) {
     std::vector<double> reduce_ms;
     for (int i = 0; i < 20; ++i) {
       distributed::world()->barrier();
-      const double t0 = now();
+      const double t0 = bench::now();
       dp.all_reduce_gradients(zeros, 1.0);
-      reduce_ms.push_back(1e3 * (now() - t0));
+      reduce_ms.push_back(1e3 * (bench::now() - t0));
     }
     std::sort(reduce_ms.begin(), reduce_ms.end());
-    std::vector<double> ms;
-    for (std::size_t i = 1; i < clock->starts.size(); ++i) ms.push_back(1e3 * (clock->starts[i] - clock->starts[i - 1]));
-    std::sort(ms.begin(), ms.end());
+    const std::vector<double> ms = clock->sorted_ms();
     const double median = ms[ms.size() / 2];
     if (distributed::is_chief())
       std::printf("model %s %s ranks %d threads %d batch %lld (%lld per rank): median %.2f ms/step, min %.2f, %.0f samples/s\n",

@@ -316,8 +316,9 @@ class BatchStager {
 
  private:
   std::pair<Tensor, Tensor> make(std::int64_t step) const {
-    const auto [b, e] = range(step);
-    if (b == e) return {};
+    const auto [begin, end] = range(step);
+    if (begin == end) return {};
+    const std::int64_t b = begin, e = end;  // clang 14 lambdas cannot capture structured bindings
     auto pick = [&](const Tensor& t) { return t.defined() ? data::rows_of(t, order_, b, e).to(device_) : Tensor(); };
     return {pick(x_), pick(y_)};
   }

@@ -290,7 +290,8 @@ TEST_CASE("SyncBatchNorm: statistics over the global batch match one process") {
 
 TEST_CASE("models that differ across ranks are an error at the start of fit, on every rank") {
   Scope scope("float32", Device::cpu());
-  auto [x, y] = make_data(128, 16);
+  const auto data = make_data(128, 16);  // no structured binding: the lambdas below use x and y
+  const Tensor x = data.first, y = data.second;
   auto m = mlp(17, false, dist::rank() == 1 ? 33 : 32);
   m->compile(sgd(dist::DataParallel()));
   const std::string err = error_of([&] { m->fit(x, y, {.batch_size = 64, .epochs = 1, .verbose = 0}); });
