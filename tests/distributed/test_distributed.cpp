@@ -142,7 +142,7 @@ TEST_CASE("an inf on the other rank only: the summed gradients carry it, so ever
     const Tensor before = v.value().copy();
     fake->peer = [](std::size_t, const Tensor& mine) {
       auto h = mine.to_vector<float>();
-      h[1] = std::numeric_limits<float>::infinity();
+      if (h.size() == 4) h[1] = std::numeric_limits<float>::infinity();  // the gradient, not the 1-value mask
       return Tensor::from_vector(h, mine.shape(), mine.device());
     };
     lso.get_scaled_loss(Tensor::scalar(1.0, float32, d));
@@ -165,11 +165,11 @@ TEST_CASE("an inf on the other rank only: the summed gradients carry it, so ever
 TEST_CASE("a gradient defined on another rank but not here is an error, not a silent zero") {
   auto fake = std::make_shared<FakePeer>();
   dist::DataParallel dp({.communicator = fake});
-  // The peer's mask says it had gradient 0 (this rank did not).
+  // The peer's mask (the last, 2-value message; the one bucket holds gradient 1's 2 values too)
+  // says it had gradient 0, which this rank did not.
   fake->peer = [](std::size_t, const Tensor& mine) {
     auto h = mine.to_vector<float>();
-    h.back() = 1.0f;  // the mask is the last bucket's tail: [g1, mask0, mask1]
-    h[h.size() - 2] = 1.0f;
+    if (h.size() == 2) h[0] = 1.0f, h[1] = 1.0f;
     return Tensor::from_vector(h, mine.shape(), mine.device());
   };
   const std::string err = error_of([&] { dp.all_reduce_gradients({Tensor(), Tensor::ones({2})}); });
