@@ -26,6 +26,21 @@ inline std::string error_of(const std::function<void()>& f) {
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+/// The global policy and default device for the models built in its scope; float32 and the CPU
+/// again when it ends.
+struct PolicyDeviceScope {
+  PolicyDeviceScope(const std::string& policy, Device device) {
+    mixed_precision::set_global_policy(policy);
+    set_default_device(device);
+  }
+  ~PolicyDeviceScope() {
+    mixed_precision::set_global_policy("float32");
+    set_default_device(Device::cpu());
+  }
+  PolicyDeviceScope(const PolicyDeviceScope&) = delete;
+  PolicyDeviceScope& operator=(const PolicyDeviceScope&) = delete;
+};
+
 struct Tolerance {
   double rtol, atol;
 };

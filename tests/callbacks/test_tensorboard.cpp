@@ -29,17 +29,6 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
-struct Scope {
-  Scope(const std::string& policy, Device device) {
-    mixed_precision::set_global_policy(policy);
-    set_default_device(device);
-  }
-  ~Scope() {
-    mixed_precision::set_global_policy("float32");
-    set_default_device(Device::cpu());
-  }
-};
-
 /// The events of the one event file in `dir`, its first record checked to be the version.
 std::vector<tb::Event> read_events(const fs::path& dir) {
   std::vector<fs::path> files;
@@ -155,7 +144,7 @@ TEST_CASE("histograms use 30 equal buckets from min to max and leave non-finite 
 TEST_CASE("fit writes train and validation event files with Keras's tags, History's values and histograms") {
   for (const char* policy : {"float32", "mixed_float16"}) {
     CAPTURE(policy);
-    Scope scope(policy, Device::cpu());
+    PolicyDeviceScope scope(policy, Device::cpu());
     TempDir dir(std::string("fit_") + policy);
     auto [x, y] = make_data(100);
     auto m = small_model();
@@ -229,7 +218,7 @@ TEST_CASE("fit writes train and validation event files with Keras's tags, Histor
 TEST_CASE("TensorBoard reads nothing extra from the device outside its update_freq batches and histogram epochs") {
   REQUIRE(test_device_registered());
   auto reads = [](std::optional<callbacks::TensorBoardOptions> o) {
-    Scope scope("mixed_float16", Device::test());
+    PolicyDeviceScope scope("mixed_float16", Device::test());
     TempDir dir("reads");
     auto [x, y] = make_data(80);
     auto m = small_model();

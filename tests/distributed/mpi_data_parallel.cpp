@@ -20,17 +20,6 @@ void before_tests() { dist::initialize(); }
 
 namespace {
 
-struct Scope {  // policy and default device for the models built inside
-  Scope(const std::string& policy, Device device) {
-    mixed_precision::set_global_policy(policy);
-    set_default_device(device);
-  }
-  ~Scope() {
-    mixed_precision::set_global_policy("float32");
-    set_default_device(Device::cpu());
-  }
-};
-
 /// Host data with learnable labels: x [n, 16] in [0, 1), y = argmax of a fixed projection.
 std::pair<Tensor, Tensor> make_data(std::int64_t n, std::uint64_t seed) {
   Tensor x = Tensor::random_uniform({n, 16}, 0, 1, seed, float32, Device::cpu());
@@ -120,7 +109,7 @@ TEST_CASE("fit on 2 ranks with batch 64 each matches one process with batch 128 
   for (const std::string policy : {"float32", "mixed_float16", "mixed_bfloat16"}) {
     SUBCASE(policy.c_str()) {
       for_each_device([&](Device d) {
-        Scope scope(policy, d);
+        PolicyDeviceScope scope(policy, d);
         auto [x, y] = make_data(20 * 128, 5);
         auto ref = mlp(7);
         ref->compile(sgd());
@@ -175,7 +164,7 @@ struct WeightsAround : callbacks::Callback {
 
 TEST_CASE("an inf/NaN gradient on one rank only: every rank skips the step and halves the scale") {
   for_each_device([&](Device d) {
-    Scope scope("mixed_float16", d);
+    PolicyDeviceScope scope("mixed_float16", d);
     auto [x, y] = make_data(4 * 64, 6);
     set_random_seed(3);
     Sequential m({layers::Input({16}), layers::Dense(16, {.activation = "relu"}),
@@ -197,7 +186,7 @@ TEST_CASE("an inf/NaN gradient on one rank only: every rank skips the step and h
 
 TEST_CASE("custom GradientTape loop: all_reduce_gradients and broadcast_variables") {
   for_each_device([&](Device d) {
-    Scope scope("float32", d);
+    PolicyDeviceScope scope("float32", d);
     auto [x, y] = make_data(128, 8);
     auto ref = mlp(4), m = mlp(4 + static_cast<std::uint64_t>(dist::rank()));
     dist::DataParallel dp;
@@ -231,7 +220,7 @@ TEST_CASE("custom GradientTape loop: all_reduce_gradients and broadcast_variable
 
 TEST_CASE("evaluate and predict share the rows and agree with one process") {
   for_each_device([&](Device d) {
-    Scope scope("float32", d);
+    PolicyDeviceScope scope("float32", d);
     auto [x, y] = make_data(301, 9);  // 301 rows: shares of 150 and 151
     auto m = mlp(12);
     m->compile(sgd(dist::DataParallel()));
@@ -248,7 +237,7 @@ TEST_CASE("evaluate and predict share the rows and agree with one process") {
 }
 
 TEST_CASE("a stop on one rank stops every rank; chief-only callbacks run on rank 0") {
-  Scope scope("float32", Device::cpu());
+  PolicyDeviceScope scope("float32", Device::cpu());
   auto [x, y] = make_data(256, 10);
   auto m = mlp(13);
   m->compile(sgd(dist::DataParallel()));
@@ -269,7 +258,7 @@ TEST_CASE("a stop on one rank stops every rank; chief-only callbacks run on rank
 
 TEST_CASE("SyncBatchNorm: statistics over the global batch match one process") {
   for_each_device([&](Device d) {
-    Scope scope("float32", d);
+    PolicyDeviceScope scope("float32", d);
     auto [x, y] = make_data(10 * 128, 14);
     auto ref = mlp(15, true);
     ref->compile(sgd());
@@ -289,7 +278,7 @@ TEST_CASE("SyncBatchNorm: statistics over the global batch match one process") {
 }
 
 TEST_CASE("models that differ across ranks are an error at the start of fit, on every rank") {
-  Scope scope("float32", Device::cpu());
+  PolicyDeviceScope scope("float32", Device::cpu());
   const auto data = make_data(128, 16);  // no structured binding: the lambdas below use x and y
   const Tensor x = data.first, y = data.second;
   auto m = mlp(17, false, dist::rank() == 1 ? 33 : 32);
@@ -310,7 +299,7 @@ TEST_CASE("models that differ across ranks are an error at the start of fit, on 
 // tests/CMakeLists.txt then resumes the same file on 4 ranks (the next test case).
 TEST_CASE("a checkpoint saved by 2 ranks resumes on 1 with the same loss curve") {
   for_each_device([&](Device d) {
-    Scope scope("mixed_float16", d);
+    PolicyDeviceScope scope("mixed_float16", d);
     auto [x, y] = make_data(8 * 128, 18);
     const std::string path = "mpi_checkpoint_" + d.str() + ".h5";
     auto m = mlp(19);
@@ -339,7 +328,7 @@ TEST_CASE("a checkpoint saved by 2 ranks resumes on 1 with the same loss curve")
 TEST_CASE("4 ranks: the checkpoint saved by 2 ranks resumes with the same loss curve" * doctest::skip(true)) {
   // Run only by the 4-rank CTest (-tc with --no-skip), after the 2-rank one wrote the files.
   REQUIRE(dist::size() == 4);
-  Scope scope("mixed_float16", Device::cpu());
+  PolicyDeviceScope scope("mixed_float16", Device::cpu());
   auto [x, y] = make_data(8 * 128, 18);
   std::ifstream in("mpi_checkpoint_expected.txt");
   REQUIRE(in.good());

@@ -12,17 +12,6 @@ namespace layers = mpt::layers;
 
 namespace {
 
-struct Scope {  // policy and default device for the models built inside
-  Scope(const std::string& policy, Device device) {
-    mixed_precision::set_global_policy(policy);
-    set_default_device(device);
-  }
-  ~Scope() {
-    mixed_precision::set_global_policy("float32");
-    set_default_device(Device::cpu());
-  }
-};
-
 /// Host data: x [n, features...] in [0, 1), labels from the first features (learnable).
 std::pair<Tensor, Tensor> make_data(const Shape& shape, std::uint64_t seed) {
   Tensor x = Tensor::random_uniform(shape, 0, 1, seed, float32, Device::cpu());
@@ -57,7 +46,7 @@ struct Run {
 };
 
 Run train(char kind, const std::string& policy, Device device) {
-  Scope scope(policy, device);
+  PolicyDeviceScope scope(policy, device);
   Tensor x, y;
   std::tie(x, y) = make_data(input_of(kind), 7);
   auto m = model(kind);
@@ -109,7 +98,7 @@ TEST_CASE("fit, evaluate and predict on the test device match the CPU bit for bi
 
 TEST_CASE("a custom GradientTape loop with a LossScaleOptimizer on the test device matches the CPU") {
   auto run = [](Device device) {
-    Scope scope("mixed_float16", device);
+    PolicyDeviceScope scope("mixed_float16", device);
     Tensor x, y;
     std::tie(x, y) = make_data(input_of('C'), 3);
     auto m = model('C');
@@ -146,7 +135,7 @@ TEST_CASE("a custom GradientTape loop with a LossScaleOptimizer on the test devi
 }
 
 TEST_CASE("an input on another device than the model is an error naming both devices") {
-  Scope scope("float32", Device::test());
+  PolicyDeviceScope scope("float32", Device::test());
   auto m = model('A');
   m->build({32});
   Tensor host = Tensor::zeros({2, 32}, float32, Device::cpu());
@@ -160,7 +149,7 @@ TEST_CASE("an input on another device than the model is an error naming both dev
 }
 
 TEST_CASE("fit checks the data once, on the host copy: NaN and labels out of range name the sample") {
-  Scope scope("float32", Device::test());
+  PolicyDeviceScope scope("float32", Device::test());
   Tensor x, y;
   std::tie(x, y) = make_data(input_of('A'), 2);
   auto m = model('A');
@@ -200,7 +189,7 @@ struct Combo {
 
 std::tuple<std::map<std::string, std::vector<double>>, std::vector<std::vector<float>>, std::int64_t> fit_combo(
     const Combo& c, const std::string& policy, Device device) {
-  Scope scope(policy, device);
+  PolicyDeviceScope scope(policy, device);
   Tensor x, labels;
   std::tie(x, labels) = make_data({64, 32}, 11);
   Tensor y = labels;
@@ -258,7 +247,7 @@ TEST_CASE("checkpoints of a model on the test device: weights and a full resume 
   auto dir = std::filesystem::temp_directory_path() / "mpt_device_clean";
   std::filesystem::create_directories(dir);
   auto run = [&](Device device) {
-    Scope scope("mixed_float16", device);
+    PolicyDeviceScope scope("mixed_float16", device);
     Tensor x, y;
     std::tie(x, y) = make_data(input_of('C'), 4);
     auto m = model('C');
