@@ -364,6 +364,11 @@ void parse_guarded(const std::vector<char>& bytes, const std::string& path, cons
   }
   MPT_CHECK(!WIFSIGNALED(status), "'", path, "': HDF5 crashed parsing the file (signal ", WTERMSIG(status),
             "): a malformed HDF5 file");
+  // The child ends with _exit(0) whatever parse() did; any other status means a crash that a
+  // signal handler of the program's (a crash reporter, libFuzzer) turned into an exit code.
+  MPT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "'", path,
+            "': HDF5 crashed parsing the file (exit status ", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+            " after a crash handler): a malformed HDF5 file");
   parse();
 }
 
