@@ -1,9 +1,15 @@
+// The fused optimizer updates and the loss-scale check on the CPU. The arithmetic runs on
+// float32 blocks in kernels cloned for AVX-512 (vector_types.hpp). CMakeLists.txt compiles this
+// file with -fno-math-errno, so that sqrt vectorizes, and -ffp-contract=off, so that no clone
+// fuses a multiply and an add: every clone gives the same bits as the baseline one and as the
+// CUDA kernels' exact:: arithmetic (src/backend/cuda/kernels/optim.hpp).
 #include <atomic>
 #include <cmath>
 
 #include "backend/common/loss_scale.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
+#include "backend/cpu/vector_types.hpp"
 
 namespace mpt::cpu {
 namespace {
@@ -30,6 +36,105 @@ void update_blocks(Tensor& var, const Tensor& grad, F f) {
   });
 }
 
+// The kernels: one block of n elements, no branch inside a loop.
+
+MPT_VECTOR_CLONES void sgd_block(float* __restrict w, const float* __restrict g, std::int64_t n, float lr) {
+  for (std::int64_t j = 0; j < n; ++j) w[j] -= g[j] * lr;
+}
+
+MPT_VECTOR_CLONES void sgd_momentum_block(float* __restrict w, const float* __restrict g, float* __restrict mo,
+                                          std::int64_t n, float lr, float mu, bool nesterov) {
+  if (nesterov) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float mj = mo[j] * mu - g[j] * lr;
+      mo[j] = mj;
+      w[j] += mj * mu - g[j] * lr;
+    }
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float mj = mo[j] * mu - g[j] * lr;
+      mo[j] = mj;
+      w[j] += mj;
+    }
+  }
+}
+
+/// Adam on one block; vhat null unless amsgrad. AdamW's decay is applied first, as in Keras.
+MPT_VECTOR_CLONES void adam_block(float* __restrict w, const float* __restrict g, float* __restrict m,
+                                  float* __restrict v, float* __restrict vhat, std::int64_t n, float a, float c1,
+                                  float c2, float eps, float d) {
+  if (d != 0.0f)
+    for (std::int64_t j = 0; j < n; ++j) w[j] -= w[j] * d;
+  if (vhat) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float mj = m[j] + (g[j] - m[j]) * c1;
+      const float vj = v[j] + (g[j] * g[j] - v[j]) * c2;
+      const float hj = std::max(vhat[j], vj);
+      m[j] = mj, v[j] = vj, vhat[j] = hj;
+      w[j] -= (mj * a) / (std::sqrt(hj) + eps);
+    }
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float mj = m[j] + (g[j] - m[j]) * c1;
+      const float vj = v[j] + (g[j] * g[j] - v[j]) * c2;
+      m[j] = mj, v[j] = vj;
+      w[j] -= (mj * a) / (std::sqrt(vj) + eps);
+    }
+  }
+}
+
+/// RMSprop on one block; avg (centered) and mo (momentum) null when unused.
+MPT_VECTOR_CLONES void rmsprop_block(float* __restrict w, const float* __restrict g, float* __restrict vel,
+                                     float* __restrict avg, float* __restrict mo, std::int64_t n, float lr, float r,
+                                     float c, float mu, float eps) {
+  // inc, staged in the block's own buffer so that each loop stays branch-free.
+  float inc[kBlock];
+  if (avg) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float vj = r * vel[j] + c * (g[j] * g[j]);
+      const float aj = r * avg[j] + c * g[j];
+      vel[j] = vj, avg[j] = aj;
+      inc[j] = lr * g[j] / std::sqrt(vj - aj * aj + eps);
+    }
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float vj = r * vel[j] + c * (g[j] * g[j]);
+      vel[j] = vj;
+      inc[j] = lr * g[j] / std::sqrt(vj + eps);
+    }
+  }
+  if (mo) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float mj = mu * mo[j] + inc[j];
+      mo[j] = mj;
+      w[j] -= mj;
+    }
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) w[j] -= inc[j];
+  }
+}
+
+/// o = x * s; true when any product is inf or NaN (inf * 0 and NaN * 0 give NaN). Sixteen
+/// partial sums, so that the check vectorizes without reassociating one sum.
+MPT_VECTOR_CLONES bool scale_block(const float* __restrict x, float* __restrict o, std::int64_t n, float s) {
+  constexpr std::int64_t L = 16;
+  float acc[L] = {};
+  std::int64_t j = 0;
+  for (; j + L <= n; j += L)
+    for (std::int64_t l = 0; l < L; ++l) {
+      const float y = x[j + l] * s;
+      o[j + l] = y;
+      acc[l] += y * 0.0f;
+    }
+  for (; j < n; ++j) {
+    o[j] = x[j] * s;
+    acc[0] += o[j] * 0.0f;
+  }
+  float all = 0.0f;
+  for (std::int64_t l = 0; l < L; ++l) all += acc[l];
+  return all != all;
+}
+
 }  // namespace
 
 void CpuBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
@@ -37,15 +142,8 @@ void CpuBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, d
   float* pm = slot_ptr(momentum);
   const float l = static_cast<float>(lr), mu = static_cast<float>(momentum_coef);
   update_blocks(var, grad, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
-    if (!pm) {
-      for (std::int64_t j = 0; j < n; ++j) w[j] -= g[j] * l;
-      return;
-    }
-    float* mm = pm + i;
-    for (std::int64_t j = 0; j < n; ++j) {
-      mm[j] = mm[j] * mu - g[j] * l;
-      w[j] += nesterov ? mm[j] * mu - g[j] * l : mm[j];
-    }
+    if (pm) sgd_momentum_block(w, g, pm + i, n, l, mu, nesterov);
+    else sgd_block(w, g, n, l);
   });
 }
 
@@ -59,17 +157,7 @@ void CpuBackend::adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor&
               c2 = static_cast<float>(1 - beta_2), eps = static_cast<float>(epsilon),
               d = static_cast<float>(decay);
   update_blocks(var, grad, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
-    float* mm = pm + i;
-    float* vv = pv + i;
-    float* hh = ph ? ph + i : nullptr;
-    for (std::int64_t j = 0; j < n; ++j) {
-      if (d != 0.0f) w[j] -= w[j] * d;
-      mm[j] += (g[j] - mm[j]) * c1;
-      vv[j] += (g[j] * g[j] - vv[j]) * c2;
-      float second = vv[j];
-      if (hh) second = hh[j] = std::max(hh[j], vv[j]);
-      w[j] -= (mm[j] * a) / (std::sqrt(second) + eps);
-    }
+    adam_block(w, g, pm + i, pv + i, ph ? ph + i : nullptr, n, a, c1, c2, eps, d);
   });
 }
 
@@ -83,26 +171,7 @@ void CpuBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocit
               c = static_cast<float>(1 - rho), mu = static_cast<float>(momentum_coef),
               eps = static_cast<float>(epsilon);
   update_blocks(var, grad, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
-    float* vv = pv + i;
-    for (std::int64_t j = 0; j < n; ++j) {
-      vv[j] = r * vv[j] + c * (g[j] * g[j]);
-      float denom;
-      if (pa) {
-        float& avg = pa[i + j];
-        avg = r * avg + c * g[j];
-        denom = vv[j] - avg * avg + eps;
-      } else {
-        denom = vv[j] + eps;
-      }
-      const float inc = l * g[j] / std::sqrt(denom);
-      if (pm) {
-        float& mo = pm[i + j];
-        mo = mu * mo + inc;
-        w[j] -= mo;
-      } else {
-        w[j] -= inc;
-      }
-    }
+    rmsprop_block(w, g, pv + i, pa ? pa + i : nullptr, pm ? pm + i : nullptr, n, l, r, c, mu, eps);
   });
 }
 
@@ -119,17 +188,12 @@ void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tenso
     float* po = outs[k].data<float>();
     parallel_for(x.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
       float sx[kBlock];
-      float acc = 0.0f;
+      bool bad = false;
       for (std::int64_t i = b; i < e; i += kBlock) {
         const std::int64_t m = std::min(kBlock, e - i);
-        const float* px = load<float>(x, i, m, sx);
-        float* o = po + i;
-        for (std::int64_t j = 0; j < m; ++j) {
-          o[j] = px[j] * s;
-          acc += o[j] * 0.0f;  // inf * 0 and NaN give NaN
-        }
+        bad |= scale_block(load<float>(x, i, m, sx), po + i, m, s);
       }
-      if (acc != acc) any.store(true, std::memory_order_relaxed);
+      if (bad) any.store(true, std::memory_order_relaxed);
     });
     if (any.load()) per_tensor[k] = 1.0f, any_tensor = true;
   }
