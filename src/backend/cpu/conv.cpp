@@ -51,21 +51,6 @@ Bf16Mode bf16_mode() {
 
 // ---- float32 staging of 16-bit data -----------------------------------------------------------
 
-void convert_n(const void* src, DType sd, void* dst, DType dd, std::int64_t n) {
-  const std::size_t si = itemsize(sd), di = itemsize(dd);
-  parallel_for(n, 1 << 14, [&](std::int64_t b, std::int64_t e) {
-    detail::convert(static_cast<const char*>(src) + b * si, sd, static_cast<char*>(dst) + b * di, dd,
-                    static_cast<std::size_t>(e - b));
-  });
-}
-
-Tensor to_float32(const Tensor& t) {
-  if (!t.defined() || t.dtype() == float32) return t;
-  Tensor f = Tensor::empty(t.shape(), float32, t.device());
-  convert_n(t.data_ptr(), t.dtype(), f.data_ptr(), float32, t.numel());
-  return f;
-}
-
 const char* at(const Tensor& t, std::int64_t element) {
   return static_cast<const char*>(t.data_ptr()) + element * static_cast<std::int64_t>(itemsize(t.dtype()));
 }

@@ -73,6 +73,23 @@ void store(Tensor& t, std::int64_t begin, std::int64_t n, const C* values) {
   detail::convert(values, compute_dtype_of<C>(), base, t.dtype(), static_cast<std::size_t>(n));
 }
 
+/// Converts n elements from src (dtype sd) to dst (dtype dd) on all threads.
+inline void convert_n(const void* src, DType sd, void* dst, DType dd, std::int64_t n) {
+  const std::size_t si = itemsize(sd), di = itemsize(dd);
+  parallel_for(n, 1 << 14, [&](std::int64_t b, std::int64_t e) {
+    detail::convert(static_cast<const char*>(src) + b * si, sd, static_cast<char*>(dst) + b * di, dd,
+                    static_cast<std::size_t>(e - b));
+  });
+}
+
+/// t itself when float32 or undefined, else a float32 copy (float16 and bfloat16 staging).
+inline Tensor to_float32(const Tensor& t) {
+  if (!t.defined() || t.dtype() == float32) return t;
+  Tensor f = Tensor::empty(t.shape(), float32, t.device());
+  convert_n(t.data_ptr(), t.dtype(), f.data_ptr(), float32, t.numel());
+  return f;
+}
+
 using detail::split_axis;  // shape [outer, n, inner] around an axis
 
 }  // namespace mpt::cpu

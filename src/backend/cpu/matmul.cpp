@@ -130,13 +130,6 @@ void reference_matmul_f64(const Tensor& a, const Tensor& b, bool ta, bool tb, co
   });
 }
 
-Tensor as_float32(const Tensor& t) {
-  if (!t.defined() || t.dtype() == float32) return t;
-  Tensor f = Tensor::empty(t.shape(), float32, t.device());
-  detail::convert(t.data_ptr(), t.dtype(), f.data_ptr(), float32, static_cast<std::size_t>(t.numel()));
-  return f;
-}
-
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,
@@ -145,7 +138,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
   if (a.dtype() == float64) return reference_matmul_f64(a, b, ta, tb, bias, act, out);
   if (a.dtype() == float16 || (a.dtype() == bfloat16 && !dnnl_has_bf16())) {
     Tensor c = Tensor::empty(out.shape(), float32, out.device());
-    dnnl_matmul(as_float32(a), as_float32(b), ta, tb, as_float32(bias), act, c);
+    dnnl_matmul(to_float32(a), to_float32(b), ta, tb, to_float32(bias), act, c);
     cast(c, out);
     return;
   }
