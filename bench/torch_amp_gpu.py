@@ -6,30 +6,15 @@ CNNs; the loss read with .item() every step, as bench_gpu reads mpt's.
     python3 bench/torch_amp_gpu.py [--steps 50] [--warmup 10] [--batch 1024] [--models ABCDW]
 """
 import argparse
+import os
+import sys
 import time
 
 import torch
 import torch.nn as nn
 
-
-def make_model(which):
-    def mlp(inp, width, hidden):
-        layers, d = [], inp
-        for _ in range(hidden):
-            layers += [nn.Linear(d, width), nn.ReLU()]
-            d = width
-        return nn.Sequential(*layers, nn.Linear(d, 10))
-
-    def cnn(cin, flat):
-        return nn.Sequential(nn.Conv2d(cin, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(),
-                             nn.MaxPool2d(2), nn.Flatten(), nn.Linear(flat, 128), nn.ReLU(), nn.Linear(128, 10))
-
-    return {"A": lambda: mlp(784, 512, 2), "D": lambda: mlp(1024, 2048, 3), "W": lambda: mlp(1024, 4096, 3),
-            "B": lambda: cnn(3, 64 * 6 * 6), "C": lambda: cnn(1, 64 * 5 * 5)}[which]()
-
-
-def input_shape(which, batch):
-    return {"A": (batch, 784), "B": (batch, 3, 32, 32), "C": (batch, 1, 28, 28)}.get(which, (batch, 1024))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_models import input_shape, make_model  # noqa: E402
 
 
 def measure(which, mode, batch, warmup, steps):
@@ -38,7 +23,6 @@ def measure(which, mode, batch, warmup, steps):
     model = make_model(which).to(dev)
     x = torch.rand(input_shape(which, batch), device=dev)
     if which in "BC":
-        model = model.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (batch,), device=dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)

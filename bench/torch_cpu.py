@@ -45,44 +45,13 @@ import time
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_models import NUM_CLASSES, make_model  # noqa: E402
 
 BATCH = {"A": 256, "B": 128, "C": 128, "D": 512}
 NUM_BATCHES = 4  # pre-generated batches, cycled
-NUM_CLASSES = 10
-
-
-class FlattenNHWC(nn.Module):
-    """Keras's Flatten of an NHWC tensor: N,C,H,W (channels-last storage) -> N, H*W*C."""
-
-    def forward(self, x):
-        return x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
-
-
-def make_model(which):
-    def mlp(inp, width, hidden):
-        layers, d = [], inp
-        for _ in range(hidden):
-            layers += [nn.Linear(d, width), nn.ReLU()]
-            d = width
-        return nn.Sequential(*layers, nn.Linear(d, NUM_CLASSES))
-
-    def cnn(cin, flat):
-        return nn.Sequential(
-            nn.Conv2d(cin, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
-            FlattenNHWC(), nn.Linear(flat, 128), nn.ReLU(), nn.Linear(128, NUM_CLASSES))
-
-    model = {"A": lambda: mlp(784, 512, 2), "B": lambda: cnn(3, 6 * 6 * 64),
-             "C": lambda: cnn(1, 5 * 5 * 64), "D": lambda: mlp(1024, 2048, 3)}[which]()
-    for m in model.modules():  # Keras defaults: glorot_uniform kernels, zero biases
-        if isinstance(m, (nn.Linear, nn.Conv2d)):
-            nn.init.xavier_uniform_(m.weight)
-            nn.init.zeros_(m.bias)
-    if which in "BC":
-        model = model.to(memory_format=torch.channels_last)
-    return model
 
 
 def make_data(which, batch):
