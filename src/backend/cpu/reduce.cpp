@@ -3,8 +3,28 @@
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
+#include "backend/cpu/vector_types.hpp"
 
 namespace mpt::cpu {
+namespace {
+
+/// acc[j] = combine(acc[j], p[j]) for j < m: one branch-free loop per op, so that it vectorizes
+/// (each acc[j] still adds its rows in order: the same bits as the scalar loop).
+template <class C>
+MPT_VECTOR_CLONES void combine_row(C* __restrict acc, const C* __restrict p, std::int64_t m, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Max:
+      for (std::int64_t j = 0; j < m; ++j) acc[j] = (p[j] > acc[j] || p[j] != p[j]) ? p[j] : acc[j];
+      return;
+    case ReduceOp::Min:
+      for (std::int64_t j = 0; j < m; ++j) acc[j] = (p[j] < acc[j] || p[j] != p[j]) ? p[j] : acc[j];
+      return;
+    default:
+      for (std::int64_t j = 0; j < m; ++j) acc[j] = acc[j] + p[j];
+  }
+}
+
+}  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor& out) {
   std::int64_t outer, n, inner;
@@ -42,18 +62,23 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor&
                    });
       return;
     }
-    // Strided: accumulate whole rows of `inner` elements, blocked along inner.
-    const std::int64_t iblocks = (inner + kBlock - 1) / kBlock;
-    parallel_for(outer * iblocks, 1, [&](std::int64_t b, std::int64_t e) {
+    // Strided: accumulate whole rows of `inner` elements, in column blocks of `width`; narrower
+    // blocks when there are fewer of them than threads (a bias gradient: one [rows, units] sum).
+    const std::int64_t threads = omp_get_max_threads();
+    std::int64_t width = kBlock;
+    if (outer < threads) {
+      const std::int64_t parts = (threads + outer - 1) / outer;
+      width = std::clamp<std::int64_t>(((inner + parts - 1) / parts + 15) / 16 * 16, 64, kBlock);
+    }
+    const std::int64_t iblocks = (inner + width - 1) / width;
+    const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(n * width, 1));
+    parallel_for(outer * iblocks, grain, [&](std::int64_t b, std::int64_t e) {
       C s[kBlock], acc[kBlock];
       for (std::int64_t u = b; u < e; ++u) {
-        std::int64_t o = u / iblocks, j0 = (u % iblocks) * kBlock;
-        std::int64_t m = std::min(kBlock, inner - j0);
+        std::int64_t o = u / iblocks, j0 = (u % iblocks) * width;
+        std::int64_t m = std::min(width, inner - j0);
         std::fill(acc, acc + m, init);
-        for (std::int64_t i = 0; i < n; ++i) {
-          const C* p = load<C>(x, (o * n + i) * inner + j0, m, s);
-          for (std::int64_t j = 0; j < m; ++j) acc[j] = combine(acc[j], p[j]);
-        }
+        for (std::int64_t i = 0; i < n; ++i) combine_row(acc, load<C>(x, (o * n + i) * inner + j0, m, s), m, op);
         for (std::int64_t j = 0; j < m; ++j) acc[j] = finish(acc[j]);
         detail::convert(acc, compute_dtype_of<C>(),
                         static_cast<char*>(out.data_ptr()) + (o * inner + j0) * itemsize(out.dtype()),
