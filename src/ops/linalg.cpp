@@ -35,11 +35,18 @@ MatmulDims check_matmul(const char* name, const Tensor& a, const Tensor& b, bool
 
 /// Gradients of c = op_a(a) . op_b(b) for the four transpose cases; batched b broadcast over
 /// a's batch is summed back.
-std::vector<Tensor> matmul_grads(const Tensor& g, const Tensor& a, const Tensor& b, bool ta, bool tb) {
-  Tensor da = ta ? matmul(b, g, tb, true) : matmul(g, b, false, !tb);
-  Tensor db = tb ? matmul(g, a, true, ta) : matmul(a, g, !ta, false);
-  if (db.shape() != b.shape()) db = sum_to(db, b.shape());  // 2-d b, batched a
-  if (da.shape() != a.shape()) da = sum_to(da, a.shape());
+/// a's (b's) gradient only when need_a (need_b): undefined otherwise.
+std::vector<Tensor> matmul_grads(const Tensor& g, const Tensor& a, const Tensor& b, bool ta, bool tb, bool need_a,
+                                 bool need_b) {
+  Tensor da, db;
+  if (need_a) {
+    da = ta ? matmul(b, g, tb, true) : matmul(g, b, false, !tb);
+    if (da.shape() != a.shape()) da = sum_to(da, a.shape());
+  }
+  if (need_b) {
+    db = tb ? matmul(g, a, true, ta) : matmul(a, g, !ta, false);
+    if (db.shape() != b.shape()) db = sum_to(db, b.shape());  // 2-d b, batched a
+  }
   return {da, db};
 }
 
@@ -50,9 +57,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   Tensor out = Tensor::empty(d.out, a.dtype(), a.device());
   if (d.k == 0) backend_of(a).fill(out, 0.0);
   else backend_of(a).matmul(a, b, ta, tb, Tensor(), Activation::Linear, out);
-  autograd::record("matmul", {a, b}, {&out}, [a, b, ta, tb](const std::vector<Tensor>& g) {
-    return matmul_grads(g[0], a, b, ta, tb);
-  });
+  autograd::record("matmul", {a, b}, {&out},
+                   [a, b, ta, tb, need_a = a.requires_grad(), need_b = b.requires_grad()](const std::vector<Tensor>& g) {
+                     return matmul_grads(g[0], a, b, ta, tb, need_a, need_b);
+                   });
   return out;
 }
 
@@ -91,8 +99,10 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, const std::strin
   }
   Tensor out = Tensor(y.impl_ptr()).reshape(out_shape);
   autograd::record("dense", {x, w, b}, {&out},
-                   [x2, w, has_bias = b.defined(), act, fuse, z = z.detach(), y = y.detach(),
-                    xs = x.shape()](const std::vector<Tensor>& g) {
+                   [x2, w, has_bias = b.defined(), act, fuse, z = z.detach(), y = y.detach(), xs = x.shape(),
+                    // As conv2d: only the gradients that flow somewhere (a model's input needs no dx).
+                    need_x = x.requires_grad(), need_w = w.requires_grad(),
+                    need_b = b.defined() && b.requires_grad()](const std::vector<Tensor>& g) {
                      Tensor dy = g[0].reshape(y.shape());
                      Tensor dz = dy;
                      if (act != Activation::Linear) {
@@ -100,9 +110,9 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, const std::strin
                        // Fused activations are differentiated from y (x unused); the rest from z.
                        backend_of(dy).unary_backward(unary_of(act), fuse ? y : z, y, dy, dz);
                      }
-                     Tensor dx = matmul(dz, w, false, true).reshape(xs);
-                     Tensor dw = matmul(x2, dz, true, false);
-                     Tensor db = has_bias ? sum(dz, {0}) : Tensor();
+                     Tensor dx = need_x ? matmul(dz, w, false, true).reshape(xs) : Tensor();
+                     Tensor dw = need_w ? matmul(x2, dz, true, false) : Tensor();
+                     Tensor db = has_bias && need_b ? sum(dz, {0}) : Tensor();
                      return std::vector<Tensor>{dx, dw, db};
                    });
   return out;

@@ -448,3 +448,35 @@ TEST_CASE("on_ready: each source's gradient as soon as it is final, the last lay
     CHECK_FALSE(g[2].defined());
   });
 }
+
+TEST_CASE("dense and matmul compute only the gradients that flow somewhere: no dx for a model's input") {
+  for_each_device([](Device dev) {
+    const Tensor x0 = Tensor::random_uniform({8, 5}, -1, 1, 1, float32, dev);
+    const Tensor w = Tensor::random_uniform({5, 4}, -1, 1, 2, float32, dev).set_requires_grad(true);
+    const Tensor b = Tensor::random_uniform({4}, -1, 1, 3, float32, dev).set_requires_grad(true);
+    // Allocations of the backward pass, and the gradients of (x when watched,) w and b.
+    auto backward = [&](bool use_matmul, bool watch_x) {
+      Tensor x = x0.copy();
+      GradientTape tape;
+      if (watch_x) tape.watch(x);
+      Tensor y = ops::sum(use_matmul ? ops::matmul(x, w) : ops::dense(x, w, b, "relu"));
+      const std::uint64_t before = memory_stats(dev).allocations;
+      std::vector<Tensor> sources{w, b};
+      if (watch_x) sources.push_back(x);
+      auto g = tape.gradient(y, sources);
+      return std::make_pair(memory_stats(dev).allocations - before, g);
+    };
+    for (bool use_matmul : {false, true}) {
+      CAPTURE(use_matmul);
+      const auto [n_without, g_without] = backward(use_matmul, false);
+      const auto [n_with, g_with] = backward(use_matmul, true);
+      CHECK(n_without < n_with);  // the input's gradient was not computed
+      REQUIRE(g_with[2].defined());
+      CHECK(g_with[2].shape() == x0.shape());
+      // The weights' gradients are the same either way.
+      CHECK(g_without[0].to_vector<float>() == g_with[0].to_vector<float>());
+      CHECK(g_without[1].defined() == !use_matmul);
+      if (!use_matmul) CHECK(g_without[1].to_vector<float>() == g_with[1].to_vector<float>());
+    }
+  });
+}
