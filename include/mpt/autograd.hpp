@@ -73,6 +73,13 @@ struct GradientTapeOptions {
   /// A persistent tape allows several gradient() calls; otherwise the recorded graph's saved
   /// tensors are freed as backward uses them and a second call is an error.
   bool persistent = false;
+  /// A source leaf reached by one backward edge keeps the floating dtype that op's backward gave
+  /// it, instead of being converted to the source's dtype: a float32 variable read in bfloat16
+  /// gets a bfloat16 gradient (the same values; two or more contributions are converted and
+  /// summed in the source's dtype as usual). For consumers that convert anyway in their own
+  /// pass: Model::fit hands such gradients to the fused optimizer ops (mpt/optim_ops.hpp),
+  /// which widen them block by block, saving a pass over every gradient.
+  bool keep_source_gradient_dtype = false;
 };
 
 /// While alive, records differentiable ops on this thread (tapes nest).
@@ -90,7 +97,8 @@ class GradientTape {
 
   /// Makes `t` a source gradients can be taken for.
   void watch(Tensor& t);
-  /// d(sum of target)/d(source) for each source, each in its source's dtype; an undefined
+  /// d(sum of target)/d(source) for each source, each in its source's dtype (but see
+  /// GradientTapeOptions::keep_source_gradient_dtype); an undefined
   /// Tensor for a source the target does not depend on.
   std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources,
                                const GradientReady& on_ready = nullptr);

@@ -188,13 +188,18 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       const auto& e = node->inputs[i];
       if (!gin[i].defined() || !e.needed()) continue;
       const auto& meta = node->input_meta[i];
-      Tensor g = gin[i].dtype() == meta.dtype ? gin[i] : gin[i].to(meta.dtype);
+      const bool source_leaf = !e.fn && source_at_leaf.count(e.leaf_id) > 0;
+      const bool keep = source_leaf && options_.keep_source_gradient_dtype && is_floating(gin[i].dtype()) &&
+                        !leaf_grads.count(e.leaf_id);
+      Tensor g = gin[i].dtype() == meta.dtype || keep ? gin[i] : gin[i].to(meta.dtype);
       MPT_CHECK(g.shape() == meta.shape, "autograd: backward of '", node->name, "' gave shape ",
                 to_string(g.shape()), " for input ", i, " of shape ", to_string(meta.shape));
       if (e.fn) {
         if (useful.count(e.fn.get())) accumulate(grads[{e.fn.get(), e.output_nr}], g);
-      } else if (source_at_leaf.count(e.leaf_id)) {
-        accumulate(leaf_grads[e.leaf_id], g);
+      } else if (source_leaf) {
+        Tensor& slot = leaf_grads[e.leaf_id];
+        if (slot.defined() && slot.dtype() != meta.dtype) slot = slot.to(meta.dtype);  // a kept first one
+        accumulate(slot, g);
       }
     }
     settle(node);

@@ -46,9 +46,9 @@ Tensor Variable::read(DType dtype) const {
   }
   // A fresh handle on the cached data, connected to the stored tensor like a cast op.
   Tensor out = cached.detach();
-  autograd::record("read_variable", {v}, {&out}, [from = v.dtype()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{g[0].to(from)};
-  });
+  // The gradient passes through: the tape converts it to the variable's dtype (or keeps the
+  // compute dtype, GradientTapeOptions::keep_source_gradient_dtype).
+  autograd::record("read_variable", {v}, {&out}, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   return out;
 }
 

@@ -218,7 +218,10 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
     reducer.emplace(*strategy, std::move(shapes), variables_device());
   };
   if (x.defined()) {
-    GradientTape tape;
+    // Gradients of float32 masters may stay in the compute dtype: the loss-scale check and the
+    // fused optimizer updates widen them in their own pass. Not where the gradients are
+    // all-reduced (sums in float32) or handed to callbacks.
+    GradientTape tape({.keep_source_gradient_dtype = !strategy && !keep_gradients});
     y_pred = as_loss_input(call(x, true));
     vars = trainable_variables();  // after the call: the first one builds the layers
     r.loss = (*loss_)(y, y_pred);

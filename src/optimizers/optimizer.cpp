@@ -91,6 +91,8 @@ ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const s
   std::vector<Tensor> g;
   std::vector<Variable> v;
   std::vector<std::string> missing;
+  const bool pass_16bit =
+      takes_16bit_gradients() && !options_.clipnorm && !options_.global_clipnorm && !options_.clipvalue;
   for (std::size_t i = 0; i < grads.size(); ++i) {
     MPT_CHECK(vars[i].defined(), "optimizer '", name_, "': variable ", i, " is undefined");
     const Variable& var = vars[i];
@@ -108,7 +110,7 @@ ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const s
     MPT_CHECK(gi.device() == var.value().device(), "optimizer '", name_, "': gradient for '",
               var.path(), "' is on ", gi.device().str(), ", the variable on ",
               var.value().device().str());
-    g.push_back(gi.dtype() == float32 ? gi.detach() : gi.to(float32));
+    g.push_back(gi.dtype() == float32 || (pass_16bit && is_half(gi.dtype())) ? gi.detach() : gi.to(float32));
     v.push_back(var);
   }
   MPT_CHECK(!g.empty(), "optimizer '", name_, "': no gradients provided for any variable");

@@ -480,3 +480,27 @@ TEST_CASE("dense and matmul compute only the gradients that flow somewhere: no d
     }
   });
 }
+
+TEST_CASE("keep_source_gradient_dtype: a float32 variable read in 16 bits keeps that gradient; two reads sum in float32") {
+  for_each_device([](Device dev) {
+    for (DType cd : {bfloat16, float16}) {
+      CAPTURE(to_string(cd));
+      Variable w(Tensor::random_uniform({3, 4}, -1, 1, 5, float32, dev), "w");
+      const Tensor x = Tensor::random_uniform({2, 3}, -1, 1, 6, cd, dev);
+      auto grad = [&](bool keep, int reads) {
+        GradientTape tape({.keep_source_gradient_dtype = keep});
+        Tensor y = ops::sum(ops::matmul(x, w.read(cd)));
+        if (reads == 2) y = ops::add(y, ops::sum(ops::matmul(x, w.read(cd))));
+        return tape.gradient(y, std::vector<Variable>{w})[0];
+      };
+      const Tensor converted = grad(false, 1);
+      const Tensor kept = grad(true, 1);
+      CHECK(converted.dtype() == float32);
+      CHECK(kept.dtype() == cd);
+      CHECK(kept.to(float32).to_vector<double>() == converted.to_vector<double>());  // the same values
+      const Tensor twice = grad(true, 2);
+      CHECK(twice.dtype() == float32);
+      CHECK(twice.to_vector<double>() == grad(false, 2).to_vector<double>());
+    }
+  });
+}

@@ -339,7 +339,7 @@ TEST_CASE("a user-defined optimizer gets clipping, iterations and slots from the
 TEST_CASE("apply_gradients: casts, skips missing gradients, rejects bad ones, records nothing") {
   Variable a(f32({1, 1, 1, 1, 1, 1}), "a"), b(f32({2, 2, 2, 2, 2, 2}), "b");
   opt::SGDOptimizer o({.learning_rate = 1.0});
-  // float16 and bfloat16 gradients are cast to float32 first.
+  // float16 and bfloat16 gradients update as their float32 widening (SGD widens them itself).
   o.apply_gradients({Tensor::full(kShape, 0.5, float16), Tensor::full(kShape, 0.25, bfloat16)}, {a, b});
   check_close(a.value(), Vec(6, 0.5), tolerance(float32), "float16 gradient");
   check_close(b.value(), Vec(6, 1.75), tolerance(float32), "bfloat16 gradient");
@@ -738,4 +738,70 @@ TEST_CASE("the built-in optimizers' update_steps equal their per-variable update
       CHECK(wa.value().to_vector<double>() == wb.value().to_vector<double>());
     }
   });
+}
+
+namespace {
+/// Records the dtype of every gradient its update_step gets.
+class DtypeProbe : public opt::Optimizer {
+ public:
+  DtypeProbe() : Optimizer("dtype_probe", {.learning_rate = 0.1}) {}
+  std::shared_ptr<Optimizer> clone() const override { return std::make_shared<DtypeProbe>(); }
+  void update_step(const Tensor& g, const Variable&, double) override { seen.push_back(g.dtype()); }
+  std::vector<DType> seen;
+};
+
+/// Two steps of `a` with 16-bit gradients as given and of `b` with their float32 widening.
+template <class O>
+void check_16bit_gradients(O& a, O& b, DType gd, Device dev) {
+  Variable wa(Tensor::random_uniform({5, 7}, -1, 1, 11).to(dev).copy(), "w");
+  Variable wb(Tensor::random_uniform({5, 7}, -1, 1, 11).to(dev).copy(), "w");
+  for (std::uint64_t step = 0; step < 2; ++step) {
+    const Tensor g = Tensor::random_uniform({5, 7}, -2, 2, 20 + step, gd, dev);
+    a.apply_gradients({g}, {wa});
+    b.apply_gradients({g.to(float32)}, {wb});
+  }
+  CHECK(wa.value().to_vector<double>() == wb.value().to_vector<double>());
+  const std::map<std::string, Tensor> sa = a.slots_by_path().at("w"), sb = b.slots_by_path().at("w");
+  REQUIRE(sa.size() == sb.size());
+  for (const auto& kv : sa) CHECK(kv.second.to_vector<double>() == sb.at(kv.first).to_vector<double>());
+}
+}  // namespace
+
+TEST_CASE("the built-in optimizers take 16-bit gradients as given, with their float32 widening's bits") {
+  for_each_device([](Device dev) {
+    for (DType gd : {float16, bfloat16}) {
+      CAPTURE(to_string(gd));
+      {
+        opt::AdamOptimizer a({.learning_rate = 0.01}), b({.learning_rate = 0.01});
+        check_16bit_gradients(a, b, gd, dev);
+      }
+      {
+        opt::AdamWOptimizer a({.learning_rate = 0.01, .weight_decay = 0.1, .amsgrad = true}),
+            b({.learning_rate = 0.01, .weight_decay = 0.1, .amsgrad = true});
+        check_16bit_gradients(a, b, gd, dev);
+      }
+      {
+        opt::SGDOptimizer a({.learning_rate = 0.05, .momentum = 0.9, .nesterov = true}),
+            b({.learning_rate = 0.05, .momentum = 0.9, .nesterov = true});
+        check_16bit_gradients(a, b, gd, dev);
+      }
+      {
+        opt::RMSpropOptimizer a({.learning_rate = 0.01, .momentum = 0.5, .centered = true}),
+            b({.learning_rate = 0.01, .momentum = 0.5, .centered = true});
+        check_16bit_gradients(a, b, gd, dev);
+      }
+      {  // clipping converts first (it runs on float32 gradients)
+        opt::AdamOptimizer a({.learning_rate = 0.01, .clipnorm = 0.5}), b({.learning_rate = 0.01, .clipnorm = 0.5});
+        check_16bit_gradients(a, b, gd, dev);
+      }
+    }
+  });
+}
+
+TEST_CASE("a user-defined optimizer still gets float32 gradients") {
+  DtypeProbe o;
+  Variable w(f32({1, 2, 3, 4, 5, 6}), "w");
+  o.apply_gradients({Tensor::full(kShape, 0.5, bfloat16)}, {w});
+  o.apply_gradients({Tensor::full(kShape, 0.5, float16)}, {w});
+  CHECK(o.seen == std::vector<DType>{float32, float32});
 }

@@ -69,7 +69,8 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   /// Applies one step: clips, then update_steps (by default update_step per variable) with
-  /// float32 gradients, then
+  /// float32 gradients (or the 16-bit ones as given, where takes_16bit_gradients() and no
+  /// clipping is set), then
   /// iterations += 1. Gradients must match the variables' shapes; undefined gradients are
   /// skipped (Keras warns and ignores them).
   virtual ApplyResult apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
@@ -97,6 +98,11 @@ class Optimizer {
   /// rate). The default calls update_step for each in order; an override must give the same
   /// results and slots.
   virtual void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr);
+  /// True where update_step and update_steps are written with the fused ops of
+  /// mpt/optim_ops.hpp, which widen gradients of any floating dtype block by block: with no
+  /// clipping set, apply_gradients then hands them float16/bfloat16 gradients unconverted (the
+  /// same update, one pass over the gradients fewer). The built-in optimizers say yes.
+  virtual bool takes_16bit_gradients() const { return false; }
   const CommonOptions& common_options() const { return options_; }
   /// mpt::Error naming the optimizer unless lr is finite and >= 0.
   void check_learning_rate(double lr) const;

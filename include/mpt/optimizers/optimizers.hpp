@@ -27,6 +27,7 @@ class SGDOptimizer : public Optimizer {
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
+  bool takes_16bit_gradients() const override { return true; }
 
  private:
   SGDOptions o_;
@@ -52,6 +53,7 @@ class AdamOptimizer : public Optimizer {
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
+  bool takes_16bit_gradients() const override { return true; }
 
  private:
   AdamOptions o_;
@@ -90,6 +92,7 @@ class AdamWOptimizer : public Optimizer {
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
+  bool takes_16bit_gradients() const override { return true; }
 
  private:
   AdamWOptions o_;
@@ -115,6 +118,7 @@ class RMSpropOptimizer : public Optimizer {
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
+  bool takes_16bit_gradients() const override { return true; }
 
  private:
   RMSpropOptions o_;
