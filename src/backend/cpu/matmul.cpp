@@ -13,6 +13,9 @@
 namespace mpt::cpu {
 namespace {
 
+/// B operands transposed up front when tb and K*N is at most this (elements).
+constexpr std::int64_t kSmallTransposed = 1 << 16;
+
 struct GemmShape {
   std::int64_t batch_a, batch_b, m, n, k;
 };
@@ -145,6 +148,14 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
   if (a.shape().back() == 0 || (ta && a.shape()[a.dim() - 2] == 0)) {  // K == 0: empty sum
     fill(out, 0.0);
     return;
+  }
+  const GemmShape g = gemm_shape(a, b, ta, tb);
+  if (tb && g.batch_b == 1 && g.k * g.n <= kSmallTransposed && b.dim() == 2) {
+    // A small transposed B (the last layer's kernel in dx = dz . W^T, K = classes): oneDNN's
+    // brgemm is several times slower on it than on B laid out [K, N], and the copy is tiny.
+    Tensor bt = Tensor::empty({g.k, g.n}, b.dtype(), b.device());
+    transpose(b, {1, 0}, bt);
+    return dnnl_matmul(a, bt, ta, false, bias, act, out);
   }
   dnnl_matmul(a, b, ta, tb, bias, act, out);
 }
