@@ -9,7 +9,8 @@ bash scripts/install_deps.sh
 BUILD_DIR=${BUILD_DIR:-build-test}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "$@"
 cmake --build "$BUILD_DIR" -j"$(nproc)"
-(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600)
+# Tests run two at a time (-j: each is single-threaded or small); the mpirun jobs alone (RUN_SERIAL).
+(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600 -j"$(nproc)")
 if [ "${MPT_SKIP_SANITIZE:-0}" != 1 ]; then
   bash scripts/sanitize.sh
 fi
