@@ -19,7 +19,7 @@ cmake --build "$BUILD_DIR" -j"$(nproc)"
 export ASAN_OPTIONS=allocator_may_return_null=1:handle_segv=0:detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0
-(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 -j"$(nproc)" -E "package_consumer|_avx2$")
+(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 -E "package_consumer|_avx2$")
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
