@@ -99,7 +99,7 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, const std::strin
   }
   Tensor out = Tensor(y.impl_ptr()).reshape(out_shape);
   autograd::record("dense", {x, w, b}, {&out},
-                   [x2, w, has_bias = b.defined(), act, fuse, z = z.detach(), y = y.detach(), xs = x.shape(),
+                   [x2, w, act, fuse, z = z.detach(), y = y.detach(), xs = x.shape(),
                     // As conv2d: only the gradients that flow somewhere (a model's input needs no dx).
                     need_x = x.requires_grad(), need_w = w.requires_grad(),
                     need_b = b.defined() && b.requires_grad()](const std::vector<Tensor>& g) {
@@ -112,7 +112,7 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, const std::strin
                      }
                      Tensor dx = need_x ? matmul(dz, w, false, true).reshape(xs) : Tensor();
                      Tensor dw = need_w ? matmul(x2, dz, true, false) : Tensor();
-                     Tensor db = has_bias && need_b ? sum(dz, {0}) : Tensor();
+                     Tensor db = need_b ? sum(dz, {0}) : Tensor();
                      return std::vector<Tensor>{dx, dw, db};
                    });
   return out;

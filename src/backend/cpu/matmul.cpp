@@ -139,25 +139,27 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
                         Activation act, Tensor& out) {
   if (out.numel() == 0) return;
   if (a.dtype() == float64) return reference_matmul_f64(a, b, ta, tb, bias, act, out);
+  // A small transposed B (the last layer's kernel in dx = dz . W^T, K = classes) is transposed
+  // into a copy first, for the native and the staged GEMM alike: oneDNN's brgemm is several
+  // times slower on it than on B laid out [K, N], and the copy is tiny.
+  const GemmShape g = gemm_shape(a, b, ta, tb);
+  Tensor bt = b;
+  if (tb && b.dim() == 2 && g.k * g.n > 0 && g.k * g.n <= kSmallTransposed) {
+    bt = Tensor::empty({g.k, g.n}, b.dtype(), b.device());
+    transpose(b, {1, 0}, bt);
+    tb = false;
+  }
   if (a.dtype() == float16 || (a.dtype() == bfloat16 && !dnnl_has_bf16())) {
     Tensor c = Tensor::empty(out.shape(), float32, out.device());
-    dnnl_matmul(to_float32(a), to_float32(b), ta, tb, to_float32(bias), act, c);
+    dnnl_matmul(to_float32(a), to_float32(bt), ta, tb, to_float32(bias), act, c);
     cast(c, out);
     return;
   }
-  if (a.shape().back() == 0 || (ta && a.shape()[a.dim() - 2] == 0)) {  // K == 0: empty sum
+  if (g.k == 0) {  // an empty sum
     fill(out, 0.0);
     return;
   }
-  const GemmShape g = gemm_shape(a, b, ta, tb);
-  if (tb && g.batch_b == 1 && g.k * g.n <= kSmallTransposed && b.dim() == 2) {
-    // A small transposed B (the last layer's kernel in dx = dz . W^T, K = classes): oneDNN's
-    // brgemm is several times slower on it than on B laid out [K, N], and the copy is tiny.
-    Tensor bt = Tensor::empty({g.k, g.n}, b.dtype(), b.device());
-    transpose(b, {1, 0}, bt);
-    return dnnl_matmul(a, bt, ta, false, bias, act, out);
-  }
-  dnnl_matmul(a, b, ta, tb, bias, act, out);
+  dnnl_matmul(a, bt, ta, tb, bias, act, out);
 }
 
 }  // namespace mpt::cpu
