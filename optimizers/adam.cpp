@@ -23,8 +23,10 @@ void detail::adam_step(Optimizer& opt, const Tensor& grad, const Variable& var, 
   Tensor& m = opt.slot(var, "m");
   Tensor& v = opt.slot(var, "v");
   Tensor* vhat = amsgrad ? &opt.slot(var, "vhat") : nullptr;
-  ops::adam_update(value, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay);
-  var.mark_modified();
+  const std::vector<Variable> one{var};
+  const UpdateCopies copy(one);
+  ops::adam_update(value, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copy.ptrs[0]);
+  copy.finish(one);
 }
 
 void detail::adam_steps(Optimizer& opt, const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr,
@@ -45,8 +47,9 @@ void detail::adam_steps(Optimizer& opt, const std::vector<Tensor>& grads, const 
     v.push_back(&opt.slot(var, "v"));
     if (amsgrad) vhat.push_back(&opt.slot(var, "vhat"));
   }
-  ops::adam_update_all(values, grads, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay);
-  for (const auto& var : vars) var.mark_modified();
+  const UpdateCopies copies(vars);
+  ops::adam_update_all(values, grads, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copies.ptrs);
+  copies.finish(vars);
 }
 
 void AdamOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) {

@@ -17,9 +17,10 @@ void RMSpropOptimizer::update_step(const Tensor& grad, const Variable& var, doub
   Tensor& velocity = slot(var, "velocity");
   Tensor* average = o_.centered ? &slot(var, "average_gradient") : nullptr;
   Tensor* momentum = o_.momentum > 0 ? &slot(var, "momentum") : nullptr;
-  ops::rmsprop_update(value, grad, velocity, average, momentum, lr, o_.rho, o_.momentum,
-                      o_.epsilon);
-  var.mark_modified();
+  const std::vector<Variable> one{var};
+  const detail::UpdateCopies copy(one);
+  ops::rmsprop_update(value, grad, velocity, average, momentum, lr, o_.rho, o_.momentum, o_.epsilon, copy.ptrs[0]);
+  copy.finish(one);
 }
 
 void RMSpropOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
@@ -36,8 +37,10 @@ void RMSpropOptimizer::update_steps(const std::vector<Tensor>& grads, const std:
     if (o_.centered) average.push_back(&slot(var, "average_gradient"));
     if (o_.momentum > 0) momentum.push_back(&slot(var, "momentum"));
   }
-  ops::rmsprop_update_all(values, grads, velocity, average, momentum, lr, o_.rho, o_.momentum, o_.epsilon);
-  for (const auto& var : vars) var.mark_modified();
+  const detail::UpdateCopies copies(vars);
+  ops::rmsprop_update_all(values, grads, velocity, average, momentum, lr, o_.rho, o_.momentum, o_.epsilon,
+                          copies.ptrs);
+  copies.finish(vars);
 }
 
 std::shared_ptr<RMSpropOptimizer> RMSprop(RMSpropOptions options) { return std::make_shared<RMSpropOptimizer>(std::move(options)); }

@@ -14,8 +14,10 @@ std::shared_ptr<Optimizer> SGDOptimizer::clone() const { return std::make_shared
 void SGDOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
   Tensor value = var.value();
   Tensor* m = o_.momentum != 0 ? &slot(var, "momentum") : nullptr;
-  ops::sgd_update(value, grad, m, lr, o_.momentum, o_.nesterov);
-  var.mark_modified();
+  const std::vector<Variable> one{var};
+  const detail::UpdateCopies copy(one);
+  ops::sgd_update(value, grad, m, lr, o_.momentum, o_.nesterov, copy.ptrs[0]);
+  copy.finish(one);
 }
 
 void SGDOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) {
@@ -29,8 +31,9 @@ void SGDOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vec
     values.push_back(var.value());
     if (o_.momentum != 0) momenta.push_back(&slot(var, "momentum"));
   }
-  ops::sgd_update_all(values, grads, momenta, lr, o_.momentum, o_.nesterov);
-  for (const auto& var : vars) var.mark_modified();
+  const detail::UpdateCopies copies(vars);
+  ops::sgd_update_all(values, grads, momenta, lr, o_.momentum, o_.nesterov, copies.ptrs);
+  copies.finish(vars);
 }
 
 std::shared_ptr<SGDOptimizer> SGD(SGDOptions options) { return std::make_shared<SGDOptimizer>(std::move(options)); }

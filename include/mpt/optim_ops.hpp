@@ -7,6 +7,11 @@
 /// rounded back); gradients may be any floating dtype; slots must be float32. All tensors
 /// share the variable's shape and device.
 ///
+/// `copy` (optional, null when unused) receives the updated variable in the copy's own dtype
+/// (float32, float16 or bfloat16), in the same pass and with the same bits as ops::cast of the
+/// updated variable: a mixed-precision optimizer writes the float32 master and its 16-bit
+/// compute copy at once instead of reading the master again in the next forward pass.
+///
 ///   // Adam, step t (Keras's form: alpha = lr * sqrt(1 - b2^t) / (1 - b1^t))
 ///   mpt::ops::adam_update(w, g, m, v, nullptr, alpha, 0.9, 0.999, 1e-7);
 ///   auto r = mpt::ops::unscale_and_check(grads, 1.0 / 32768);
@@ -21,7 +26,7 @@ namespace mpt::ops {
 /// SGD. momentum == nullptr: var -= lr * g. Otherwise
 ///   m = momentum_coef * m - lr * g;  var += m   (nesterov: var += momentum_coef * m - lr * g).
 void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef,
-                bool nesterov);
+                bool nesterov, Tensor* copy = nullptr);
 
 /// Adam / AdamW, Keras's form:
 ///   var -= var * decay                      (AdamW's decoupled decay: decay = weight_decay * lr)
@@ -29,7 +34,7 @@ void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, do
 ///   vhat = max(vhat, v) and use vhat for v  (amsgrad, when vhat != nullptr)
 ///   var -= alpha * m / (sqrt(v) + epsilon)
 void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat, double alpha,
-                 double beta_1, double beta_2, double epsilon, double decay = 0.0);
+                 double beta_1, double beta_2, double epsilon, double decay = 0.0, Tensor* copy = nullptr);
 
 /// RMSprop, Keras's form:
 ///   vel = rho * vel + (1 - rho) * g^2
@@ -38,28 +43,30 @@ void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* 
 ///   inc = lr * g / sqrt(denom)
 ///   momentum slot given: mom = momentum_coef * mom + inc; var -= mom.  Otherwise var -= inc.
 void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
-                    Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon);
+                    Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon,
+                    Tensor* copy = nullptr);
 
 /// The three updates above for many variables in one call, with the step's hyperparameters
 /// shared: entry i updates vars[i] with grads[i] and entry i of each slot list, exactly as the
 /// single-variable op would, in the same bits (a CUDA device does it in a few launches for all
 /// variables instead of one per variable). Each entry is validated as the single op does (an
 /// error names the op and the entry). Required slot lists (Adam's m and v, RMSprop's velocity)
-/// have one non-null entry per variable; optional ones are empty (unused by every variable) or
-/// have one entry per variable, null where unused. All tensors are on one device, and no
+/// have one non-null entry per variable; optional ones, and `copies` (the single ops' `copy`),
+/// are empty (unused by every variable) or have one entry per variable, null where unused. All tensors are on one device, and no
 /// variable appears twice. Empty lists do nothing.
 ///
 ///   std::vector<mpt::Tensor> ws{w1, w2}, gs{g1, g2};
 ///   mpt::ops::adam_update_all(ws, gs, {&m1, &m2}, {&v1, &v2}, {}, alpha, 0.9, 0.999, 1e-7);
 void sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
-                    const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov);
+                    const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov,
+                    const std::vector<Tensor*>& copies = {});
 void adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads, const std::vector<Tensor*>& m,
                      const std::vector<Tensor*>& v, const std::vector<Tensor*>& vhat, double alpha, double beta_1,
-                     double beta_2, double epsilon, double decay = 0.0);
+                     double beta_2, double epsilon, double decay = 0.0, const std::vector<Tensor*>& copies = {});
 void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                         const std::vector<Tensor*>& velocity, const std::vector<Tensor*>& average_grad,
                         const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
-                        double epsilon);
+                        double epsilon, const std::vector<Tensor*>& copies = {});
 
 struct UnscaleResult {
   std::vector<Tensor> grads;     ///< grads[i] * inv_scale in float32 (undefined stays undefined)

@@ -27,6 +27,13 @@ class Variable {
   void assign(const Tensor& value) const;
   /// Call after writing value() in place by other means: drops cached casts.
   void mark_modified() const;
+  /// mark_modified() by a writer that also produced the new value cast to cast.dtype() (a fused
+  /// optimizer update with a copy, mpt/optim_ops.hpp): read(cast.dtype()) returns it from now on,
+  /// without casting again. cast must have the variable's shape and device.
+  void mark_modified(const Tensor& cast) const;
+  /// The dtype of the latest read() in a dtype other than the variable's own (the variable's own
+  /// dtype when there was none): the copy an optimizer writes in its update pass.
+  DType last_cast_dtype() const;
 
   const std::string& name() const;
   /// "layer_name/variable_name" once the variable belongs to a layer.

@@ -5,30 +5,32 @@
 namespace mpt {
 
 namespace {
-/// Entry i of an optional slot list (empty: unused by every variable).
+/// Entry i of an optional slot (or copy) list (empty: unused by every variable).
 Tensor* at(const std::vector<Tensor*>& slots, std::size_t i) { return slots.empty() ? nullptr : slots[i]; }
 }  // namespace
 
 void Backend::sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
-                             const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov) {
-  for (std::size_t i = 0; i < vars.size(); ++i) sgd_update(vars[i], grads[i], at(momenta, i), lr, momentum_coef, nesterov);
+                             const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov,
+                             const std::vector<Tensor*>& copies) {
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    sgd_update(vars[i], grads[i], at(momenta, i), lr, momentum_coef, nesterov, at(copies, i));
 }
 
 void Backend::adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                               const std::vector<Tensor*>& m, const std::vector<Tensor*>& v,
                               const std::vector<Tensor*>& vhat, double alpha, double beta_1, double beta_2,
-                              double epsilon, double decay) {
+                              double epsilon, double decay, const std::vector<Tensor*>& copies) {
   for (std::size_t i = 0; i < vars.size(); ++i)
-    adam_update(vars[i], grads[i], *m[i], *v[i], at(vhat, i), alpha, beta_1, beta_2, epsilon, decay);
+    adam_update(vars[i], grads[i], *m[i], *v[i], at(vhat, i), alpha, beta_1, beta_2, epsilon, decay, at(copies, i));
 }
 
 void Backend::rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                                  const std::vector<Tensor*>& velocity, const std::vector<Tensor*>& average_grad,
                                  const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
-                                 double epsilon) {
+                                 double epsilon, const std::vector<Tensor*>& copies) {
   for (std::size_t i = 0; i < vars.size(); ++i)
     rmsprop_update(vars[i], grads[i], *velocity[i], at(average_grad, i), at(momentum, i), lr, rho, momentum_coef,
-                   epsilon);
+                   epsilon, at(copies, i));
 }
 
 }  // namespace mpt

@@ -14,6 +14,7 @@ struct Variable::State {
   bool trainable = true;
   std::uint64_t version = 0;
   std::map<DType, std::pair<std::uint64_t, Tensor>> casts;  // dtype -> (version, cast value)
+  DType last_cast = float32;                                 // set at construction, then by read()
   std::mutex mutex;
 };
 
@@ -23,6 +24,7 @@ Variable::Variable(const Tensor& initial, std::string name, bool trainable) : st
   state_->name = name;
   state_->path = std::move(name);
   state_->trainable = trainable;
+  state_->last_cast = state_->value.dtype();
   state_->value.set_requires_grad(trainable && is_floating(initial.dtype()));
 }
 
@@ -37,6 +39,7 @@ Tensor Variable::read(DType dtype) const {
   Tensor cached;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->last_cast = dtype;
     auto& slot = state_->casts[dtype];
     if (!slot.second.defined() || slot.first != state_->version) {
       NoGradGuard no_grad;
@@ -62,6 +65,23 @@ void Variable::assign(const Tensor& v) const {
 void Variable::mark_modified() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   ++state_->version;
+}
+
+void Variable::mark_modified(const Tensor& cast) const {
+  const Tensor& v = value();
+  MPT_CHECK(cast.defined() && cast.shape() == v.shape() && cast.device() == v.device(), "Variable '", state_->path,
+            "': mark_modified: the cast ", cast.defined() ? to_string(cast.shape()) + " on " + cast.device().str()
+                                                         : std::string("(undefined)"),
+            " does not match the variable's ", to_string(v.shape()), " on ", v.device().str());
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  ++state_->version;
+  if (cast.dtype() != v.dtype()) state_->casts[cast.dtype()] = {state_->version, cast.detach()};
+}
+
+DType Variable::last_cast_dtype() const {
+  value();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->last_cast;
 }
 
 const std::string& Variable::name() const { return value(), state_->name; }

@@ -39,6 +39,19 @@ void check_slot(const char* op, const Tensor& var, const Tensor* slot, const cha
             "' ", describe(*slot), " does not match variable ", describe(var));
 }
 
+/// The optional copy of the updated variable (optim_ops.hpp): float32 or 16-bit, the variable's
+/// shape and device, and not the variable's own memory.
+void check_copy(const char* op, const Tensor& var, const Tensor* copy, Entry e = {}) {
+  if (!copy) return;
+  MPT_CHECK(copy->defined(), op, e, ": copy is an undefined tensor");
+  MPT_CHECK(copy->dtype() == float32 || is_half(copy->dtype()), op, e,
+            ": the copy must be float32, float16 or bfloat16, got ", describe(*copy));
+  MPT_CHECK(copy->shape() == var.shape() && copy->device() == var.device(), op, e, ": copy ", describe(*copy),
+            " does not match variable ", describe(var));
+  MPT_CHECK(var.numel() == 0 || copy->data_ptr() != var.data_ptr(), op, e,
+            ": the copy is the variable's own memory");
+}
+
 /// A slot list of the list ops: `required` ones have a non-null entry per variable, optional
 /// ones are empty or have an entry per variable.
 struct SlotList {
@@ -50,8 +63,10 @@ struct SlotList {
 /// Validates every entry of a list op as its single op does, plus one device for all and no
 /// variable twice (the backend may update all entries at once).
 void check_update_all(const char* op, const std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
-                      std::initializer_list<SlotList> slot_lists) {
+                      std::initializer_list<SlotList> slot_lists, const std::vector<Tensor*>& copies) {
   MPT_CHECK(grads.size() == vars.size(), op, ": ", grads.size(), " gradients for ", vars.size(), " variables");
+  MPT_CHECK(copies.empty() || copies.size() == vars.size(), op, ": ", copies.size(), " copies for ", vars.size(),
+            " variables (give none or one each)");
   for (const SlotList& l : slot_lists) {
     MPT_CHECK(l.slots.size() == vars.size() || (!l.required && l.slots.empty()), op, ": ", l.slots.size(),
               " '", l.name, "' slots for ", vars.size(), " variables", l.required ? "" : " (give none or one each)");
@@ -68,6 +83,7 @@ void check_update_all(const char* op, const std::vector<Tensor>& vars, const std
       MPT_CHECK(l.slots[i] || !l.required, op, e, ": slot '", l.name, "' is missing (null)");
       check_slot(op, vars[i], l.slots[i], l.name, e);
     }
+    if (!copies.empty()) check_copy(op, vars[i], copies[i], e);
     if (vars[i].numel() > 0) storage.push_back(vars[i].data_ptr());
   }
   std::vector<const void*> sorted = storage;
@@ -79,61 +95,78 @@ void check_update_all(const char* op, const std::vector<Tensor>& vars, const std
       if (vars[i].numel() > 0 && vars[i].data_ptr() == dup) at.push_back(i);
     fail(op, ": entries ", at[0], " and ", at[1], " update the same variable");
   }
+  // Every written tensor once: a copy may not be another entry's variable or copy.
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    if (!copies[i] || copies[i]->numel() == 0) continue;
+    const void* p = copies[i]->data_ptr();
+    MPT_CHECK(!std::binary_search(sorted.begin(), sorted.end(), p), op, Entry{static_cast<std::int64_t>(i)},
+              ": the copy is the memory of a variable of the list");
+    for (std::size_t j = 0; j < i; ++j)
+      MPT_CHECK(!copies[j] || copies[j]->numel() == 0 || copies[j]->data_ptr() != p, op,
+                Entry{static_cast<std::int64_t>(i)}, ": the copy is also entry ", j, "'s copy");
+  }
 }
 
 }  // namespace
 
 void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef,
-                bool nesterov) {
+                bool nesterov, Tensor* copy) {
   check_update("sgd_update", var, grad);
   check_slot("sgd_update", var, momentum, "momentum");
-  backend_of(var).sgd_update(var, grad, momentum, lr, momentum_coef, nesterov);
+  check_copy("sgd_update", var, copy);
+  backend_of(var).sgd_update(var, grad, momentum, lr, momentum_coef, nesterov, copy);
 }
 
 void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat, double alpha,
-                 double beta_1, double beta_2, double epsilon, double decay) {
+                 double beta_1, double beta_2, double epsilon, double decay, Tensor* copy) {
   check_update("adam_update", var, grad);
   check_slot("adam_update", var, &m, "m");
   check_slot("adam_update", var, &v, "v");
   check_slot("adam_update", var, vhat, "vhat");
-  backend_of(var).adam_update(var, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay);
+  check_copy("adam_update", var, copy);
+  backend_of(var).adam_update(var, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copy);
 }
 
 void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
-                    Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon) {
+                    Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon,
+                    Tensor* copy) {
   check_update("rmsprop_update", var, grad);
   check_slot("rmsprop_update", var, &velocity, "velocity");
   check_slot("rmsprop_update", var, average_grad, "average_gradient");
   check_slot("rmsprop_update", var, momentum, "momentum");
+  check_copy("rmsprop_update", var, copy);
   backend_of(var).rmsprop_update(var, grad, velocity, average_grad, momentum, lr, rho,
-                                 momentum_coef, epsilon);
+                                 momentum_coef, epsilon, copy);
 }
 
 void sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
-                    const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov) {
-  check_update_all("sgd_update_all", vars, grads, {{momenta, "momentum", false}});
+                    const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov,
+                    const std::vector<Tensor*>& copies) {
+  check_update_all("sgd_update_all", vars, grads, {{momenta, "momentum", false}}, copies);
   if (vars.empty()) return;
-  backend_of(vars[0]).sgd_update_all(vars, grads, momenta, lr, momentum_coef, nesterov);
+  backend_of(vars[0]).sgd_update_all(vars, grads, momenta, lr, momentum_coef, nesterov, copies);
 }
 
 void adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads, const std::vector<Tensor*>& m,
                      const std::vector<Tensor*>& v, const std::vector<Tensor*>& vhat, double alpha, double beta_1,
-                     double beta_2, double epsilon, double decay) {
-  check_update_all("adam_update_all", vars, grads, {{m, "m", true}, {v, "v", true}, {vhat, "vhat", false}});
+                     double beta_2, double epsilon, double decay, const std::vector<Tensor*>& copies) {
+  check_update_all("adam_update_all", vars, grads, {{m, "m", true}, {v, "v", true}, {vhat, "vhat", false}},
+                   copies);
   if (vars.empty()) return;
-  backend_of(vars[0]).adam_update_all(vars, grads, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay);
+  backend_of(vars[0]).adam_update_all(vars, grads, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copies);
 }
 
 void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                         const std::vector<Tensor*>& velocity, const std::vector<Tensor*>& average_grad,
                         const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
-                        double epsilon) {
+                        double epsilon, const std::vector<Tensor*>& copies) {
   check_update_all("rmsprop_update_all", vars, grads,
                    {{velocity, "velocity", true}, {average_grad, "average_gradient", false},
-                    {momentum, "momentum", false}});
+                    {momentum, "momentum", false}},
+                   copies);
   if (vars.empty()) return;
   backend_of(vars[0]).rmsprop_update_all(vars, grads, velocity, average_grad, momentum, lr, rho, momentum_coef,
-                                         epsilon);
+                                         epsilon, copies);
 }
 
 UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale) {

@@ -143,6 +143,22 @@ bool detail::fits_one_list_op(const std::vector<Variable>& vars) {
   return std::adjacent_find(p.begin(), p.end()) == p.end();
 }
 
+detail::UpdateCopies::UpdateCopies(const std::vector<Variable>& vars) : tensors(vars.size()), ptrs(vars.size()) {
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const DType d = vars[i].last_cast_dtype();
+    if (d == vars[i].dtype() || !(d == float32 || is_half(d))) continue;
+    tensors[i] = Tensor::empty(vars[i].shape(), d, vars[i].value().device());
+    ptrs[i] = &tensors[i];
+  }
+}
+
+void detail::UpdateCopies::finish(const std::vector<Variable>& vars) const {
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (ptrs[i]) vars[i].mark_modified(tensors[i]);
+    else vars[i].mark_modified();
+  }
+}
+
 void Optimizer::update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) {
   for (std::size_t i = 0; i < grads.size(); ++i) update_step(grads[i], vars[i], lr);
 }

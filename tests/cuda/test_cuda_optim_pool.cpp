@@ -7,6 +7,7 @@
 #include <tuple>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <limits>
 #include <random>
 
@@ -95,6 +96,49 @@ Update start(std::int64_t n, DType var_dtype, DType grad_dtype, unsigned seed) {
 
 float* ptr(std::vector<float>& v, bool used) { return used ? v.data() : nullptr; }
 
+/// The copy dtype of case k (optim_ops.hpp's copy): none, bfloat16, float16, float32 in turn.
+std::optional<DType> copy_dtype(int k) {
+  switch (k % 4) {
+    case 1: return bfloat16;
+    case 2: return float16;
+    case 3: return float32;
+    default: return std::nullopt;
+  }
+}
+
+k::GradType copy_type(DType d) {
+  return d == bfloat16 ? k::GradType::BF16 : d == float16 ? k::GradType::F16 : k::GradType::F32;
+}
+
+/// A copy of case k for a variable of n elements: the CPU backend's tensor (undefined when the
+/// case has none) and the kernel's bytes.
+struct Copy {
+  Tensor cpu;
+  std::vector<unsigned char> bytes;
+  Tensor* cpu_ptr() { return cpu.defined() ? &cpu : nullptr; }
+  k::CopyOut out() {
+    return cpu.defined() ? k::CopyOut{bytes.data(), copy_type(cpu.dtype())} : k::CopyOut{};
+  }
+};
+Copy make_copy(std::int64_t n, int k) {
+  Copy c;
+  if (auto d = copy_dtype(k)) {
+    c.cpu = Tensor::zeros({n}, *d, Device::cpu());
+    c.bytes.assign(c.cpu.nbytes(), 0xAB);  // the kernel's copy starts as garbage: every byte must be written
+  }
+  return c;
+}
+
+/// The kernel's copy has the CPU copy's bits, and the CPU copy those of cast(updated variable).
+void check_copy(const Copy& c, const Tensor& var, const char* what) {
+  if (!c.cpu.defined()) return;
+  CAPTURE(to_string(c.cpu.dtype()));
+  REQUIRE(c.bytes.size() == c.cpu.nbytes());
+  CHECK_MESSAGE(std::memcmp(c.bytes.data(), c.cpu.data_ptr(), c.bytes.size()) == 0, what, " copy (kernel vs CPU)");
+  const Tensor cast = var.to(c.cpu.dtype());
+  CHECK_MESSAGE(std::memcmp(cast.data_ptr(), c.cpu.data_ptr(), c.bytes.size()) == 0, what, " copy (CPU vs cast)");
+}
+
 }  // namespace
 
 TEST_CASE("sgd, adam and rmsprop kernels give the CPU backend's bits") {
@@ -115,11 +159,13 @@ TEST_CASE("sgd, adam and rmsprop kernels give the CPU backend's bits") {
             auto g = storage<G>(u.grad);
             auto m = storage<float>(u.slots[0]);
             const bool use_m = mode > 0;
-            cpu().sgd_update(u.var, u.grad, use_m ? &u.slots[0] : nullptr, 0.01, 0.9, mode == 2);
+            Copy c = make_copy(n, mode + 1);
+            cpu().sgd_update(u.var, u.grad, use_m ? &u.slots[0] : nullptr, 0.01, 0.9, mode == 2, c.cpu_ptr());
             k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
-              k::sgd_body(t, w.data(), g.data(), ptr(m, use_m), 0.01f, 0.9f, mode == 2, n);
+              k::sgd_body(t, w.data(), g.data(), ptr(m, use_m), 0.01f, 0.9f, mode == 2, n, c.out());
             });
             CHECK_SAME_BITS(u.var, w, "sgd var");
+            check_copy(c, u.var, "sgd");
             CHECK_SAME_BITS(u.slots[0], m, "sgd momentum");
           }
           // Adam (no decay, no amsgrad) and AdamW with amsgrad.
@@ -132,14 +178,16 @@ TEST_CASE("sgd, adam and rmsprop kernels give the CPU backend's bits") {
             auto v = storage<float>(u.slots[1]);
             auto h = storage<float>(u.slots[2]);
             const double alpha = 0.001 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.9 * 0.9), decay = mode ? 0.004 * 0.001 : 0;
+            Copy c = make_copy(n, mode + 1);
             cpu().adam_update(u.var, u.grad, u.slots[0], u.slots[1], mode ? &u.slots[2] : nullptr, alpha, 0.9, 0.999,
-                              1e-7, decay);
+                              1e-7, decay, c.cpu_ptr());
             k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
               k::adam_body(t, w.data(), g.data(), m.data(), v.data(), ptr(h, mode), static_cast<float>(alpha),
                            static_cast<float>(1 - 0.9), static_cast<float>(1 - 0.999), static_cast<float>(1e-7),
-                           static_cast<float>(decay), n);
+                           static_cast<float>(decay), n, c.out());
             });
             CHECK_SAME_BITS(u.var, w, "adam var");
+            check_copy(c, u.var, "adam");
             CHECK_SAME_BITS(u.slots[0], m, "adam m");
             CHECK_SAME_BITS(u.slots[1], v, "adam v");
             CHECK_SAME_BITS(u.slots[2], h, "adam vhat");
@@ -154,13 +202,15 @@ TEST_CASE("sgd, adam and rmsprop kernels give the CPU backend's bits") {
             auto vel = storage<float>(u.slots[1]);
             auto mo = storage<float>(u.slots[2]);
             const bool centered = mode == 1 || mode == 2, momentum = mode >= 2;
+            Copy c = make_copy(n, mode);
             cpu().rmsprop_update(u.var, u.grad, u.slots[1], centered ? &u.slots[0] : nullptr,
-                                 momentum ? &u.slots[2] : nullptr, 0.001, 0.9, 0.5, 1e-7);
+                                 momentum ? &u.slots[2] : nullptr, 0.001, 0.9, 0.5, 1e-7, c.cpu_ptr());
             k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
               k::rmsprop_body(t, w.data(), g.data(), vel.data(), ptr(a, centered), ptr(mo, momentum), 0.001f, 0.9f,
-                              static_cast<float>(1 - 0.9), 0.5f, static_cast<float>(1e-7), n);
+                              static_cast<float>(1 - 0.9), 0.5f, static_cast<float>(1e-7), n, c.out());
             });
             CHECK_SAME_BITS(u.var, w, "rmsprop var");
+            check_copy(c, u.var, "rmsprop");
             CHECK_SAME_BITS(u.slots[1], vel, "rmsprop velocity");
             CHECK_SAME_BITS(u.slots[0], a, "rmsprop average_grad");
             CHECK_SAME_BITS(u.slots[2], mo, "rmsprop momentum");
@@ -301,6 +351,8 @@ struct MultiUpdate {
   std::vector<Update> cpu;
   std::vector<std::vector<unsigned char>> var, grad;
   std::vector<std::array<std::vector<float>, 3>> slots;
+  std::vector<Copy> copies;  // variable i gets copy case i (none on every fourth)
+  Tensor* copy(std::size_t i) { return copies[i].cpu_ptr(); }
 };
 
 MultiUpdate multi_start(const std::vector<std::tuple<std::int64_t, DType, DType>>& specs, unsigned seed) {
@@ -322,6 +374,7 @@ MultiUpdate multi_start(const std::vector<std::tuple<std::int64_t, DType, DType>
     u.var.push_back(bytes(one.var));
     u.grad.push_back(bytes(one.grad));
     u.slots.push_back({storage<float>(one.slots[0]), storage<float>(one.slots[1]), storage<float>(one.slots[2])});
+    u.copies.push_back(make_copy(n, static_cast<int>(u.cpu.size())));
     u.cpu.push_back(std::move(one));
   }
   return u;
@@ -335,7 +388,7 @@ int run_multi(MultiUpdate& u, const std::array<std::function<bool(std::size_t)>,
   std::vector<k::UpdateTensor> items;
   for (std::size_t i = 0; i < u.cpu.size(); ++i) {
     k::UpdateTensor it{u.var[i].data(), u.grad[i].data(), {nullptr, nullptr, nullptr}, u.cpu[i].var.numel(),
-                       grad_type(u.cpu[i].var.dtype()), grad_type(u.cpu[i].grad.dtype())};
+                       grad_type(u.cpu[i].var.dtype()), grad_type(u.cpu[i].grad.dtype()), u.copies[i].out()};
     for (int s = 0; s < 3; ++s) it.slot[s] = used[s](i) ? u.slots[i][order[s]].data() : nullptr;
     items.push_back(it);
   }
@@ -363,6 +416,7 @@ void check_multi(const MultiUpdate& u, const char* what) {
       CAPTURE(s);
       CHECK_SAME_BITS(u.cpu[i].slots[s], u.slots[i][s], what);
     }
+    check_copy(u.copies[i], var, what);
   }
 }
 
@@ -392,7 +446,8 @@ TEST_CASE("the multi-tensor updates pack many variables into few launches and gi
                                                                : std::function<bool(std::size_t)>(every);
       const double lr = 0.01, mu = 0.9;
       for (std::size_t i = 0; i < u.cpu.size(); ++i)
-        cpu().sgd_update(u.cpu[i].var, u.cpu[i].grad, use(i) ? &u.cpu[i].slots[0] : nullptr, lr, mu, mode == 2);
+        cpu().sgd_update(u.cpu[i].var, u.cpu[i].grad, use(i) ? &u.cpu[i].slots[0] : nullptr, lr, mu, mode == 2,
+                         u.copy(i));
       k::UpdateHyper h;
       h.lr = static_cast<float>(lr), h.mu = static_cast<float>(mu), h.nesterov = mode == 2;
       const int launches = run_multi<k::UpdateKind::Sgd>(u, {use, none, none}, h, chunk, 32);
@@ -407,7 +462,7 @@ TEST_CASE("the multi-tensor updates pack many variables into few launches and gi
       const double alpha = 0.001 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.9 * 0.9), decay = mode ? 0.004 * 0.001 : 0;
       for (std::size_t i = 0; i < u.cpu.size(); ++i)
         cpu().adam_update(u.cpu[i].var, u.cpu[i].grad, u.cpu[i].slots[0], u.cpu[i].slots[1],
-                          mode ? &u.cpu[i].slots[2] : nullptr, alpha, 0.9, 0.999, 1e-7, decay);
+                          mode ? &u.cpu[i].slots[2] : nullptr, alpha, 0.9, 0.999, 1e-7, decay, u.copy(i));
       k::UpdateHyper h;
       h.alpha = static_cast<float>(alpha), h.c1 = static_cast<float>(1 - 0.9), h.c2 = static_cast<float>(1 - 0.999),
       h.eps = static_cast<float>(1e-7), h.decay = static_cast<float>(decay);
@@ -422,7 +477,7 @@ TEST_CASE("the multi-tensor updates pack many variables into few launches and gi
       const bool centered = mode & 1, momentum = mode & 2;
       for (std::size_t i = 0; i < u.cpu.size(); ++i)
         cpu().rmsprop_update(u.cpu[i].var, u.cpu[i].grad, u.cpu[i].slots[1], centered ? &u.cpu[i].slots[0] : nullptr,
-                             momentum ? &u.cpu[i].slots[2] : nullptr, 0.001, 0.9, 0.5, 1e-7);
+                             momentum ? &u.cpu[i].slots[2] : nullptr, 0.001, 0.9, 0.5, 1e-7, u.copy(i));
       k::UpdateHyper h;
       h.lr = 0.001f, h.rho = 0.9f, h.c = static_cast<float>(1 - 0.9), h.mu = 0.5f, h.eps = static_cast<float>(1e-7);
       // velocity, average_grad and momentum are storage slots 1, 0, 2 (start() keeps velocity > avg^2).
@@ -434,7 +489,7 @@ TEST_CASE("the multi-tensor updates pack many variables into few launches and gi
   SUBCASE("the launches: every block within a launch's capacity, each variable's chunks once") {
     std::vector<k::UpdateTensor> items;
     for (const auto& [n, vd, gd] : specs)
-      items.push_back({nullptr, nullptr, {nullptr, nullptr, nullptr}, n, grad_type(vd), grad_type(gd)});
+      items.push_back({nullptr, nullptr, {nullptr, nullptr, nullptr}, n, grad_type(vd), grad_type(gd), {}});
     std::int64_t covered = 0, total = 0;
     for (const auto& [n, vd, gd] : specs) total += n;
     int launches = 0;

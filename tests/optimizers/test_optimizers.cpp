@@ -705,6 +705,159 @@ void check_list_step(opt::Optimizer& a, opt::Optimizer& b, Device dev) {
 
 }  // namespace
 
+namespace {
+/// The same bits (16-bit and float32 values convert to float64 exactly; NaN never occurs here).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && a.to_vector<double>() == b.to_vector<double>();
+}
+}  // namespace
+
+TEST_CASE("the fused updates write a copy of the updated variable with cast's bits, and validate it") {
+  for_each_device([](Device dev) {
+    SUBCASE("single and list ops, every optimizer, copies in bfloat16, float16 and float32") {
+      const DType copy_dtypes[] = {bfloat16, float16, float32, bfloat16, float16, float32};
+      for (int op = 0; op < 3; ++op) {
+        CAPTURE(op);
+        ListState one = list_state(dev), all = list_state(dev);
+        std::vector<Tensor> c_one, c_all;
+        std::vector<Tensor*> p_one, p_all;
+        for (std::size_t i = 0; i < one.vars.size(); ++i) {  // entry 4 has none
+          const bool has = i != 4;
+          c_one.push_back(has ? Tensor::zeros(one.vars[i].shape(), copy_dtypes[i], dev) : Tensor());
+          c_all.push_back(has ? Tensor::zeros(one.vars[i].shape(), copy_dtypes[i], dev) : Tensor());
+        }
+        for (std::size_t i = 0; i < one.vars.size(); ++i) {
+          p_one.push_back(c_one[i].defined() ? &c_one[i] : nullptr);
+          p_all.push_back(c_all[i].defined() ? &c_all[i] : nullptr);
+        }
+        for (std::size_t i = 0; i < one.vars.size(); ++i) {
+          if (op == 0)
+            ops::adam_update(one.vars[i], one.grads[i], one.slots[0][i], one.slots[1][i], &one.slots[2][i], 0.01, 0.9,
+                             0.999, 1e-7, 0.001, p_one[i]);
+          else if (op == 1)
+            ops::sgd_update(one.vars[i], one.grads[i], &one.slots[0][i], 0.05, 0.9, true, p_one[i]);
+          else
+            ops::rmsprop_update(one.vars[i], one.grads[i], one.slots[1][i], &one.slots[0][i], &one.slots[2][i], 0.01,
+                                0.9, 0.5, 1e-7, p_one[i]);
+        }
+        if (op == 0)
+          ops::adam_update_all(all.vars, all.grads, slot_list(all, 0), slot_list(all, 1), slot_list(all, 2), 0.01, 0.9,
+                               0.999, 1e-7, 0.001, p_all);
+        else if (op == 1)
+          ops::sgd_update_all(all.vars, all.grads, slot_list(all, 0), 0.05, 0.9, true, p_all);
+        else
+          ops::rmsprop_update_all(all.vars, all.grads, slot_list(all, 1), slot_list(all, 0), slot_list(all, 2), 0.01,
+                                  0.9, 0.5, 1e-7, p_all);
+        check_same(one, all);
+        for (std::size_t i = 0; i < one.vars.size(); ++i) {
+          if (!c_one[i].defined()) continue;
+          CAPTURE(i);
+          CHECK(same_bits(c_one[i], one.vars[i].to(c_one[i].dtype())));
+          CHECK(same_bits(c_all[i], c_one[i]));
+        }
+      }
+    }
+    SUBCASE("bad copies are refused before anything is written") {
+      ListState st = list_state(dev);
+      const ListState before = list_state(dev);
+      Tensor var = st.vars[0], g = st.grads[0];
+      Tensor wrong_shape = Tensor::zeros({3, 2}, bfloat16, dev), f64 = Tensor::zeros({2, 3}, float64, dev);
+      Tensor other_dev = Tensor::zeros({2, 3}, bfloat16, dev == Device::cpu() ? Device::test() : Device::cpu());
+      auto sgd = [&](Tensor* c) { return error_of([&] { ops::sgd_update(var, g, nullptr, 0.1, 0.0, false, c); }); };
+      CHECK(contains(sgd(&wrong_shape), "sgd_update: copy"));
+      CHECK(contains(sgd(&wrong_shape), "does not match variable"));
+      CHECK(contains(sgd(&f64), "the copy must be float32, float16 or bfloat16"));
+      CHECK(contains(sgd(&other_dev), "does not match variable"));
+      CHECK(contains(sgd(&var), "the copy is the variable's own memory"));
+      Tensor undefined;
+      CHECK(contains(sgd(&undefined), "copy is an undefined tensor"));
+      std::vector<Tensor*> copies(st.vars.size(), nullptr);
+      CHECK(contains(error_of([&] {
+                       ops::adam_update_all(st.vars, st.grads, slot_list(st, 0), slot_list(st, 1), {}, 0.1, 0.9,
+                                            0.999, 1e-7, 0.0, {copies[0], copies[1]});
+                     }),
+                     "adam_update_all: 2 copies for 6 variables"));
+      std::vector<Tensor> same_shape = {st.vars[0], st.vars[0].copy()};
+      std::vector<Tensor> same_grads = {st.grads[0], st.grads[0]};
+      CHECK(contains(error_of([&] {
+                       ops::sgd_update_all(same_shape, same_grads, {}, 0.1, 0.0, false, {nullptr, &same_shape[0]});
+                     }),
+                     "sgd_update_all (entry 1): the copy is the memory of a variable of the list"));
+      Tensor shared = Tensor::zeros({2, 3}, bfloat16, dev);
+      Tensor shared_b = shared.detach();
+      CHECK(contains(error_of([&] { ops::sgd_update_all(same_shape, same_grads, {}, 0.1, 0.0, false, {&shared, &shared_b}); }),
+                     "sgd_update_all (entry 1): the copy is also entry 0's copy"));
+      copies.assign(st.vars.size(), nullptr);
+      copies[5] = &wrong_shape;
+      CHECK(contains(error_of([&] {
+                       ops::rmsprop_update_all(st.vars, st.grads, slot_list(st, 1), {}, {}, 0.1, 0.9, 0.0, 1e-7, copies);
+                     }),
+                     "rmsprop_update_all (entry 5): copy"));
+      check_same(st, before);  // a refused call changes nothing
+    }
+  });
+}
+
+TEST_CASE("an optimizer step hands a variable read in 16 bits its new 16-bit copy: the next read casts nothing") {
+  for_each_device([](Device dev) {
+    for (DType d : {bfloat16, float16}) {
+      CAPTURE(to_string(d));
+      for (int kind = 0; kind < 4; ++kind) {
+        CAPTURE(kind);
+        for (bool per_variable : {false, true}) {
+          CAPTURE(per_variable);
+          std::shared_ptr<opt::Optimizer> o;
+          if (kind == 0) o = per_variable ? std::make_shared<PerVariable<opt::AdamOptimizer>>(opt::AdamOptions{.learning_rate = 0.01})
+                                          : std::shared_ptr<opt::Optimizer>(opt::Adam({.learning_rate = 0.01}));
+          if (kind == 1) {
+            const opt::AdamWOptions w{.learning_rate = 0.01, .weight_decay = 0.1, .amsgrad = true};
+            o = per_variable ? std::make_shared<PerVariable<opt::AdamWOptimizer>>(w)
+                             : std::shared_ptr<opt::Optimizer>(std::make_shared<opt::AdamWOptimizer>(w));
+          }
+          if (kind == 2) {
+            const opt::SGDOptions w{.learning_rate = 0.05, .momentum = 0.9, .nesterov = true};
+            o = per_variable ? std::make_shared<PerVariable<opt::SGDOptimizer>>(w)
+                             : std::shared_ptr<opt::Optimizer>(std::make_shared<opt::SGDOptimizer>(w));
+          }
+          if (kind == 3) {
+            const opt::RMSpropOptions w{.learning_rate = 0.01, .momentum = 0.5, .centered = true};
+            o = per_variable ? std::make_shared<PerVariable<opt::RMSpropOptimizer>>(w)
+                             : std::shared_ptr<opt::Optimizer>(std::make_shared<opt::RMSpropOptimizer>(w));
+          }
+          std::vector<Variable> vars;
+          const std::vector<Shape> shapes = {{5, 7}, {16}, {3}};
+          for (std::size_t i = 0; i < shapes.size(); ++i)
+            vars.emplace_back(Tensor::random_uniform(shapes[i], -1, 1, 30 + i).to(dev).copy(), "w" + std::to_string(i));
+          vars[0].read(d), vars[1].read(d);  // vars[2] is only ever used in float32
+          CHECK(vars[0].last_cast_dtype() == d);
+          CHECK(vars[2].last_cast_dtype() == float32);
+          for (int step = 0; step < 2; ++step) {
+            std::vector<Tensor> grads;
+            for (std::size_t i = 0; i < shapes.size(); ++i)
+              grads.push_back(Tensor::random_uniform(shapes[i], -1, 1, 40 + 3 * step + i, d, dev));
+            const std::uint64_t version = vars[0].version();
+            o->apply_gradients(grads, vars);
+            CHECK(vars[0].version() > version);
+            for (std::size_t i = 0; i < 2; ++i) {
+              CAPTURE(i);
+              const std::size_t before = memory_stats(dev).allocations;
+              const Tensor r = vars[i].read(d);
+              CHECK(memory_stats(dev).allocations == before);  // the optimizer's copy, no cast
+              CHECK(same_bits(r, vars[i].value().to(d)));
+            }
+          }
+          // The measure sees a cast: after a plain modification the read allocates one.
+          vars[0].mark_modified();
+          const std::size_t before = memory_stats(dev).allocations;
+          const Tensor r = vars[0].read(d);
+          CHECK(memory_stats(dev).allocations > before);
+          CHECK(same_bits(r, vars[0].value().to(d)));
+        }
+      }
+    }
+  });
+}
+
 TEST_CASE("the built-in optimizers' update_steps equal their per-variable update_step") {
   for_each_device([](Device dev) {
     SUBCASE("adam") {

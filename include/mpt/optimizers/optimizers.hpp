@@ -72,6 +72,19 @@ void adam_steps(Optimizer& opt, const std::vector<Tensor>& grads, const std::vec
 /// True when one list op can update all of vars: one device, no variable twice. Otherwise the
 /// optimizers update one variable after another, as the per-variable loop does.
 bool fits_one_list_op(const std::vector<Variable>& vars);
+/// The copies a fused update writes besides the variables (mpt/optim_ops.hpp's copy): for each
+/// variable last read in a 16-bit or float32 dtype other than its own (Variable::last_cast_dtype,
+/// a float32 master under a mixed policy), a new tensor of that dtype; ptrs[i] null for the others.
+/// finish() marks every variable modified, handing it its copy, so that the next read() of that
+/// dtype needs no cast.
+struct UpdateCopies {
+  explicit UpdateCopies(const std::vector<Variable>& vars);
+  UpdateCopies(const UpdateCopies&) = delete;  // ptrs point into tensors
+  UpdateCopies& operator=(const UpdateCopies&) = delete;
+  void finish(const std::vector<Variable>& vars) const;
+  std::vector<Tensor> tensors;
+  std::vector<Tensor*> ptrs;
+};
 }  // namespace detail
 
 struct AdamWOptions {

@@ -19,9 +19,9 @@ constexpr std::int64_t kGrain = 1 << 14;
 float* slot_ptr(Tensor* t) { return t ? t->data<float>() : nullptr; }
 
 /// Runs f(i, m, w, g) over blocks of the variable: w holds var[i, i+m) as float32 (written back
-/// after f), g the gradient as float32.
+/// after f, then from var into copy, when given, in copy's dtype), g the gradient as float32.
 template <class F>
-void update_blocks(Tensor& var, const Tensor& grad, F f) {
+void update_blocks(Tensor& var, const Tensor& grad, Tensor* copy, F f) {
   parallel_for(var.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
     float sw[kBlock], sg[kBlock];
     for (std::int64_t i = b; i < e; i += kBlock) {
@@ -32,6 +32,11 @@ void update_blocks(Tensor& var, const Tensor& grad, F f) {
       float* w = store_target<float>(var, i, sw);
       f(i, m, w, g);
       store<float>(var, i, m, w);
+      // The copy from the stored result, as cast would convert the updated variable.
+      if (copy)
+        detail::convert(static_cast<const char*>(var.data_ptr()) + i * itemsize(var.dtype()), var.dtype(),
+                        static_cast<char*>(copy->data_ptr()) + i * itemsize(copy->dtype()), copy->dtype(),
+                        static_cast<std::size_t>(m));
     }
   });
 }
@@ -138,10 +143,10 @@ MPT_VECTOR_CLONES bool scale_block(const float* __restrict x, float* __restrict 
 }  // namespace
 
 void CpuBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
-                            double momentum_coef, bool nesterov) {
+                            double momentum_coef, bool nesterov, Tensor* copy) {
   float* pm = slot_ptr(momentum);
   const float l = static_cast<float>(lr), mu = static_cast<float>(momentum_coef);
-  update_blocks(var, grad, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
+  update_blocks(var, grad, copy, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
     if (pm) sgd_momentum_block(w, g, pm + i, n, l, mu, nesterov);
     else sgd_block(w, g, n, l);
   });
@@ -149,28 +154,28 @@ void CpuBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, d
 
 void CpuBackend::adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat,
                              double alpha, double beta_1, double beta_2, double epsilon,
-                             double decay) {
+                             double decay, Tensor* copy) {
   float* pm = m.data<float>();
   float* pv = v.data<float>();
   float* ph = slot_ptr(vhat);
   const float a = static_cast<float>(alpha), c1 = static_cast<float>(1 - beta_1),
               c2 = static_cast<float>(1 - beta_2), eps = static_cast<float>(epsilon),
               d = static_cast<float>(decay);
-  update_blocks(var, grad, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
+  update_blocks(var, grad, copy, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
     adam_block(w, g, pm + i, pv + i, ph ? ph + i : nullptr, n, a, c1, c2, eps, d);
   });
 }
 
 void CpuBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity,
                                 Tensor* average_grad, Tensor* momentum, double lr, double rho,
-                                double momentum_coef, double epsilon) {
+                                double momentum_coef, double epsilon, Tensor* copy) {
   float* pv = velocity.data<float>();
   float* pa = slot_ptr(average_grad);
   float* pm = slot_ptr(momentum);
   const float l = static_cast<float>(lr), r = static_cast<float>(rho),
               c = static_cast<float>(1 - rho), mu = static_cast<float>(momentum_coef),
               eps = static_cast<float>(epsilon);
-  update_blocks(var, grad, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
+  update_blocks(var, grad, copy, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
     rmsprop_block(w, g, pv + i, pa ? pa + i : nullptr, pm ? pm + i : nullptr, n, l, r, c, mu, eps);
   });
 }

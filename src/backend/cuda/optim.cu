@@ -21,20 +21,20 @@ constexpr std::int64_t kUpdateChunk = 16384;  // elements per block of the *_upd
 
 template <class V, class G>
 __global__ void sgd_kernel(V* var, const G* grad, float* momentum, float lr, float mu, bool nesterov,
-                           std::int64_t n) {
-  k::sgd_body(k::this_thread(), var, grad, momentum, lr, mu, nesterov, n);
+                           std::int64_t n, k::CopyOut copy) {
+  k::sgd_body(k::this_thread(), var, grad, momentum, lr, mu, nesterov, n, copy);
 }
 
 template <class V, class G>
 __global__ void adam_kernel(V* var, const G* grad, float* m, float* v, float* vhat, float alpha, float c1, float c2,
-                            float eps, float decay, std::int64_t n) {
-  k::adam_body(k::this_thread(), var, grad, m, v, vhat, alpha, c1, c2, eps, decay, n);
+                            float eps, float decay, std::int64_t n, k::CopyOut copy) {
+  k::adam_body(k::this_thread(), var, grad, m, v, vhat, alpha, c1, c2, eps, decay, n, copy);
 }
 
 template <class V, class G>
 __global__ void rmsprop_kernel(V* var, const G* grad, float* velocity, float* average_grad, float* momentum,
-                               float lr, float rho, float c, float mu, float eps, std::int64_t n) {
-  k::rmsprop_body(k::this_thread(), var, grad, velocity, average_grad, momentum, lr, rho, c, mu, eps, n);
+                               float lr, float rho, float c, float mu, float eps, std::int64_t n, k::CopyOut copy) {
+  k::rmsprop_body(k::this_thread(), var, grad, velocity, average_grad, momentum, lr, rho, c, mu, eps, n, copy);
 }
 
 template <k::UpdateKind K>
@@ -79,17 +79,24 @@ k::GradType grad_type(DType d, const char* op = "unscale_and_check") {
 /// Entry i of an optional slot list (empty: unused by every variable) as a device pointer.
 float* slot_at(const std::vector<Tensor*>& slots, std::size_t i) { return slots.empty() ? nullptr : slot_ptr(slots[i]); }
 
+/// The optional copy of an updated variable as the kernels take it.
+k::CopyOut copy_out(const Tensor* copy, const char* op) {
+  return copy ? k::CopyOut{copy->data_ptr(), grad_type(copy->dtype(), op)} : k::CopyOut{};
+}
+
 /// Packs every variable of a list op with its slots and launches update_multi_kernel<K> for each
 /// UpdateArgs: a few launches for all variables.
 template <k::UpdateKind K>
 void launch_updates(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
-                    std::initializer_list<const std::vector<Tensor*>*> slots, const k::UpdateHyper& h, const char* op) {
+                    std::initializer_list<const std::vector<Tensor*>*> slots, const std::vector<Tensor*>& copies,
+                    const k::UpdateHyper& h, const char* op) {
   if (vars.empty()) return;
   std::vector<k::UpdateTensor> items;
   items.reserve(vars.size());
   for (std::size_t i = 0; i < vars.size(); ++i) {
     k::UpdateTensor it{vars[i].data_ptr(), grads[i].data_ptr(), {nullptr, nullptr, nullptr}, vars[i].numel(),
-                       grad_type(vars[i].dtype(), op), grad_type(grads[i].dtype(), op)};
+                       grad_type(vars[i].dtype(), op), grad_type(grads[i].dtype(), op),
+                       copy_out(copies.empty() ? nullptr : copies[i], op)};
     int s = 0;
     for (const std::vector<Tensor*>* l : slots) it.slot[s++] = slot_at(*l, i);
     items.push_back(it);
@@ -106,7 +113,7 @@ void launch_updates(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
 }  // namespace
 
 void CudaBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef,
-                             bool nesterov) {
+                             bool nesterov, Tensor* copy) {
   const std::int64_t n = var.numel();
   if (n == 0) return;
   DeviceGuard g(var.device().index);
@@ -114,13 +121,14 @@ void CudaBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, 
   const float l = static_cast<float>(lr), mu = static_cast<float>(momentum_coef);
   with_var_and_grad(var, grad, "sgd_update", [&](auto* w, const auto* gr) {
     sgd_kernel<<<k::blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, stream(g.index())>>>(w, gr, pm, l, mu,
-                                                                                          nesterov, n);
+                                                                                          nesterov, n,
+                                                                                          copy_out(copy, "sgd_update"));
   });
   check_launch("sgd_update");
 }
 
 void CudaBackend::adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat, double alpha,
-                              double beta_1, double beta_2, double epsilon, double decay) {
+                              double beta_1, double beta_2, double epsilon, double decay, Tensor* copy) {
   const std::int64_t n = var.numel();
   if (n == 0) return;
   DeviceGuard g(var.device().index);
@@ -132,13 +140,15 @@ void CudaBackend::adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor
               eps = static_cast<float>(epsilon), d = static_cast<float>(decay);
   with_var_and_grad(var, grad, "adam_update", [&](auto* w, const auto* gr) {
     adam_kernel<<<k::blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, stream(g.index())>>>(w, gr, pm, pv, ph, a, c1,
-                                                                                           c2, eps, d, n);
+                                                                                           c2, eps, d, n,
+                                                                                           copy_out(copy, "adam_update"));
   });
   check_launch("adam_update");
 }
 
 void CudaBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
-                                 Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon) {
+                                 Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon,
+                                 Tensor* copy) {
   const std::int64_t n = var.numel();
   if (n == 0) return;
   DeviceGuard g(var.device().index);
@@ -149,7 +159,8 @@ void CudaBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& veloci
               mu = static_cast<float>(momentum_coef), eps = static_cast<float>(epsilon);
   with_var_and_grad(var, grad, "rmsprop_update", [&](auto* w, const auto* gr) {
     rmsprop_kernel<<<k::blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, stream(g.index())>>>(w, gr, pv, pa, pm, l,
-                                                                                              r, c, mu, eps, n);
+                                                                                              r, c, mu, eps, n,
+                                                                                              copy_out(copy, "rmsprop_update"));
   });
   check_launch("rmsprop_update");
 }
@@ -157,30 +168,32 @@ void CudaBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& veloci
 // The list updates: the float32 constants rounded from the same doubles as the single updates above.
 
 void CudaBackend::sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
-                                 const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov) {
+                                 const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov,
+                                 const std::vector<Tensor*>& copies) {
   k::UpdateHyper h;
   h.lr = static_cast<float>(lr), h.mu = static_cast<float>(momentum_coef), h.nesterov = nesterov;
-  launch_updates<k::UpdateKind::Sgd>(vars, grads, {&momenta}, h, "sgd_update_all");
+  launch_updates<k::UpdateKind::Sgd>(vars, grads, {&momenta}, copies, h, "sgd_update_all");
 }
 
 void CudaBackend::adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                                   const std::vector<Tensor*>& m, const std::vector<Tensor*>& v,
                                   const std::vector<Tensor*>& vhat, double alpha, double beta_1, double beta_2,
-                                  double epsilon, double decay) {
+                                  double epsilon, double decay, const std::vector<Tensor*>& copies) {
   k::UpdateHyper h;
   h.alpha = static_cast<float>(alpha), h.c1 = static_cast<float>(1 - beta_1), h.c2 = static_cast<float>(1 - beta_2),
   h.eps = static_cast<float>(epsilon), h.decay = static_cast<float>(decay);
-  launch_updates<k::UpdateKind::Adam>(vars, grads, {&m, &v, &vhat}, h, "adam_update_all");
+  launch_updates<k::UpdateKind::Adam>(vars, grads, {&m, &v, &vhat}, copies, h, "adam_update_all");
 }
 
 void CudaBackend::rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                                      const std::vector<Tensor*>& velocity, const std::vector<Tensor*>& average_grad,
                                      const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
-                                     double epsilon) {
+                                     double epsilon, const std::vector<Tensor*>& copies) {
   k::UpdateHyper h;
   h.lr = static_cast<float>(lr), h.rho = static_cast<float>(rho), h.c = static_cast<float>(1 - rho),
   h.mu = static_cast<float>(momentum_coef), h.eps = static_cast<float>(epsilon);
-  launch_updates<k::UpdateKind::Rmsprop>(vars, grads, {&velocity, &average_grad, &momentum}, h, "rmsprop_update_all");
+  launch_updates<k::UpdateKind::Rmsprop>(vars, grads, {&velocity, &average_grad, &momentum}, copies, h,
+                                         "rmsprop_update_all");
 }
 
 void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,

@@ -23,6 +23,28 @@ MPT_HOST_DEVICE inline float load_f32(T v) {
   return static_cast<float>(load(v));
 }
 
+/// Variable, gradient and copy element types, by code (the dtype switch runs once per block).
+enum class GradType : std::int32_t { F32, F64, F16, BF16 };
+
+/// The optional copy of the updated variable (mpt/optim_ops.hpp's `copy`): null when unused.
+struct CopyOut {
+  void* ptr = nullptr;
+  GradType type = GradType::F32;
+};
+
+/// copy[i] = var[i] in the copy's type: cast's conversion of the stored, updated element.
+template <class V>
+MPT_HOST_DEVICE inline void copy_at(const CopyOut& c, const V* var, std::int64_t i) {
+  if (!c.ptr) return;
+  const float w = load_f32(var[i]);
+  switch (c.type) {
+    case GradType::F32: static_cast<float*>(c.ptr)[i] = w; break;
+    case GradType::F16: static_cast<__half*>(c.ptr)[i] = store<__half>(w); break;
+    case GradType::BF16: static_cast<__nv_bfloat16*>(c.ptr)[i] = store<__nv_bfloat16>(w); break;
+    case GradType::F64: break;  // never a copy's type (src/ops refuses it)
+  }
+}
+
 // ---- fused updates: var (V) and grad (G) in their storage types, slots float32 ------------------
 //
 // Each update is one function of element i (*_at) that both the single-tensor grid-stride bodies
@@ -46,8 +68,11 @@ MPT_HOST_DEVICE inline void sgd_at(V* var, const G* grad, float* momentum, float
 
 template <class V, class G>
 MPT_HOST_DEVICE void sgd_body(const Thread& t, V* var, const G* grad, float* momentum, float lr,
-                              float mu, bool nesterov, std::int64_t n) {
-  for (std::int64_t i = t.global(); i < n; i += t.stride()) sgd_at(var, grad, momentum, lr, mu, nesterov, i);
+                              float mu, bool nesterov, std::int64_t n, CopyOut copy = {}) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) {
+    sgd_at(var, grad, momentum, lr, mu, nesterov, i);
+    copy_at(copy, var, i);
+  }
 }
 
 /// Adam/AdamW (Keras's form): c1 = 1 - beta_1, c2 = 1 - beta_2, decay the decoupled weight decay;
@@ -74,8 +99,12 @@ MPT_HOST_DEVICE inline void adam_at(V* var, const G* grad, float* m, float* v, f
 
 template <class V, class G>
 MPT_HOST_DEVICE void adam_body(const Thread& t, V* var, const G* grad, float* m, float* v, float* vhat,
-                               float alpha, float c1, float c2, float eps, float decay, std::int64_t n) {
-  for (std::int64_t i = t.global(); i < n; i += t.stride()) adam_at(var, grad, m, v, vhat, alpha, c1, c2, eps, decay, i);
+                               float alpha, float c1, float c2, float eps, float decay, std::int64_t n,
+                               CopyOut copy = {}) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) {
+    adam_at(var, grad, m, v, vhat, alpha, c1, c2, eps, decay, i);
+    copy_at(copy, var, i);
+  }
 }
 
 /// RMSprop (Keras's form): c = 1 - rho; average_grad (centered) and momentum null when unused.
@@ -108,9 +137,11 @@ MPT_HOST_DEVICE inline void rmsprop_at(V* var, const G* grad, float* velocity, f
 template <class V, class G>
 MPT_HOST_DEVICE void rmsprop_body(const Thread& t, V* var, const G* grad, float* velocity, float* average_grad,
                                   float* momentum, float lr, float rho, float c, float mu, float eps,
-                                  std::int64_t n) {
-  for (std::int64_t i = t.global(); i < n; i += t.stride())
+                                  std::int64_t n, CopyOut copy = {}) {
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) {
     rmsprop_at(var, grad, velocity, average_grad, momentum, lr, rho, c, mu, eps, i);
+    copy_at(copy, var, i);
+  }
 }
 
 // ---- unscale_and_check: PyTorch's multi_tensor_apply pattern ------------------------------------
@@ -119,9 +150,6 @@ MPT_HOST_DEVICE void rmsprop_body(const Thread& t, V* var, const G* grad, float*
 // up to kUnscaleTensors tensors and, per block, which tensor and which chunk of it that block
 // unscales. Large tensors spread over many blocks (and launches); a tensor cut by a full launch
 // carries over to the next one as its first entry.
-
-/// Gradient element types, by code (the dtype switch runs once per block).
-enum class GradType : std::int32_t { F32, F64, F16, BF16 };
 
 struct UnscaleTensor {
   const void* in;
@@ -248,13 +276,15 @@ enum class UpdateKind : std::int32_t { Sgd, Adam, Rmsprop };
 
 /// One variable: var in its storage type (float32, float16, bfloat16; by code), grad in any
 /// floating type, the float32 slots (null when unused):
-///   Sgd: momentum;  Adam: m, v, vhat;  Rmsprop: velocity, average_grad, momentum.
+///   Sgd: momentum;  Adam: m, v, vhat;  Rmsprop: velocity, average_grad, momentum;
+/// and the optional copy of the updated variable.
 struct UpdateTensor {
   void* var;
   const void* grad;
   float* slot[3];
   std::int64_t numel;
   GradType var_type, grad_type;
+  CopyOut copy;
 };
 
 /// The step's float32 constants, rounded from the same doubles as the single-tensor launches:
@@ -265,7 +295,7 @@ struct UpdateHyper {
   bool nesterov = false;
 };
 
-constexpr int kUpdateTensors = 36;
+constexpr int kUpdateTensors = 32;
 constexpr int kUpdateBlocks = 320;
 
 struct UpdateArgs {
@@ -303,6 +333,7 @@ MPT_HOST_DEVICE inline void update_range(const UpdateTensor& e, const UpdateHype
       adam_at(var, grad, e.slot[0], e.slot[1], e.slot[2], h.alpha, h.c1, h.c2, h.eps, h.decay, i);
     else
       rmsprop_at(var, grad, e.slot[0], e.slot[1], e.slot[2], h.lr, h.rho, h.c, h.mu, h.eps, i);
+    copy_at(e.copy, var, i);
   }
 }
 
