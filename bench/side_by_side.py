@@ -151,18 +151,21 @@ def main():
                 cells.append(f"{fmt(v)} ({fmt(mn(impl, m, dt))})" if v is not None else "-")
         print(f"| {m} | " + " | ".join(cells) + " |")
     print()
-    print("| model | bf16: mpt / PyTorch (target <= 0.8) | fp32: mpt / PyTorch (<= 0.8) | mpt fp16 / mpt fp32 (<= 1.05) | worst run median/min (<= 1.15) | samples/s mpt bf16 | peak RSS MB mpt bf16 / PyTorch bf16 |")
+    print("| model | bf16: mpt / PyTorch (target <= 0.8) | fp32: mpt / PyTorch (<= 0.8) | mpt fp16 / mpt fp32 (<= 1.05) | worst run median/min (<= 1.15): all / mpt's / PyTorch's | samples/s mpt bf16 | peak RSS MB mpt bf16 / PyTorch bf16 |")
     print("|---|---|---|---|---|---|---|")
     for m in models:
         def ratio(a, b):
             return f"{a / b:.2f}" if a and b else "-"
-        spread = max(x["median_ms"] / x["min_ms"] for (i, mm, d), rs in runs.items() if mm == m for x in rs)
+        def spread(impls):
+            return max((x["median_ms"] / x["min_ms"] for (i, mm, d), rs in runs.items() if mm == m and i in impls
+                        for x in rs), default=float("nan"))
         rs_mpt = runs.get(("mpt", m, "bfloat16"), [{}])
         rs_pt = runs.get(("pytorch", m, "bfloat16"), [{}])
         sps = rs_mpt[-1].get("samples_per_s", 0)
         print(f"| {m} | {ratio(med('mpt', m, 'bfloat16'), med('pytorch', m, 'bfloat16'))} | "
               f"{ratio(med('mpt', m, 'float32'), med('pytorch', m, 'float32'))} | "
-              f"{ratio(med('mpt', m, 'float16'), med('mpt', m, 'float32'))} | {spread:.2f} | {sps:.0f} | "
+              f"{ratio(med('mpt', m, 'float16'), med('mpt', m, 'float32'))} | "
+              f"{spread(('mpt', 'pytorch')):.2f} / {spread(('mpt',)):.2f} / {spread(('pytorch',)):.2f} | {sps:.0f} | "
               f"{max(x['peak_rss_mb'] for x in rs_mpt if x):.0f} / {max(x['peak_rss_mb'] for x in rs_pt if x):.0f} |")
     print()
     for p in run_json([probe, "--threads", str(args.threads)], env):
