@@ -49,9 +49,9 @@ PrimitiveCache<dnnl::matmul>& matmul_cache() {
   return cache;
 }
 
-void dnnl_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,
+/// out = act(op(a) . op(b) + bias) through oneDNN; g is gemm_shape(a, b, ta, tb).
+void dnnl_matmul(const GemmShape& g, const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,
                  Activation act, Tensor& out) {
-  const GemmShape g = gemm_shape(a, b, ta, tb);
   const std::int64_t bo = std::max(g.batch_a, g.batch_b);
   using dims = dnnl::memory::dims;
   const DType dt = a.dtype(), bias_dt = bias.defined() ? bias.dtype() : dt;
@@ -141,7 +141,8 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
   if (a.dtype() == float64) return reference_matmul_f64(a, b, ta, tb, bias, act, out);
   // A small transposed B (the last layer's kernel in dx = dz . W^T, K = classes) is transposed
   // into a copy first, for the native and the staged GEMM alike: oneDNN's brgemm is several
-  // times slower on it than on B laid out [K, N], and the copy is tiny.
+  // times slower on it than on B laid out [K, N], and the copy is tiny (g stays the shape:
+  // the copy is 2-D like b, so the batch counts do not change either).
   const GemmShape g = gemm_shape(a, b, ta, tb);
   Tensor bt = b;
   if (tb && b.dim() == 2 && g.k * g.n > 0 && g.k * g.n <= kSmallTransposed) {
@@ -151,7 +152,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
   }
   if (a.dtype() == float16 || (a.dtype() == bfloat16 && !dnnl_has_bf16())) {
     Tensor c = Tensor::empty(out.shape(), float32, out.device());
-    dnnl_matmul(to_float32(a), to_float32(bt), ta, tb, to_float32(bias), act, c);
+    dnnl_matmul(g, to_float32(a), to_float32(bt), ta, tb, to_float32(bias), act, c);
     cast(c, out);
     return;
   }
@@ -159,7 +160,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
     fill(out, 0.0);
     return;
   }
-  dnnl_matmul(a, bt, ta, tb, bias, act, out);
+  dnnl_matmul(g, a, bt, ta, tb, bias, act, out);
 }
 
 }  // namespace mpt::cpu
