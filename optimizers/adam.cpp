@@ -25,7 +25,8 @@ void detail::adam_step(Optimizer& opt, const Tensor& grad, const Variable& var, 
   Tensor* vhat = amsgrad ? &opt.slot(var, "vhat") : nullptr;
   const std::vector<Variable> one{var};
   const UpdateCopies copy(one);
-  ops::adam_update(value, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copy.ptrs[0]);
+  ops::adam_update(value, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copy.ptrs[0],
+                   opt.gradient_scale());
   copy.finish(one);
 }
 
@@ -48,7 +49,8 @@ void detail::adam_steps(Optimizer& opt, const std::vector<Tensor>& grads, const 
     if (amsgrad) vhat.push_back(&opt.slot(var, "vhat"));
   }
   const UpdateCopies copies(vars);
-  ops::adam_update_all(values, grads, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copies.ptrs);
+  ops::adam_update_all(values, grads, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copies.ptrs,
+                       opt.gradient_scale());
   copies.finish(vars);
 }
 

@@ -19,7 +19,8 @@ void RMSpropOptimizer::update_step(const Tensor& grad, const Variable& var, doub
   Tensor* momentum = o_.momentum > 0 ? &slot(var, "momentum") : nullptr;
   const std::vector<Variable> one{var};
   const detail::UpdateCopies copy(one);
-  ops::rmsprop_update(value, grad, velocity, average, momentum, lr, o_.rho, o_.momentum, o_.epsilon, copy.ptrs[0]);
+  ops::rmsprop_update(value, grad, velocity, average, momentum, lr, o_.rho, o_.momentum, o_.epsilon, copy.ptrs[0],
+                      gradient_scale());
   copy.finish(one);
 }
 
@@ -39,7 +40,7 @@ void RMSpropOptimizer::update_steps(const std::vector<Tensor>& grads, const std:
   }
   const detail::UpdateCopies copies(vars);
   ops::rmsprop_update_all(values, grads, velocity, average, momentum, lr, o_.rho, o_.momentum, o_.epsilon,
-                          copies.ptrs);
+                          copies.ptrs, gradient_scale());
   copies.finish(vars);
 }
 

@@ -16,7 +16,7 @@ void SGDOptimizer::update_step(const Tensor& grad, const Variable& var, double l
   Tensor* m = o_.momentum != 0 ? &slot(var, "momentum") : nullptr;
   const std::vector<Variable> one{var};
   const detail::UpdateCopies copy(one);
-  ops::sgd_update(value, grad, m, lr, o_.momentum, o_.nesterov, copy.ptrs[0]);
+  ops::sgd_update(value, grad, m, lr, o_.momentum, o_.nesterov, copy.ptrs[0], gradient_scale());
   copy.finish(one);
 }
 
@@ -32,7 +32,7 @@ void SGDOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vec
     if (o_.momentum != 0) momenta.push_back(&slot(var, "momentum"));
   }
   const detail::UpdateCopies copies(vars);
-  ops::sgd_update_all(values, grads, momenta, lr, o_.momentum, o_.nesterov, copies.ptrs);
+  ops::sgd_update_all(values, grads, momenta, lr, o_.momentum, o_.nesterov, copies.ptrs, gradient_scale());
   copies.finish(vars);
 }
 

@@ -12,6 +12,10 @@
 /// updated variable: a mixed-precision optimizer writes the float32 master and its 16-bit
 /// compute copy at once instead of reading the master again in the next forward pass.
 ///
+/// `grad_scale` multiplies every gradient element (in float32, after widening) before it is
+/// used: the LossScaleOptimizer's unscale fused into the update, as PyTorch's fused Adam takes
+/// grad_scale. The results have the bits of the update applied to unscale_and_check's output.
+///
 ///   // Adam, step t (Keras's form: alpha = lr * sqrt(1 - b2^t) / (1 - b1^t))
 ///   mpt::ops::adam_update(w, g, m, v, nullptr, alpha, 0.9, 0.999, 1e-7);
 ///   auto r = mpt::ops::unscale_and_check(grads, 1.0 / 32768);
@@ -26,7 +30,7 @@ namespace mpt::ops {
 /// SGD. momentum == nullptr: var -= lr * g. Otherwise
 ///   m = momentum_coef * m - lr * g;  var += m   (nesterov: var += momentum_coef * m - lr * g).
 void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef,
-                bool nesterov, Tensor* copy = nullptr);
+                bool nesterov, Tensor* copy = nullptr, double grad_scale = 1.0);
 
 /// Adam / AdamW, Keras's form:
 ///   var -= var * decay                      (AdamW's decoupled decay: decay = weight_decay * lr)
@@ -34,7 +38,8 @@ void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, do
 ///   vhat = max(vhat, v) and use vhat for v  (amsgrad, when vhat != nullptr)
 ///   var -= alpha * m / (sqrt(v) + epsilon)
 void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat, double alpha,
-                 double beta_1, double beta_2, double epsilon, double decay = 0.0, Tensor* copy = nullptr);
+                 double beta_1, double beta_2, double epsilon, double decay = 0.0, Tensor* copy = nullptr,
+                 double grad_scale = 1.0);
 
 /// RMSprop, Keras's form:
 ///   vel = rho * vel + (1 - rho) * g^2
@@ -44,7 +49,7 @@ void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* 
 ///   momentum slot given: mom = momentum_coef * mom + inc; var -= mom.  Otherwise var -= inc.
 void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
                     Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon,
-                    Tensor* copy = nullptr);
+                    Tensor* copy = nullptr, double grad_scale = 1.0);
 
 /// The three updates above for many variables in one call, with the step's hyperparameters
 /// shared: entry i updates vars[i] with grads[i] and entry i of each slot list, exactly as the
@@ -59,14 +64,15 @@ void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* a
 ///   mpt::ops::adam_update_all(ws, gs, {&m1, &m2}, {&v1, &v2}, {}, alpha, 0.9, 0.999, 1e-7);
 void sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                     const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov,
-                    const std::vector<Tensor*>& copies = {});
+                    const std::vector<Tensor*>& copies = {}, double grad_scale = 1.0);
 void adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads, const std::vector<Tensor*>& m,
                      const std::vector<Tensor*>& v, const std::vector<Tensor*>& vhat, double alpha, double beta_1,
-                     double beta_2, double epsilon, double decay = 0.0, const std::vector<Tensor*>& copies = {});
+                     double beta_2, double epsilon, double decay = 0.0, const std::vector<Tensor*>& copies = {},
+                     double grad_scale = 1.0);
 void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                         const std::vector<Tensor*>& velocity, const std::vector<Tensor*>& average_grad,
                         const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
-                        double epsilon, const std::vector<Tensor*>& copies = {});
+                        double epsilon, const std::vector<Tensor*>& copies = {}, double grad_scale = 1.0);
 
 struct UnscaleResult {
   std::vector<Tensor> grads;     ///< grads[i] * inv_scale in float32 (undefined stays undefined)
@@ -81,6 +87,9 @@ UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, double inv_sca
 /// The same with inv_scale a float32 scalar on the gradients' device; the flag stays there
 /// (found_flag), nothing is read by the host.
 UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale);
+/// unscale_and_check's flags (found_flag, nonfinite_flags) without writing the unscaled
+/// gradients (grads stays empty): the check before an update that takes grad_scale.
+UnscaleResult check_unscaled(const std::vector<Tensor>& grads, const Tensor& inv_scale);
 
 /// Keras's dynamic loss-scale rule with hysteresis and bounds.
 struct LossScaleRule {

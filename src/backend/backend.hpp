@@ -121,15 +121,17 @@ class Backend {
 
   // Fused optimizer updates (formulas in mpt/optim_ops.hpp): var (float32 or 16-bit) and the
   // float32 slots are updated in place in one pass; optional slots are null when unused. copy
-  // (null when unused) receives the updated var in its own dtype, as cast would round it.
+  // (null when unused) receives the updated var in its own dtype, as cast would round it;
+  // grad_scale multiplies each widened gradient element first (1: nothing to multiply).
   virtual void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
-                          double momentum_coef, bool nesterov, Tensor* copy) = 0;
+                          double momentum_coef, bool nesterov, Tensor* copy, double grad_scale) = 0;
   virtual void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat,
                            double alpha, double beta_1, double beta_2, double epsilon,
-                           double decay, Tensor* copy) = 0;
+                           double decay, Tensor* copy, double grad_scale) = 0;
   virtual void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity,
                               Tensor* average_grad, Tensor* momentum, double lr, double rho,
-                              double momentum_coef, double epsilon, Tensor* copy) = 0;
+                              double momentum_coef, double epsilon, Tensor* copy,
+                              double grad_scale) = 0;
   /// The same updates for many variables at once (mpt/optim_ops.hpp's *_update_all): entry i
   /// updates vars[i] with grads[i] and slot lists' entry i; a slot list (and copies) is either
   /// empty (unused by every variable) or one entry per variable (null where unused). All on this
@@ -138,19 +140,20 @@ class Backend {
   /// variables into each launch.
   virtual void sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                               const std::vector<Tensor*>& momenta, double lr, double momentum_coef,
-                              bool nesterov, const std::vector<Tensor*>& copies);
+                              bool nesterov, const std::vector<Tensor*>& copies, double grad_scale);
   virtual void adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                                const std::vector<Tensor*>& m, const std::vector<Tensor*>& v,
                                const std::vector<Tensor*>& vhat, double alpha, double beta_1,
                                double beta_2, double epsilon, double decay,
-                               const std::vector<Tensor*>& copies);
+                               const std::vector<Tensor*>& copies, double grad_scale);
   virtual void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                                   const std::vector<Tensor*>& velocity,
                                   const std::vector<Tensor*>& average_grad,
                                   const std::vector<Tensor*>& momentum, double lr, double rho,
                                   double momentum_coef, double epsilon,
-                                  const std::vector<Tensor*>& copies);
-  /// out[i] = grads[i] * inv_scale (outs float32, pre-allocated; undefined grads skipped;
+                                  const std::vector<Tensor*>& copies, double grad_scale);
+  /// out[i] = grads[i] * inv_scale (outs float32, pre-allocated, or undefined to only check;
+  /// undefined grads skipped;
   /// inv_scale a float32 scalar on this device); found (float32 scalar) = 1 when any element
   /// of any out is inf or NaN, else 0; flags (float32 [grads.size()]) = 1 for each gradient that
   /// held one, in the same pass (the overflow diagnostics). Nothing is read by the host.

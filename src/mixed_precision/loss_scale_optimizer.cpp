@@ -98,15 +98,21 @@ ApplyResult LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads
 
   Tensor flag = checked_flag_, flags = checked_flags_;
   std::vector<Tensor> unscaled;
+  // Gradients of the scaled loss that the inner optimizer can unscale inside its update
+  // (Optimizer::fuses_gradient_scale): checked here without writing the unscaled copies, then
+  // applied with grad_scale = 1 / scale (host_ mirrors inv_scale_ bit for bit).
+  bool fused = false;
   if (checked_ids_.empty() || checked_ids_ != ids_of(grads)) {  // not from get_unscaled_gradients
     for (const auto& g : grads)
       if (g.defined()) to_device(g.device());
+    fused = scaled && inner_->fuses_gradient_scale();
     // Gradients of the scaled loss are unscaled here (one fused pass), never applied as they are.
     ops::UnscaleResult u =
-        ops::unscale_and_check(grads, scaled ? inv_scale_ : Tensor::scalar(1.0, float32, scale_.device()));
+        fused ? ops::check_unscaled(grads, inv_scale_)
+              : ops::unscale_and_check(grads, scaled ? inv_scale_ : Tensor::scalar(1.0, float32, scale_.device()));
     flag = u.found_flag;
     flags = u.nonfinite_flags;
-    if (scaled) unscaled = std::move(u.grads);
+    if (scaled && !fused) unscaled = std::move(u.grads);
   }
   const std::vector<Tensor>& step_grads = unscaled.empty() ? grads : unscaled;
   checked_ids_.clear();
@@ -127,7 +133,8 @@ ApplyResult LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads
     for (std::size_t i = 0; i < per_tensor.size() && i < vars.size(); ++i)
       if (per_tensor[i] != 0.0f) r.nonfinite_variables.push_back(vars[i].path().empty() ? vars[i].name() : vars[i].path());
   } else {
-    inner_->apply_gradients(step_grads, vars);
+    if (fused) inner_->apply_scaled_gradients(grads, vars, host_.inv_scale);
+    else inner_->apply_gradients(step_grads, vars);
   }
   ops::update_loss_scale(scale_, inv_scale_, counters_, flag, rule());
   kernels_step(host_, nonfinite, rule());

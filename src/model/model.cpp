@@ -247,12 +247,16 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
   // Σ_r weight_r·g_r: every rank gets the same gradients, so the loss-scale check that follows
   // (an inf or NaN survives the sum) makes one skip decision for all ranks.
   if (strategy) grads = reducer->finish(grads);
-  if (lso) {
+  if (lso && !keep_gradients) {  // the unscale fused into the update where the optimizer can
+    auto applied = lso->apply_gradients(grads, vars);
+    r.applied = applied.applied;
+    r.nonfinite_variables = std::move(applied.nonfinite_variables);
+  } else if (lso) {  // the callbacks get the unscaled gradients
     auto unscaled = lso->get_unscaled_gradients(grads);
     auto applied = lso->apply_gradients_checked(unscaled, vars);
     r.applied = applied.applied;
     r.nonfinite_variables = std::move(applied.nonfinite_variables);
-    if (keep_gradients) r.gradients = std::move(unscaled);
+    r.gradients = std::move(unscaled);
   } else {
     optimizer_->apply_gradients(grads, vars);
     if (keep_gradients) r.gradients = std::move(grads);

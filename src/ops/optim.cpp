@@ -1,6 +1,7 @@
 #include "mpt/optim_ops.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <ostream>
 
 #include "ops/ops_common.hpp"
@@ -50,6 +51,12 @@ void check_copy(const char* op, const Tensor& var, const Tensor* copy, Entry e =
             " does not match variable ", describe(var));
   MPT_CHECK(var.numel() == 0 || copy->data_ptr() != var.data_ptr(), op, e,
             ": the copy is the variable's own memory");
+}
+
+/// grad_scale multiplies gradients in float32: a finite, positive number (an inverse loss scale).
+void check_grad_scale(const char* op, double grad_scale) {
+  MPT_CHECK(std::isfinite(grad_scale) && grad_scale > 0, op, ": grad_scale must be a finite number > 0, got ",
+            grad_scale);
 }
 
 /// A slot list of the list ops: `required` ones have a non-null entry per variable, optional
@@ -110,66 +117,77 @@ void check_update_all(const char* op, const std::vector<Tensor>& vars, const std
 }  // namespace
 
 void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef,
-                bool nesterov, Tensor* copy) {
+                bool nesterov, Tensor* copy, double grad_scale) {
   check_update("sgd_update", var, grad);
   check_slot("sgd_update", var, momentum, "momentum");
   check_copy("sgd_update", var, copy);
-  backend_of(var).sgd_update(var, grad, momentum, lr, momentum_coef, nesterov, copy);
+  check_grad_scale("sgd_update", grad_scale);
+  backend_of(var).sgd_update(var, grad, momentum, lr, momentum_coef, nesterov, copy, grad_scale);
 }
 
 void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat, double alpha,
-                 double beta_1, double beta_2, double epsilon, double decay, Tensor* copy) {
+                 double beta_1, double beta_2, double epsilon, double decay, Tensor* copy, double grad_scale) {
   check_update("adam_update", var, grad);
   check_slot("adam_update", var, &m, "m");
   check_slot("adam_update", var, &v, "v");
   check_slot("adam_update", var, vhat, "vhat");
   check_copy("adam_update", var, copy);
-  backend_of(var).adam_update(var, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copy);
+  check_grad_scale("adam_update", grad_scale);
+  backend_of(var).adam_update(var, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copy, grad_scale);
 }
 
 void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
                     Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon,
-                    Tensor* copy) {
+                    Tensor* copy, double grad_scale) {
   check_update("rmsprop_update", var, grad);
   check_slot("rmsprop_update", var, &velocity, "velocity");
   check_slot("rmsprop_update", var, average_grad, "average_gradient");
   check_slot("rmsprop_update", var, momentum, "momentum");
   check_copy("rmsprop_update", var, copy);
+  check_grad_scale("rmsprop_update", grad_scale);
   backend_of(var).rmsprop_update(var, grad, velocity, average_grad, momentum, lr, rho,
-                                 momentum_coef, epsilon, copy);
+                                 momentum_coef, epsilon, copy, grad_scale);
 }
 
 void sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                     const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov,
-                    const std::vector<Tensor*>& copies) {
+                    const std::vector<Tensor*>& copies, double grad_scale) {
   check_update_all("sgd_update_all", vars, grads, {{momenta, "momentum", false}}, copies);
+  check_grad_scale("sgd_update_all", grad_scale);
   if (vars.empty()) return;
-  backend_of(vars[0]).sgd_update_all(vars, grads, momenta, lr, momentum_coef, nesterov, copies);
+  backend_of(vars[0]).sgd_update_all(vars, grads, momenta, lr, momentum_coef, nesterov, copies, grad_scale);
 }
 
 void adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads, const std::vector<Tensor*>& m,
                      const std::vector<Tensor*>& v, const std::vector<Tensor*>& vhat, double alpha, double beta_1,
-                     double beta_2, double epsilon, double decay, const std::vector<Tensor*>& copies) {
+                     double beta_2, double epsilon, double decay, const std::vector<Tensor*>& copies,
+                     double grad_scale) {
   check_update_all("adam_update_all", vars, grads, {{m, "m", true}, {v, "v", true}, {vhat, "vhat", false}},
                    copies);
+  check_grad_scale("adam_update_all", grad_scale);
   if (vars.empty()) return;
-  backend_of(vars[0]).adam_update_all(vars, grads, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copies);
+  backend_of(vars[0]).adam_update_all(vars, grads, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copies,
+                                      grad_scale);
 }
 
 void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                         const std::vector<Tensor*>& velocity, const std::vector<Tensor*>& average_grad,
                         const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
-                        double epsilon, const std::vector<Tensor*>& copies) {
+                        double epsilon, const std::vector<Tensor*>& copies, double grad_scale) {
   check_update_all("rmsprop_update_all", vars, grads,
                    {{velocity, "velocity", true}, {average_grad, "average_gradient", false},
                     {momentum, "momentum", false}},
                    copies);
+  check_grad_scale("rmsprop_update_all", grad_scale);
   if (vars.empty()) return;
   backend_of(vars[0]).rmsprop_update_all(vars, grads, velocity, average_grad, momentum, lr, rho, momentum_coef,
-                                         epsilon, copies);
+                                         epsilon, copies, grad_scale);
 }
 
-UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale) {
+namespace {
+/// unscale_and_check, and check_unscaled when !write (the outputs stay undefined: the backend
+/// only checks).
+UnscaleResult unscale_or_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, bool write) {
   UnscaleResult r;
   r.grads.resize(grads.size());
   const Tensor* first = nullptr;
@@ -181,7 +199,7 @@ UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, const Tensor& 
     if (!first) first = &g;
     MPT_CHECK(g.device() == first->device(), "unscale_and_check: gradients on different devices: ",
               describe(*first), " vs ", describe(g), " (gradient ", i, ")");
-    r.grads[i] = Tensor::empty(g.shape(), float32, g.device());
+    if (write) r.grads[i] = Tensor::empty(g.shape(), float32, g.device());
   }
   check_defined("unscale_and_check", inv_scale, "inv_scale");
   MPT_CHECK(inv_scale.dtype() == float32 && inv_scale.numel() == 1, "unscale_and_check: inv_scale must be ",
@@ -192,7 +210,17 @@ UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, const Tensor& 
   r.found_flag = Tensor::empty({}, float32, device);
   r.nonfinite_flags = Tensor::empty({static_cast<std::int64_t>(grads.size())}, float32, device);
   mpt::detail::backend(device).unscale_and_check(grads, inv_scale, r.grads, r.found_flag, r.nonfinite_flags);
+  if (!write) r.grads.clear();
   return r;
+}
+}  // namespace
+
+UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale) {
+  return unscale_or_check(grads, inv_scale, true);
+}
+
+UnscaleResult check_unscaled(const std::vector<Tensor>& grads, const Tensor& inv_scale) {
+  return unscale_or_check(grads, inv_scale, false);
 }
 
 UnscaleResult unscale_and_check(const std::vector<Tensor>& grads, double inv_scale) {

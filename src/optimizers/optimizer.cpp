@@ -132,6 +132,24 @@ ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const s
   return {};
 }
 
+ApplyResult Optimizer::apply_scaled_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                                              double grad_scale) {
+  MPT_CHECK(fuses_gradient_scale(), "optimizer '", name_, "': apply_scaled_gradients needs an optimizer whose ",
+            "updates apply gradient_scale() and no clipping");
+  MPT_CHECK(std::isfinite(grad_scale) && grad_scale > 0, "optimizer '", name_,
+            "': apply_scaled_gradients: grad_scale must be a finite number > 0, got ", grad_scale);
+  struct Reset {
+    double& scale;
+    ~Reset() { scale = 1.0; }
+  } reset{grad_scale_};
+  grad_scale_ = grad_scale;
+  return apply_gradients(grads, vars);
+}
+
+bool Optimizer::fuses_gradient_scale() const {
+  return applies_gradient_scale() && !options_.clipnorm && !options_.global_clipnorm && !options_.clipvalue;
+}
+
 bool detail::fits_one_list_op(const std::vector<Variable>& vars) {
   std::vector<const void*> p;
   p.reserve(vars.size());

@@ -96,6 +96,9 @@ Update start(std::int64_t n, DType var_dtype, DType grad_dtype, unsigned seed) {
 
 float* ptr(std::vector<float>& v, bool used) { return used ? v.data() : nullptr; }
 
+/// The grad_scale of case k: 1 (nothing to multiply) or an inverse loss scale, in turn.
+double grad_scale_of(int k) { return k % 2 ? 1.0 / 1024 : 1.0; }
+
 /// The copy dtype of case k (optim_ops.hpp's copy): none, bfloat16, float16, float32 in turn.
 std::optional<DType> copy_dtype(int k) {
   switch (k % 4) {
@@ -160,9 +163,11 @@ TEST_CASE("sgd, adam and rmsprop kernels give the CPU backend's bits") {
             auto m = storage<float>(u.slots[0]);
             const bool use_m = mode > 0;
             Copy c = make_copy(n, mode + 1);
-            cpu().sgd_update(u.var, u.grad, use_m ? &u.slots[0] : nullptr, 0.01, 0.9, mode == 2, c.cpu_ptr());
+            const double gs = grad_scale_of(mode);
+            cpu().sgd_update(u.var, u.grad, use_m ? &u.slots[0] : nullptr, 0.01, 0.9, mode == 2, c.cpu_ptr(), gs);
             k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
-              k::sgd_body(t, w.data(), g.data(), ptr(m, use_m), 0.01f, 0.9f, mode == 2, n, c.out());
+              k::sgd_body(t, w.data(), g.data(), ptr(m, use_m), 0.01f, 0.9f, mode == 2, n, c.out(),
+                          static_cast<float>(gs));
             });
             CHECK_SAME_BITS(u.var, w, "sgd var");
             check_copy(c, u.var, "sgd");
@@ -179,12 +184,13 @@ TEST_CASE("sgd, adam and rmsprop kernels give the CPU backend's bits") {
             auto h = storage<float>(u.slots[2]);
             const double alpha = 0.001 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.9 * 0.9), decay = mode ? 0.004 * 0.001 : 0;
             Copy c = make_copy(n, mode + 1);
+            const double gs = grad_scale_of(mode + 1);
             cpu().adam_update(u.var, u.grad, u.slots[0], u.slots[1], mode ? &u.slots[2] : nullptr, alpha, 0.9, 0.999,
-                              1e-7, decay, c.cpu_ptr());
+                              1e-7, decay, c.cpu_ptr(), gs);
             k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
               k::adam_body(t, w.data(), g.data(), m.data(), v.data(), ptr(h, mode), static_cast<float>(alpha),
                            static_cast<float>(1 - 0.9), static_cast<float>(1 - 0.999), static_cast<float>(1e-7),
-                           static_cast<float>(decay), n, c.out());
+                           static_cast<float>(decay), n, c.out(), static_cast<float>(gs));
             });
             CHECK_SAME_BITS(u.var, w, "adam var");
             check_copy(c, u.var, "adam");
@@ -203,11 +209,13 @@ TEST_CASE("sgd, adam and rmsprop kernels give the CPU backend's bits") {
             auto mo = storage<float>(u.slots[2]);
             const bool centered = mode == 1 || mode == 2, momentum = mode >= 2;
             Copy c = make_copy(n, mode);
+            const double gs = grad_scale_of(mode);
             cpu().rmsprop_update(u.var, u.grad, u.slots[1], centered ? &u.slots[0] : nullptr,
-                                 momentum ? &u.slots[2] : nullptr, 0.001, 0.9, 0.5, 1e-7, c.cpu_ptr());
+                                 momentum ? &u.slots[2] : nullptr, 0.001, 0.9, 0.5, 1e-7, c.cpu_ptr(), gs);
             k::emulate(kGrid, kBlock, [&](const k::Thread& t) {
               k::rmsprop_body(t, w.data(), g.data(), vel.data(), ptr(a, centered), ptr(mo, momentum), 0.001f, 0.9f,
-                              static_cast<float>(1 - 0.9), 0.5f, static_cast<float>(1e-7), n, c.out());
+                              static_cast<float>(1 - 0.9), 0.5f, static_cast<float>(1e-7), n, c.out(),
+                              static_cast<float>(gs));
             });
             CHECK_SAME_BITS(u.var, w, "rmsprop var");
             check_copy(c, u.var, "rmsprop");
@@ -277,6 +285,23 @@ int check_unscale(const std::vector<Tensor>& grads, float inv_scale, std::int64_
   }
   CHECK(found == *cpu_found.data<float>());
   CHECK(flags == cpu_flags.to_vector<float>());  // the per-gradient flags of the overflow diagnostics
+
+  // Check only (check_unscaled): no outs on either side, the same flags.
+  std::vector<Tensor> no_outs(grads.size());
+  Tensor only_found = Tensor::scalar(0.5, float32, Device::cpu());
+  Tensor only_flags = Tensor::full({static_cast<std::int64_t>(grads.size())}, 0.5, float32, Device::cpu());
+  cpu().unscale_and_check(grads, inv, no_outs, only_found, only_flags);
+  for (auto& it : items) it.out = nullptr;
+  float k_found = 0.0f;
+  std::vector<float> k_flags(grads.size(), 0.0f);
+  k::pack_unscale(items.data(), static_cast<std::int32_t>(items.size()), &s, &k_found, k_flags.data(), chunk,
+                  [&](const k::UnscaleArgs& a, unsigned blocks) {
+                    k::emulate({blocks}, {threads}, [&](const k::Thread& t) { k::unscale_body(t, a); });
+                  });
+  CHECK(*only_found.data<float>() == found);
+  CHECK(only_flags.to_vector<float>() == flags);
+  CHECK(k_found == found);
+  CHECK(k_flags == flags);
   return launches;
 }
 
@@ -447,9 +472,10 @@ TEST_CASE("the multi-tensor updates pack many variables into few launches and gi
       const double lr = 0.01, mu = 0.9;
       for (std::size_t i = 0; i < u.cpu.size(); ++i)
         cpu().sgd_update(u.cpu[i].var, u.cpu[i].grad, use(i) ? &u.cpu[i].slots[0] : nullptr, lr, mu, mode == 2,
-                         u.copy(i));
+                         u.copy(i), grad_scale_of(mode));
       k::UpdateHyper h;
       h.lr = static_cast<float>(lr), h.mu = static_cast<float>(mu), h.nesterov = mode == 2;
+      h.grad_scale = static_cast<float>(grad_scale_of(mode));
       const int launches = run_multi<k::UpdateKind::Sgd>(u, {use, none, none}, h, chunk, 32);
       CHECK(launches >= 4);
       check_multi(u, "sgd");
@@ -462,8 +488,10 @@ TEST_CASE("the multi-tensor updates pack many variables into few launches and gi
       const double alpha = 0.001 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.9 * 0.9), decay = mode ? 0.004 * 0.001 : 0;
       for (std::size_t i = 0; i < u.cpu.size(); ++i)
         cpu().adam_update(u.cpu[i].var, u.cpu[i].grad, u.cpu[i].slots[0], u.cpu[i].slots[1],
-                          mode ? &u.cpu[i].slots[2] : nullptr, alpha, 0.9, 0.999, 1e-7, decay, u.copy(i));
+                          mode ? &u.cpu[i].slots[2] : nullptr, alpha, 0.9, 0.999, 1e-7, decay, u.copy(i),
+                          grad_scale_of(mode + 1));
       k::UpdateHyper h;
+      h.grad_scale = static_cast<float>(grad_scale_of(mode + 1));
       h.alpha = static_cast<float>(alpha), h.c1 = static_cast<float>(1 - 0.9), h.c2 = static_cast<float>(1 - 0.999),
       h.eps = static_cast<float>(1e-7), h.decay = static_cast<float>(decay);
       run_multi<k::UpdateKind::Adam>(u, {every, every, mode ? every : none}, h, chunk, 32);
@@ -477,8 +505,10 @@ TEST_CASE("the multi-tensor updates pack many variables into few launches and gi
       const bool centered = mode & 1, momentum = mode & 2;
       for (std::size_t i = 0; i < u.cpu.size(); ++i)
         cpu().rmsprop_update(u.cpu[i].var, u.cpu[i].grad, u.cpu[i].slots[1], centered ? &u.cpu[i].slots[0] : nullptr,
-                             momentum ? &u.cpu[i].slots[2] : nullptr, 0.001, 0.9, 0.5, 1e-7, u.copy(i));
+                             momentum ? &u.cpu[i].slots[2] : nullptr, 0.001, 0.9, 0.5, 1e-7, u.copy(i),
+                             grad_scale_of(mode));
       k::UpdateHyper h;
+      h.grad_scale = static_cast<float>(grad_scale_of(mode));
       h.lr = 0.001f, h.rho = 0.9f, h.c = static_cast<float>(1 - 0.9), h.mu = 0.5f, h.eps = static_cast<float>(1e-7);
       // velocity, average_grad and momentum are storage slots 1, 0, 2 (start() keeps velocity > avg^2).
       run_multi<k::UpdateKind::Rmsprop>(u, {every, centered ? every : none, momentum ? every : none}, h, chunk, 32,

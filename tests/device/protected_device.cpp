@@ -152,17 +152,17 @@ class TestBackend final : public Backend {
     Call c(*this);
     cpu_.pad(x, offset, out);
   }
-  void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef, bool nesterov, Tensor* copy) override {
+  void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef, bool nesterov, Tensor* copy, double grad_scale) override {
     Call c(*this);
-    cpu_.sgd_update(var, grad, momentum, lr, momentum_coef, nesterov, copy);
+    cpu_.sgd_update(var, grad, momentum, lr, momentum_coef, nesterov, copy, grad_scale);
   }
-  void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat, double alpha, double beta_1, double beta_2, double epsilon, double decay, Tensor* copy) override {
+  void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat, double alpha, double beta_1, double beta_2, double epsilon, double decay, Tensor* copy, double grad_scale) override {
     Call c(*this);
-    cpu_.adam_update(var, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copy);
+    cpu_.adam_update(var, grad, m, v, vhat, alpha, beta_1, beta_2, epsilon, decay, copy, grad_scale);
   }
-  void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad, Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon, Tensor* copy) override {
+  void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad, Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon, Tensor* copy, double grad_scale) override {
     Call c(*this);
-    cpu_.rmsprop_update(var, grad, velocity, average_grad, momentum, lr, rho, momentum_coef, epsilon, copy);
+    cpu_.rmsprop_update(var, grad, velocity, average_grad, momentum, lr, rho, momentum_coef, epsilon, copy, grad_scale);
   }
   void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, std::vector<Tensor>& outs, Tensor& found,
                          Tensor& flags) override {

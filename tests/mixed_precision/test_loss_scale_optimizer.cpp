@@ -16,6 +16,8 @@ using mpt::mixed_precision::LossScaleOptimizer;
 using mpt::test::check_close;
 using mpt::test::for_each_device;
 using mpt::test::tolerance;
+using mpt::test::contains;
+using mpt::test::error_of;
 namespace opt = mpt::optimizers;
 
 namespace {
@@ -508,4 +510,77 @@ TEST_CASE("overflow diagnostics in fit: History counts per epoch and verbose nam
   for (const auto& l : lines)
     if (l.find("skipped: inf/NaN gradients in layer bad_gradient (bad_gradient/v)") != std::string::npos) ++named;
   CHECK(named == 8);
+}
+
+TEST_CASE("the unscale fused into the inner update gives the unfused step's bits, overflows included") {
+  for_each_device([](Device dev) {
+    for (DType gd : {float16, bfloat16, float32}) {
+      CAPTURE(to_string(gd));
+      for (int kind = 0; kind < 3; ++kind) {
+        CAPTURE(kind);
+        auto inner = [&]() -> std::shared_ptr<opt::Optimizer> {
+          if (kind == 0) return opt::Adam({.learning_rate = 0.01});
+          if (kind == 1) return opt::SGD({.learning_rate = 0.05, .momentum = 0.9, .nesterov = true});
+          return opt::RMSprop({.learning_rate = 0.01, .momentum = 0.5, .centered = true});
+        };
+        const mixed_precision::LossScaleOptions o{.initial_scale = 1024, .dynamic_growth_steps = 2};
+        LossScaleOptimizer fused(inner(), o), plain(inner(), o);
+        REQUIRE(fused.inner_optimizer().fuses_gradient_scale());
+        std::vector<Variable> va, vb;
+        for (int i = 0; i < 3; ++i) {
+          const Tensor w = Tensor::random_uniform({4 + i, 3}, -1, 1, 50 + i).to(dev).copy();
+          va.emplace_back(w, "w" + std::to_string(i));
+          vb.emplace_back(w.copy(), "w" + std::to_string(i));
+        }
+        for (int step = 0; step < 6; ++step) {
+          CAPTURE(step);
+          std::vector<Tensor> g;
+          for (int i = 0; i < 3; ++i) {
+            Tensor gi = Tensor::random_uniform({4 + i, 3}, -500, 500, 60 + 3 * step + i, float32, Device::cpu());
+            if (step == 3 && i == 1) {  // an overflow: the step is skipped and the scale halves
+              std::vector<double> v = gi.to_vector<double>();
+              v[2] = kInf;
+              gi = Tensor::from_vector(v, gi.shape(), Device::cpu()).to(float32);
+            }
+            g.push_back(gi.to(gd).to(dev).copy());
+          }
+          fused.get_scaled_loss(Tensor::scalar(1.0, float32, dev));
+          plain.get_scaled_loss(Tensor::scalar(1.0, float32, dev));
+          const auto ra = fused.apply_gradients(g, va);                               // fused: raw gradients
+          const auto rb = plain.apply_gradients(plain.get_unscaled_gradients(g), vb);  // unscaled copies first
+          CHECK(ra.applied == rb.applied);
+          CHECK(ra.applied == (step != 3));
+          CHECK(ra.nonfinite_variables == rb.nonfinite_variables);
+          CHECK(fused.loss_scale() == plain.loss_scale());
+          for (int i = 0; i < 3; ++i) {
+            CAPTURE(i);
+            CHECK(va[i].value().to_vector<double>() == vb[i].value().to_vector<double>());
+          }
+        }
+        CHECK(fused.loss_scale() != 1024.0);  // the scale moved: halved at the overflow, grown after
+        CHECK(fused.iterations() == 5);
+      }
+    }
+  });
+}
+
+TEST_CASE("apply_scaled_gradients: only where the updates apply the scale and no clipping is set") {
+  Variable w(Tensor::ones({3}), "w");
+  auto adam = opt::Adam({.learning_rate = 0.1});
+  CHECK(adam->fuses_gradient_scale());
+  CHECK(adam->gradient_scale() == 1.0);
+  adam->apply_scaled_gradients({Tensor::full({3}, 4.0)}, {w}, 0.25);
+  CHECK(adam->gradient_scale() == 1.0);  // reset after the step
+  CHECK(adam->iterations() == 1);
+  auto clipped = opt::Adam({.learning_rate = 0.1, .clipnorm = 1.0});
+  CHECK_FALSE(clipped->fuses_gradient_scale());
+  CHECK(contains(error_of([&] { clipped->apply_scaled_gradients({Tensor::ones({3})}, {w}, 0.5); }),
+                 "apply_scaled_gradients needs an optimizer whose updates apply gradient_scale() and no clipping"));
+  CHECK(contains(error_of([&] { adam->apply_scaled_gradients({Tensor::ones({3})}, {w}, std::nan("")); }),
+                 "grad_scale must be a finite number > 0"));
+  CHECK(contains(error_of([&] { adam->apply_scaled_gradients({Tensor::ones({3})}, {w}, 0.0); }),
+                 "grad_scale must be a finite number > 0"));
+  CHECK(adam->iterations() == 1);  // refused steps change nothing
+  LossScaleOptimizer lso(opt::Adam({.learning_rate = 0.1}));
+  CHECK_FALSE(lso.fuses_gradient_scale());  // a wrapper: its inner optimizer fuses
 }

@@ -1,6 +1,7 @@
 // Optimizers against float64 references written here from Keras 3's update rules, the fused
 // update ops on every device, clipping, learning-rate schedules and the Optimizer base.
 #include <cmath>
+#include <limits>
 
 #include <mpt/optim_ops.hpp>
 
@@ -795,6 +796,71 @@ TEST_CASE("the fused updates write a copy of the updated variable with cast's bi
                      "rmsprop_update_all (entry 5): copy"));
       check_same(st, before);  // a refused call changes nothing
     }
+  });
+}
+
+TEST_CASE("grad_scale fuses unscale_and_check's product into the updates; check_unscaled writes nothing") {
+  for_each_device([](Device dev) {
+    const double s = 1.0 / 2048;
+    for (int op = 0; op < 3; ++op) {
+      CAPTURE(op);
+      ListState fused = list_state(dev), one = list_state(dev), ref = list_state(dev);
+      const ops::UnscaleResult u = ops::unscale_and_check(ref.grads, Tensor::scalar(s, float32, dev));
+      const ops::UnscaleResult c = ops::check_unscaled(fused.grads, Tensor::scalar(s, float32, dev));
+      CHECK(c.grads.empty());
+      CHECK(c.found_flag.item() == u.found_flag.item());
+      CHECK(c.nonfinite_flags.to_vector<double>() == u.nonfinite_flags.to_vector<double>());
+      std::vector<Tensor> unscaled = u.grads;
+      for (std::size_t i = 0; i < unscaled.size(); ++i)  // the empty entry's product is its own
+        if (!unscaled[i].defined()) unscaled[i] = ref.grads[i];
+      if (op == 0) {
+        ops::adam_update_all(fused.vars, fused.grads, slot_list(fused, 0), slot_list(fused, 1), slot_list(fused, 2),
+                             0.01, 0.9, 0.999, 1e-7, 0.0, {}, s);
+        for (std::size_t i = 0; i < one.vars.size(); ++i)
+          ops::adam_update(one.vars[i], one.grads[i], one.slots[0][i], one.slots[1][i], &one.slots[2][i], 0.01, 0.9,
+                           0.999, 1e-7, 0.0, nullptr, s);
+        ops::adam_update_all(ref.vars, unscaled, slot_list(ref, 0), slot_list(ref, 1), slot_list(ref, 2), 0.01, 0.9,
+                             0.999, 1e-7);
+      } else if (op == 1) {
+        ops::sgd_update_all(fused.vars, fused.grads, slot_list(fused, 0), 0.05, 0.9, true, {}, s);
+        for (std::size_t i = 0; i < one.vars.size(); ++i)
+          ops::sgd_update(one.vars[i], one.grads[i], &one.slots[0][i], 0.05, 0.9, true, nullptr, s);
+        ops::sgd_update_all(ref.vars, unscaled, slot_list(ref, 0), 0.05, 0.9, true);
+      } else {
+        ops::rmsprop_update_all(fused.vars, fused.grads, slot_list(fused, 1), slot_list(fused, 0), slot_list(fused, 2),
+                                0.01, 0.9, 0.5, 1e-7, {}, s);
+        for (std::size_t i = 0; i < one.vars.size(); ++i)
+          ops::rmsprop_update(one.vars[i], one.grads[i], one.slots[1][i], &one.slots[0][i], &one.slots[2][i], 0.01,
+                              0.9, 0.5, 1e-7, nullptr, s);
+        ops::rmsprop_update_all(ref.vars, unscaled, slot_list(ref, 1), slot_list(ref, 0), slot_list(ref, 2), 0.01,
+                                0.9, 0.5, 1e-7);
+      }
+      check_same(fused.vars, ref.vars, "variables (list op)");
+      check_same(one.vars, ref.vars, "variables (single ops)");
+      for (std::size_t k = 0; k < 3; ++k) {
+        check_same(fused.slots[k], ref.slots[k], "slots (list op)");
+        check_same(one.slots[k], ref.slots[k], "slots (single ops)");
+      }
+    }
+    // The check alone still finds inf and NaN, per gradient.
+    std::vector<Tensor> bad = {Tensor::ones({3}, float16, dev), Tensor::full({2}, std::nan(""), float32, dev),
+                               Tensor(), Tensor::full({4}, 65504.0, float16, dev)};
+    const ops::UnscaleResult c = ops::check_unscaled(bad, Tensor::scalar(4.0, float32, dev));  // 65504 * 4 fits f32
+    CHECK(c.found_flag.item() == 1.0);
+    CHECK(c.nonfinite_flags.to_vector<double>() == std::vector<double>{0, 1, 0, 0});
+    ListState st = list_state(dev);
+    const ListState before = list_state(dev);
+    for (double g : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+      CAPTURE(g);
+      CHECK(contains(error_of([&] { ops::sgd_update(st.vars[0], st.grads[0], nullptr, 0.1, 0.0, false, nullptr, g); }),
+                     "sgd_update: grad_scale must be a finite number > 0"));
+      CHECK(contains(error_of([&] {
+                       ops::adam_update_all(st.vars, st.grads, slot_list(st, 0), slot_list(st, 1), {}, 0.1, 0.9, 0.999,
+                                            1e-7, 0.0, {}, g);
+                     }),
+                     "adam_update_all: grad_scale must be a finite number > 0"));
+    }
+    check_same(st, before);
   });
 }
 

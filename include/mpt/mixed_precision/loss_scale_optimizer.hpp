@@ -46,7 +46,9 @@ class LossScaleOptimizer : public optimizers::Optimizer {
   /// Applies the gradients through the inner optimizer when all are finite; otherwise skips the
   /// step (weights, slots, iterations untouched) and lowers the scale. Gradients that did not
   /// come from get_unscaled_gradients are taken as gradients of the scaled loss when
-  /// get_scaled_loss was called for this step, and unscaled first (as Keras 3's apply does).
+  /// get_scaled_loss was called for this step, and unscaled first (as Keras 3's apply does):
+  /// where the inner optimizer fuses_gradient_scale() (the built-ins without clipping), by its
+  /// update itself (grad_scale = 1/scale) after a check that writes nothing, with the same bits.
   ApplyResult apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) override;
   ApplyResult apply_gradients_checked(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
     return apply_gradients(grads, vars);

@@ -74,6 +74,17 @@ class Optimizer {
   /// iterations += 1. Gradients must match the variables' shapes; undefined gradients are
   /// skipped (Keras warns and ignores them).
   virtual ApplyResult apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  /// apply_gradients of grads * grad_scale with the multiply fused into the update (a
+  /// LossScaleOptimizer's unscale, as PyTorch's fused Adam takes grad_scale): the bits of
+  /// apply_gradients of unscale_and_check's float32 products, without writing them. Only where
+  /// fuses_gradient_scale(); grad_scale finite and > 0.
+  ApplyResult apply_scaled_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                                     double grad_scale);
+  /// True where the updates apply gradient_scale() (the built-in optimizers) and no clipping is
+  /// set (clipping needs the unscaled gradients first).
+  bool fuses_gradient_scale() const;
+  /// The factor the running step multiplies gradients by: 1 outside apply_scaled_gradients.
+  double gradient_scale() const { return grad_scale_; }
 
   /// Steps applied so far (a wrapper reports its inner optimizer's).
   virtual std::int64_t iterations() const { return iterations_; }
@@ -103,6 +114,9 @@ class Optimizer {
   /// clipping set, apply_gradients then hands them float16/bfloat16 gradients unconverted (the
   /// same update, one pass over the gradients fewer). The built-in optimizers say yes.
   virtual bool takes_16bit_gradients() const { return false; }
+  /// True where update_step and update_steps pass gradient_scale() to the fused ops as their
+  /// grad_scale. The built-in optimizers say yes.
+  virtual bool applies_gradient_scale() const { return false; }
   const CommonOptions& common_options() const { return options_; }
   /// mpt::Error naming the optimizer unless lr is finite and >= 0.
   void check_learning_rate(double lr) const;
@@ -111,6 +125,7 @@ class Optimizer {
   std::string name_;
   CommonOptions options_;
   std::int64_t iterations_ = 0;
+  double grad_scale_ = 1.0;
   struct SlotSet {
     std::string path;
     std::map<std::string, Tensor> tensors;

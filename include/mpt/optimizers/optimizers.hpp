@@ -28,6 +28,7 @@ class SGDOptimizer : public Optimizer {
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
   bool takes_16bit_gradients() const override { return true; }
+  bool applies_gradient_scale() const override { return true; }
 
  private:
   SGDOptions o_;
@@ -54,6 +55,7 @@ class AdamOptimizer : public Optimizer {
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
   bool takes_16bit_gradients() const override { return true; }
+  bool applies_gradient_scale() const override { return true; }
 
  private:
   AdamOptions o_;
@@ -106,6 +108,7 @@ class AdamWOptimizer : public Optimizer {
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
   bool takes_16bit_gradients() const override { return true; }
+  bool applies_gradient_scale() const override { return true; }
 
  private:
   AdamWOptions o_;
@@ -132,6 +135,7 @@ class RMSpropOptimizer : public Optimizer {
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
   bool takes_16bit_gradients() const override { return true; }
+  bool applies_gradient_scale() const override { return true; }
 
  private:
   RMSpropOptions o_;

@@ -40,13 +40,13 @@ class CpuBackend final : public Backend {
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
   void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) override;
   void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
-                  double momentum_coef, bool nesterov, Tensor* copy) override;
+                  double momentum_coef, bool nesterov, Tensor* copy, double grad_scale) override;
   void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat,
                    double alpha, double beta_1, double beta_2, double epsilon,
-                   double decay, Tensor* copy) override;
+                   double decay, Tensor* copy, double grad_scale) override;
   void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
                       Tensor* momentum, double lr, double rho, double momentum_coef,
-                      double epsilon, Tensor* copy) override;
+                      double epsilon, Tensor* copy, double grad_scale) override;
   void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
                          std::vector<Tensor>& outs, Tensor& found, Tensor& flags) override;
   void update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,

@@ -18,15 +18,26 @@ constexpr std::int64_t kGrain = 1 << 14;
 
 float* slot_ptr(Tensor* t) { return t ? t->data<float>() : nullptr; }
 
+/// o[j] = x[j] * s: unscale_and_check's product.
+MPT_VECTOR_CLONES void mul_block(const float* __restrict x, float* __restrict o, std::int64_t n, float s) {
+  for (std::int64_t j = 0; j < n; ++j) o[j] = x[j] * s;
+}
+
 /// Runs f(i, m, w, g) over blocks of the variable: w holds var[i, i+m) as float32 (written back
-/// after f, then from var into copy, when given, in copy's dtype), g the gradient as float32.
+/// after f, then from var into copy, when given, in copy's dtype), g the gradient as float32,
+/// times grad_scale when that is not 1.
 template <class F>
-void update_blocks(Tensor& var, const Tensor& grad, Tensor* copy, F f) {
+void update_blocks(Tensor& var, const Tensor& grad, Tensor* copy, double grad_scale, F f) {
+  const float gs = static_cast<float>(grad_scale);
   parallel_for(var.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
-    float sw[kBlock], sg[kBlock];
+    float sw[kBlock], sg[kBlock], ss[kBlock];
     for (std::int64_t i = b; i < e; i += kBlock) {
       const std::int64_t m = std::min(kBlock, e - i);
       const float* g = load<float>(grad, i, m, sg);
+      if (gs != 1.0f) {
+        mul_block(g, ss, m, gs);
+        g = ss;
+      }
       // For a float32 variable both calls give its own memory; otherwise both give sw.
       load<float>(var, i, m, sw);
       float* w = store_target<float>(var, i, sw);
@@ -119,6 +130,19 @@ MPT_VECTOR_CLONES void rmsprop_block(float* __restrict w, const float* __restric
   }
 }
 
+/// True when any x * s is inf or NaN: scale_block's check without its stores.
+MPT_VECTOR_CLONES bool check_block(const float* __restrict x, std::int64_t n, float s) {
+  constexpr std::int64_t L = 16;
+  float acc[L] = {};
+  std::int64_t j = 0;
+  for (; j + L <= n; j += L)
+    for (std::int64_t l = 0; l < L; ++l) acc[l] += (x[j + l] * s) * 0.0f;
+  for (; j < n; ++j) acc[0] += (x[j] * s) * 0.0f;
+  float all = 0.0f;
+  for (std::int64_t l = 0; l < L; ++l) all += acc[l];
+  return all != all;
+}
+
 /// o = x * s; true when any product is inf or NaN (inf * 0 and NaN * 0 give NaN). Sixteen
 /// partial sums, so that the check vectorizes without reassociating one sum.
 MPT_VECTOR_CLONES bool scale_block(const float* __restrict x, float* __restrict o, std::int64_t n, float s) {
@@ -143,10 +167,10 @@ MPT_VECTOR_CLONES bool scale_block(const float* __restrict x, float* __restrict 
 }  // namespace
 
 void CpuBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
-                            double momentum_coef, bool nesterov, Tensor* copy) {
+                            double momentum_coef, bool nesterov, Tensor* copy, double grad_scale) {
   float* pm = slot_ptr(momentum);
   const float l = static_cast<float>(lr), mu = static_cast<float>(momentum_coef);
-  update_blocks(var, grad, copy, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
+  update_blocks(var, grad, copy, grad_scale, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
     if (pm) sgd_momentum_block(w, g, pm + i, n, l, mu, nesterov);
     else sgd_block(w, g, n, l);
   });
@@ -154,28 +178,28 @@ void CpuBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, d
 
 void CpuBackend::adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat,
                              double alpha, double beta_1, double beta_2, double epsilon,
-                             double decay, Tensor* copy) {
+                             double decay, Tensor* copy, double grad_scale) {
   float* pm = m.data<float>();
   float* pv = v.data<float>();
   float* ph = slot_ptr(vhat);
   const float a = static_cast<float>(alpha), c1 = static_cast<float>(1 - beta_1),
               c2 = static_cast<float>(1 - beta_2), eps = static_cast<float>(epsilon),
               d = static_cast<float>(decay);
-  update_blocks(var, grad, copy, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
+  update_blocks(var, grad, copy, grad_scale, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
     adam_block(w, g, pm + i, pv + i, ph ? ph + i : nullptr, n, a, c1, c2, eps, d);
   });
 }
 
 void CpuBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity,
                                 Tensor* average_grad, Tensor* momentum, double lr, double rho,
-                                double momentum_coef, double epsilon, Tensor* copy) {
+                                double momentum_coef, double epsilon, Tensor* copy, double grad_scale) {
   float* pv = velocity.data<float>();
   float* pa = slot_ptr(average_grad);
   float* pm = slot_ptr(momentum);
   const float l = static_cast<float>(lr), r = static_cast<float>(rho),
               c = static_cast<float>(1 - rho), mu = static_cast<float>(momentum_coef),
               eps = static_cast<float>(epsilon);
-  update_blocks(var, grad, copy, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
+  update_blocks(var, grad, copy, grad_scale, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
     rmsprop_block(w, g, pv + i, pa ? pa + i : nullptr, pm ? pm + i : nullptr, n, l, r, c, mu, eps);
   });
 }
@@ -190,13 +214,14 @@ void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tenso
     if (!grads[k].defined()) continue;
     std::atomic<bool> any{false};
     const Tensor& x = grads[k];
-    float* po = outs[k].data<float>();
+    float* po = outs[k].defined() ? outs[k].data<float>() : nullptr;  // undefined: check only
     parallel_for(x.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
       float sx[kBlock];
       bool bad = false;
       for (std::int64_t i = b; i < e; i += kBlock) {
         const std::int64_t m = std::min(kBlock, e - i);
-        bad |= scale_block(load<float>(x, i, m, sx), po + i, m, s);
+        const float* xi = load<float>(x, i, m, sx);
+        bad |= po ? scale_block(xi, po + i, m, s) : check_block(xi, m, s);
       }
       if (bad) any.store(true, std::memory_order_relaxed);
     });

@@ -47,26 +47,28 @@ class CudaBackend final : public Backend {
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
   void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) override;
   void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
-                  double momentum_coef, bool nesterov, Tensor* copy) override;
+                  double momentum_coef, bool nesterov, Tensor* copy, double grad_scale) override;
   void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat,
                    double alpha, double beta_1, double beta_2, double epsilon,
-                   double decay, Tensor* copy) override;
+                   double decay, Tensor* copy, double grad_scale) override;
   void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
                       Tensor* momentum, double lr, double rho, double momentum_coef,
-                      double epsilon, Tensor* copy) override;
+                      double epsilon, Tensor* copy, double grad_scale) override;
   void sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                       const std::vector<Tensor*>& momenta, double lr, double momentum_coef,
-                      bool nesterov, const std::vector<Tensor*>& copies) override;
+                      bool nesterov, const std::vector<Tensor*>& copies,
+                      double grad_scale) override;
   void adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                        const std::vector<Tensor*>& m, const std::vector<Tensor*>& v,
                        const std::vector<Tensor*>& vhat, double alpha, double beta_1, double beta_2,
-                       double epsilon, double decay, const std::vector<Tensor*>& copies) override;
+                       double epsilon, double decay, const std::vector<Tensor*>& copies,
+                       double grad_scale) override;
   void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                           const std::vector<Tensor*>& velocity,
                           const std::vector<Tensor*>& average_grad,
                           const std::vector<Tensor*>& momentum, double lr, double rho,
                           double momentum_coef, double epsilon,
-                          const std::vector<Tensor*>& copies) override;
+                          const std::vector<Tensor*>& copies, double grad_scale) override;
   void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
                          std::vector<Tensor>& outs, Tensor& found, Tensor& flags) override;
   void update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,

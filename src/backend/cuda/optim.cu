@@ -21,20 +21,21 @@ constexpr std::int64_t kUpdateChunk = 16384;  // elements per block of the *_upd
 
 template <class V, class G>
 __global__ void sgd_kernel(V* var, const G* grad, float* momentum, float lr, float mu, bool nesterov,
-                           std::int64_t n, k::CopyOut copy) {
-  k::sgd_body(k::this_thread(), var, grad, momentum, lr, mu, nesterov, n, copy);
+                           std::int64_t n, k::CopyOut copy, float gs) {
+  k::sgd_body(k::this_thread(), var, grad, momentum, lr, mu, nesterov, n, copy, gs);
 }
 
 template <class V, class G>
 __global__ void adam_kernel(V* var, const G* grad, float* m, float* v, float* vhat, float alpha, float c1, float c2,
-                            float eps, float decay, std::int64_t n, k::CopyOut copy) {
-  k::adam_body(k::this_thread(), var, grad, m, v, vhat, alpha, c1, c2, eps, decay, n, copy);
+                            float eps, float decay, std::int64_t n, k::CopyOut copy, float gs) {
+  k::adam_body(k::this_thread(), var, grad, m, v, vhat, alpha, c1, c2, eps, decay, n, copy, gs);
 }
 
 template <class V, class G>
 __global__ void rmsprop_kernel(V* var, const G* grad, float* velocity, float* average_grad, float* momentum,
-                               float lr, float rho, float c, float mu, float eps, std::int64_t n, k::CopyOut copy) {
-  k::rmsprop_body(k::this_thread(), var, grad, velocity, average_grad, momentum, lr, rho, c, mu, eps, n, copy);
+                               float lr, float rho, float c, float mu, float eps, std::int64_t n, k::CopyOut copy,
+                               float gs) {
+  k::rmsprop_body(k::this_thread(), var, grad, velocity, average_grad, momentum, lr, rho, c, mu, eps, n, copy, gs);
 }
 
 template <k::UpdateKind K>
@@ -113,7 +114,7 @@ void launch_updates(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
 }  // namespace
 
 void CudaBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef,
-                             bool nesterov, Tensor* copy) {
+                             bool nesterov, Tensor* copy, double grad_scale) {
   const std::int64_t n = var.numel();
   if (n == 0) return;
   DeviceGuard g(var.device().index);
@@ -122,13 +123,15 @@ void CudaBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, 
   with_var_and_grad(var, grad, "sgd_update", [&](auto* w, const auto* gr) {
     sgd_kernel<<<k::blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, stream(g.index())>>>(w, gr, pm, l, mu,
                                                                                           nesterov, n,
-                                                                                          copy_out(copy, "sgd_update"));
+                                                                                          copy_out(copy, "sgd_update"),
+                                                                                          static_cast<float>(grad_scale));
   });
   check_launch("sgd_update");
 }
 
 void CudaBackend::adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat, double alpha,
-                              double beta_1, double beta_2, double epsilon, double decay, Tensor* copy) {
+                              double beta_1, double beta_2, double epsilon, double decay, Tensor* copy,
+                              double grad_scale) {
   const std::int64_t n = var.numel();
   if (n == 0) return;
   DeviceGuard g(var.device().index);
@@ -141,14 +144,15 @@ void CudaBackend::adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor
   with_var_and_grad(var, grad, "adam_update", [&](auto* w, const auto* gr) {
     adam_kernel<<<k::blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, stream(g.index())>>>(w, gr, pm, pv, ph, a, c1,
                                                                                            c2, eps, d, n,
-                                                                                           copy_out(copy, "adam_update"));
+                                                                                           copy_out(copy, "adam_update"),
+                                                                                           static_cast<float>(grad_scale));
   });
   check_launch("adam_update");
 }
 
 void CudaBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
                                  Tensor* momentum, double lr, double rho, double momentum_coef, double epsilon,
-                                 Tensor* copy) {
+                                 Tensor* copy, double grad_scale) {
   const std::int64_t n = var.numel();
   if (n == 0) return;
   DeviceGuard g(var.device().index);
@@ -160,7 +164,8 @@ void CudaBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& veloci
   with_var_and_grad(var, grad, "rmsprop_update", [&](auto* w, const auto* gr) {
     rmsprop_kernel<<<k::blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, stream(g.index())>>>(w, gr, pv, pa, pm, l,
                                                                                               r, c, mu, eps, n,
-                                                                                              copy_out(copy, "rmsprop_update"));
+                                                                                              copy_out(copy, "rmsprop_update"),
+                                                                                              static_cast<float>(grad_scale));
   });
   check_launch("rmsprop_update");
 }
@@ -169,17 +174,20 @@ void CudaBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& veloci
 
 void CudaBackend::sgd_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                                  const std::vector<Tensor*>& momenta, double lr, double momentum_coef, bool nesterov,
-                                 const std::vector<Tensor*>& copies) {
+                                 const std::vector<Tensor*>& copies, double grad_scale) {
   k::UpdateHyper h;
   h.lr = static_cast<float>(lr), h.mu = static_cast<float>(momentum_coef), h.nesterov = nesterov;
+  h.grad_scale = static_cast<float>(grad_scale);
   launch_updates<k::UpdateKind::Sgd>(vars, grads, {&momenta}, copies, h, "sgd_update_all");
 }
 
 void CudaBackend::adam_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                                   const std::vector<Tensor*>& m, const std::vector<Tensor*>& v,
                                   const std::vector<Tensor*>& vhat, double alpha, double beta_1, double beta_2,
-                                  double epsilon, double decay, const std::vector<Tensor*>& copies) {
+                                  double epsilon, double decay, const std::vector<Tensor*>& copies,
+                                  double grad_scale) {
   k::UpdateHyper h;
+  h.grad_scale = static_cast<float>(grad_scale);
   h.alpha = static_cast<float>(alpha), h.c1 = static_cast<float>(1 - beta_1), h.c2 = static_cast<float>(1 - beta_2),
   h.eps = static_cast<float>(epsilon), h.decay = static_cast<float>(decay);
   launch_updates<k::UpdateKind::Adam>(vars, grads, {&m, &v, &vhat}, copies, h, "adam_update_all");
@@ -188,8 +196,9 @@ void CudaBackend::adam_update_all(std::vector<Tensor>& vars, const std::vector<T
 void CudaBackend::rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                                      const std::vector<Tensor*>& velocity, const std::vector<Tensor*>& average_grad,
                                      const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
-                                     double epsilon, const std::vector<Tensor*>& copies) {
+                                     double epsilon, const std::vector<Tensor*>& copies, double grad_scale) {
   k::UpdateHyper h;
+  h.grad_scale = static_cast<float>(grad_scale);
   h.lr = static_cast<float>(lr), h.rho = static_cast<float>(rho), h.c = static_cast<float>(1 - rho),
   h.mu = static_cast<float>(momentum_coef), h.eps = static_cast<float>(epsilon);
   launch_updates<k::UpdateKind::Rmsprop>(vars, grads, {&velocity, &average_grad, &momentum}, copies, h,
@@ -211,7 +220,8 @@ void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tens
       items.push_back({nullptr, nullptr, 0, k::GradType::F32});  // skipped; keeps the indices
       continue;
     }
-    items.push_back({grads[i].data_ptr(), outs[i].data<float>(), grads[i].numel(), grad_type(grads[i].dtype())});
+    float* out = outs[i].defined() ? outs[i].data<float>() : nullptr;  // undefined: check only
+    items.push_back({grads[i].data_ptr(), out, grads[i].numel(), grad_type(grads[i].dtype())});
   }
   k::pack_unscale(items.data(), static_cast<std::int32_t>(items.size()), inv_scale.data<float>(), flag, per_tensor,
                   kUnscaleChunk, [&](const k::UnscaleArgs& a, unsigned blocks) {

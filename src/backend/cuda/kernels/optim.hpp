@@ -45,6 +45,14 @@ MPT_HOST_DEVICE inline void copy_at(const CopyOut& c, const V* var, std::int64_t
   }
 }
 
+/// A gradient element in float32, times the update's grad_scale when that is not 1 (the
+/// unscale of unscale_range below, fused into the update: the same product).
+template <class G>
+MPT_HOST_DEVICE inline float grad_at(const G* grad, std::int64_t i, float gs) {
+  const float g = load_f32(grad[i]);
+  return gs == 1.0f ? g : exact::mul(g, gs);
+}
+
 // ---- fused updates: var (V) and grad (G) in their storage types, slots float32 ------------------
 //
 // Each update is one function of element i (*_at) that both the single-tensor grid-stride bodies
@@ -53,9 +61,9 @@ MPT_HOST_DEVICE inline void copy_at(const CopyOut& c, const V* var, std::int64_t
 /// SGD: var -= g * lr; with momentum m = m * mu - g * lr, var += nesterov ? m * mu - g * lr : m.
 template <class V, class G>
 MPT_HOST_DEVICE inline void sgd_at(V* var, const G* grad, float* momentum, float lr, float mu, bool nesterov,
-                                   std::int64_t i) {
+                                   float gs, std::int64_t i) {
   float w = load_f32(var[i]);
-  const float g = load_f32(grad[i]);
+  const float g = grad_at(grad, i, gs);
   if (!momentum) {
     w = exact::sub(w, exact::mul(g, lr));
   } else {
@@ -68,9 +76,9 @@ MPT_HOST_DEVICE inline void sgd_at(V* var, const G* grad, float* momentum, float
 
 template <class V, class G>
 MPT_HOST_DEVICE void sgd_body(const Thread& t, V* var, const G* grad, float* momentum, float lr,
-                              float mu, bool nesterov, std::int64_t n, CopyOut copy = {}) {
+                              float mu, bool nesterov, std::int64_t n, CopyOut copy = {}, float gs = 1.0f) {
   for (std::int64_t i = t.global(); i < n; i += t.stride()) {
-    sgd_at(var, grad, momentum, lr, mu, nesterov, i);
+    sgd_at(var, grad, momentum, lr, mu, nesterov, gs, i);
     copy_at(copy, var, i);
   }
 }
@@ -79,9 +87,9 @@ MPT_HOST_DEVICE void sgd_body(const Thread& t, V* var, const G* grad, float* mom
 /// vhat (amsgrad) null when unused.
 template <class V, class G>
 MPT_HOST_DEVICE inline void adam_at(V* var, const G* grad, float* m, float* v, float* vhat, float alpha, float c1,
-                                    float c2, float eps, float decay, std::int64_t i) {
+                                    float c2, float eps, float decay, float gs, std::int64_t i) {
   float w = load_f32(var[i]);
-  const float g = load_f32(grad[i]);
+  const float g = grad_at(grad, i, gs);
   if (decay != 0.0f) w = exact::sub(w, exact::mul(w, decay));
   const float mm = exact::add(m[i], exact::mul(exact::sub(g, m[i]), c1));
   const float vv = exact::add(v[i], exact::mul(exact::sub(exact::mul(g, g), v[i]), c2));
@@ -100,9 +108,9 @@ MPT_HOST_DEVICE inline void adam_at(V* var, const G* grad, float* m, float* v, f
 template <class V, class G>
 MPT_HOST_DEVICE void adam_body(const Thread& t, V* var, const G* grad, float* m, float* v, float* vhat,
                                float alpha, float c1, float c2, float eps, float decay, std::int64_t n,
-                               CopyOut copy = {}) {
+                               CopyOut copy = {}, float gs = 1.0f) {
   for (std::int64_t i = t.global(); i < n; i += t.stride()) {
-    adam_at(var, grad, m, v, vhat, alpha, c1, c2, eps, decay, i);
+    adam_at(var, grad, m, v, vhat, alpha, c1, c2, eps, decay, gs, i);
     copy_at(copy, var, i);
   }
 }
@@ -110,9 +118,10 @@ MPT_HOST_DEVICE void adam_body(const Thread& t, V* var, const G* grad, float* m,
 /// RMSprop (Keras's form): c = 1 - rho; average_grad (centered) and momentum null when unused.
 template <class V, class G>
 MPT_HOST_DEVICE inline void rmsprop_at(V* var, const G* grad, float* velocity, float* average_grad, float* momentum,
-                                       float lr, float rho, float c, float mu, float eps, std::int64_t i) {
+                                       float lr, float rho, float c, float mu, float eps, float gs,
+                                       std::int64_t i) {
   float w = load_f32(var[i]);
-  const float g = load_f32(grad[i]);
+  const float g = grad_at(grad, i, gs);
   const float vel = exact::add(exact::mul(rho, velocity[i]), exact::mul(c, exact::mul(g, g)));
   velocity[i] = vel;
   float denom;
@@ -137,9 +146,9 @@ MPT_HOST_DEVICE inline void rmsprop_at(V* var, const G* grad, float* velocity, f
 template <class V, class G>
 MPT_HOST_DEVICE void rmsprop_body(const Thread& t, V* var, const G* grad, float* velocity, float* average_grad,
                                   float* momentum, float lr, float rho, float c, float mu, float eps,
-                                  std::int64_t n, CopyOut copy = {}) {
+                                  std::int64_t n, CopyOut copy = {}, float gs = 1.0f) {
   for (std::int64_t i = t.global(); i < n; i += t.stride()) {
-    rmsprop_at(var, grad, velocity, average_grad, momentum, lr, rho, c, mu, eps, i);
+    rmsprop_at(var, grad, velocity, average_grad, momentum, lr, rho, c, mu, eps, gs, i);
     copy_at(copy, var, i);
   }
 }
@@ -237,7 +246,7 @@ MPT_HOST_DEVICE inline bool unscale_range(const G* in, float* out, std::int64_t 
   bool bad = false;
   for (; i < end; i += step) {
     const float o = load_f32(in[i]) * s;
-    out[i] = o;
+    if (out) out[i] = o;  // null: check only (check_unscaled)
     bad |= nonfinite(o);
   }
   return bad;
@@ -292,6 +301,7 @@ struct UpdateTensor {
 /// Rmsprop lr, rho, c = 1 - rho, mu, eps.
 struct UpdateHyper {
   float lr = 0, mu = 0, alpha = 0, c1 = 0, c2 = 0, eps = 0, decay = 0, rho = 0, c = 0;
+  float grad_scale = 1;  ///< every kind: multiplies each gradient element (grad_at)
   bool nesterov = false;
 };
 
@@ -328,11 +338,11 @@ MPT_HOST_DEVICE inline void update_range(const UpdateTensor& e, const UpdateHype
   const G* grad = static_cast<const G*>(e.grad);
   for (; i < end; i += step) {
     if constexpr (K == UpdateKind::Sgd)
-      sgd_at(var, grad, e.slot[0], h.lr, h.mu, h.nesterov, i);
+      sgd_at(var, grad, e.slot[0], h.lr, h.mu, h.nesterov, h.grad_scale, i);
     else if constexpr (K == UpdateKind::Adam)
-      adam_at(var, grad, e.slot[0], e.slot[1], e.slot[2], h.alpha, h.c1, h.c2, h.eps, h.decay, i);
+      adam_at(var, grad, e.slot[0], e.slot[1], e.slot[2], h.alpha, h.c1, h.c2, h.eps, h.decay, h.grad_scale, i);
     else
-      rmsprop_at(var, grad, e.slot[0], e.slot[1], e.slot[2], h.lr, h.rho, h.c, h.mu, h.eps, i);
+      rmsprop_at(var, grad, e.slot[0], e.slot[1], e.slot[2], h.lr, h.rho, h.c, h.mu, h.eps, h.grad_scale, i);
     copy_at(e.copy, var, i);
   }
 }
