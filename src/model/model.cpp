@@ -247,16 +247,15 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
   // Σ_r weight_r·g_r: every rank gets the same gradients, so the loss-scale check that follows
   // (an inf or NaN survives the sum) makes one skip decision for all ranks.
   if (strategy) grads = reducer->finish(grads);
-  if (lso && !keep_gradients) {  // the unscale fused into the update where the optimizer can
-    auto applied = lso->apply_gradients(grads, vars);
+  if (lso) {
+    // Raw gradients: the LossScaleOptimizer unscales them inside the update where the optimizer
+    // can. Only callbacks that want the gradients get unscaled copies made first.
+    std::vector<Tensor> unscaled;
+    if (keep_gradients) unscaled = lso->get_unscaled_gradients(grads);
+    auto applied = lso->apply_gradients(keep_gradients ? unscaled : grads, vars);
     r.applied = applied.applied;
     r.nonfinite_variables = std::move(applied.nonfinite_variables);
-  } else if (lso) {  // the callbacks get the unscaled gradients
-    auto unscaled = lso->get_unscaled_gradients(grads);
-    auto applied = lso->apply_gradients_checked(unscaled, vars);
-    r.applied = applied.applied;
-    r.nonfinite_variables = std::move(applied.nonfinite_variables);
-    r.gradients = std::move(unscaled);
+    if (keep_gradients) r.gradients = std::move(unscaled);
   } else {
     optimizer_->apply_gradients(grads, vars);
     if (keep_gradients) r.gradients = std::move(grads);

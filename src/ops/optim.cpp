@@ -103,15 +103,18 @@ void check_update_all(const char* op, const std::vector<Tensor>& vars, const std
     fail(op, ": entries ", at[0], " and ", at[1], " update the same variable");
   }
   // Every written tensor once: a copy may not be another entry's variable or copy.
+  std::vector<std::pair<const void*, std::size_t>> written;  // (copy memory, entry), sorted
   for (std::size_t i = 0; i < copies.size(); ++i) {
     if (!copies[i] || copies[i]->numel() == 0) continue;
     const void* p = copies[i]->data_ptr();
     MPT_CHECK(!std::binary_search(sorted.begin(), sorted.end(), p), op, Entry{static_cast<std::int64_t>(i)},
               ": the copy is the memory of a variable of the list");
-    for (std::size_t j = 0; j < i; ++j)
-      MPT_CHECK(!copies[j] || copies[j]->numel() == 0 || copies[j]->data_ptr() != p, op,
-                Entry{static_cast<std::int64_t>(i)}, ": the copy is also entry ", j, "'s copy");
+    written.emplace_back(p, i);
   }
+  std::sort(written.begin(), written.end());
+  for (std::size_t k = 1; k < written.size(); ++k)
+    MPT_CHECK(written[k].first != written[k - 1].first, op, Entry{static_cast<std::int64_t>(written[k].second)},
+              ": the copy is also entry ", written[k - 1].second, "'s copy");
 }
 
 }  // namespace

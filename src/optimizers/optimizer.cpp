@@ -91,8 +91,7 @@ ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const s
   std::vector<Tensor> g;
   std::vector<Variable> v;
   std::vector<std::string> missing;
-  const bool pass_16bit =
-      takes_16bit_gradients() && !options_.clipnorm && !options_.global_clipnorm && !options_.clipvalue;
+  const bool pass_16bit = takes_16bit_gradients() && !clips();
   for (std::size_t i = 0; i < grads.size(); ++i) {
     MPT_CHECK(vars[i].defined(), "optimizer '", name_, "': variable ", i, " is undefined");
     const Variable& var = vars[i];
@@ -147,7 +146,7 @@ ApplyResult Optimizer::apply_scaled_gradients(const std::vector<Tensor>& grads, 
 }
 
 bool Optimizer::fuses_gradient_scale() const {
-  return applies_gradient_scale() && !options_.clipnorm && !options_.global_clipnorm && !options_.clipvalue;
+  return applies_gradient_scale() && !clips();
 }
 
 bool detail::fits_one_list_op(const std::vector<Variable>& vars) {

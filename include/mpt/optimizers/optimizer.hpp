@@ -120,6 +120,9 @@ class Optimizer {
   const CommonOptions& common_options() const { return options_; }
   /// mpt::Error naming the optimizer unless lr is finite and >= 0.
   void check_learning_rate(double lr) const;
+  /// True when clipnorm, global_clipnorm or clipvalue is set (clipping needs float32 gradients,
+  /// unscaled).
+  bool clips() const { return options_.clipnorm || options_.global_clipnorm || options_.clipvalue; }
 
  private:
   std::string name_;
