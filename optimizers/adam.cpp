@@ -6,13 +6,11 @@
 namespace mpt::optimizers {
 
 AdamOptimizer::AdamOptimizer(AdamOptions o)
-    : Optimizer("adam", {o.learning_rate, o.clipnorm, o.clipvalue, o.global_clipnorm}), o_(o) {
+    : BuiltinOptimizer("adam", std::move(o)) {
   MPT_CHECK(o_.beta_1 >= 0 && o_.beta_1 < 1 && o_.beta_2 >= 0 && o_.beta_2 < 1,
             "Adam: beta_1 and beta_2 must be in [0, 1), got ", o_.beta_1, " and ", o_.beta_2);
   MPT_CHECK(o_.epsilon >= 0, "Adam: epsilon must be >= 0, got ", o_.epsilon);
 }
-
-std::shared_ptr<Optimizer> AdamOptimizer::clone() const { return std::make_shared<AdamOptimizer>(o_); }
 
 void detail::adam_step(Optimizer& opt, const Tensor& grad, const Variable& var, double lr, double beta_1,
                        double beta_2, double epsilon, bool amsgrad, double decay) {

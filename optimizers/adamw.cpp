@@ -6,14 +6,12 @@
 namespace mpt::optimizers {
 
 AdamWOptimizer::AdamWOptimizer(AdamWOptions o)
-    : Optimizer("adamw", {o.learning_rate, o.clipnorm, o.clipvalue, o.global_clipnorm}), o_(o) {
+    : BuiltinOptimizer("adamw", std::move(o)) {
   MPT_CHECK(o_.weight_decay >= 0, "AdamW: weight_decay must be >= 0, got ", o_.weight_decay);
   MPT_CHECK(o_.beta_1 >= 0 && o_.beta_1 < 1 && o_.beta_2 >= 0 && o_.beta_2 < 1,
             "AdamW: beta_1 and beta_2 must be in [0, 1), got ", o_.beta_1, " and ", o_.beta_2);
   MPT_CHECK(o_.epsilon >= 0, "AdamW: epsilon must be >= 0, got ", o_.epsilon);
 }
-
-std::shared_ptr<Optimizer> AdamWOptimizer::clone() const { return std::make_shared<AdamWOptimizer>(o_); }
 
 void AdamWOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
   // Decoupled decay, var -= var * weight_decay * lr, before the Adam step (fused into it).

@@ -4,13 +4,11 @@
 namespace mpt::optimizers {
 
 RMSpropOptimizer::RMSpropOptimizer(RMSpropOptions o)
-    : Optimizer("rmsprop", {o.learning_rate, o.clipnorm, o.clipvalue, o.global_clipnorm}), o_(o) {
+    : BuiltinOptimizer("rmsprop", std::move(o)) {
   MPT_CHECK(o_.rho >= 0 && o_.rho <= 1, "RMSprop: rho must be in [0, 1], got ", o_.rho);
   MPT_CHECK(o_.momentum >= 0, "RMSprop: momentum must be >= 0, got ", o_.momentum);
   MPT_CHECK(o_.epsilon >= 0, "RMSprop: epsilon must be >= 0, got ", o_.epsilon);
 }
-
-std::shared_ptr<Optimizer> RMSpropOptimizer::clone() const { return std::make_shared<RMSpropOptimizer>(o_); }
 
 void RMSpropOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
   Tensor value = var.value();

@@ -4,12 +4,10 @@
 namespace mpt::optimizers {
 
 SGDOptimizer::SGDOptimizer(SGDOptions o)
-    : Optimizer("SGD", {o.learning_rate, o.clipnorm, o.clipvalue, o.global_clipnorm}), o_(o) {
+    : BuiltinOptimizer("SGD", std::move(o)) {
   MPT_CHECK(o_.momentum >= 0 && o_.momentum <= 1, "SGD: momentum must be in [0, 1], got ",
             o_.momentum);
 }
-
-std::shared_ptr<Optimizer> SGDOptimizer::clone() const { return std::make_shared<SGDOptimizer>(o_); }
 
 void SGDOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
   Tensor value = var.value();

@@ -12,26 +12,39 @@
 
 namespace mpt::optimizers {
 
+namespace detail {
+/// What the built-in optimizers share: their options (Keras's arguments, then the clip options),
+/// clone() (same type and options, no state), and the fused ops of mpt/optim_ops.hpp, which
+/// take 16-bit gradients unconverted and the loss-scale unscale as grad_scale.
+template <class Derived, class Options>
+class BuiltinOptimizer : public Optimizer {
+ public:
+  std::shared_ptr<Optimizer> clone() const override { return std::make_shared<Derived>(o_); }
+  const Options& options() const { return o_; }
+
+ protected:
+  BuiltinOptimizer(std::string name, Options o)
+      : Optimizer(std::move(name), {o.learning_rate, o.clipnorm, o.clipvalue, o.global_clipnorm}), o_(std::move(o)) {}
+  bool takes_16bit_gradients() const override { return true; }
+  bool applies_gradient_scale() const override { return true; }
+
+  Options o_;
+};
+}  // namespace detail
+
 struct SGDOptions {
   LearningRate learning_rate = 0.01;
   double momentum = 0.0;
   bool nesterov = false;
   std::optional<double> clipnorm, clipvalue, global_clipnorm;
 };
-class SGDOptimizer : public Optimizer {
+class SGDOptimizer : public detail::BuiltinOptimizer<SGDOptimizer, SGDOptions> {
  public:
   explicit SGDOptimizer(SGDOptions o = {});
-  std::shared_ptr<Optimizer> clone() const override;
-  const SGDOptions& options() const { return o_; }
 
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
-  bool takes_16bit_gradients() const override { return true; }
-  bool applies_gradient_scale() const override { return true; }
-
- private:
-  SGDOptions o_;
 };
 /// Keras's SGD, as an object to hand to compile() or a LossScaleOptimizer.
 std::shared_ptr<SGDOptimizer> SGD(SGDOptions options = {});
@@ -45,20 +58,13 @@ struct AdamOptions {
   bool amsgrad = false;
   std::optional<double> clipnorm, clipvalue, global_clipnorm;
 };
-class AdamOptimizer : public Optimizer {
+class AdamOptimizer : public detail::BuiltinOptimizer<AdamOptimizer, AdamOptions> {
  public:
   explicit AdamOptimizer(AdamOptions o = {});
-  std::shared_ptr<Optimizer> clone() const override;
-  const AdamOptions& options() const { return o_; }
 
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
-  bool takes_16bit_gradients() const override { return true; }
-  bool applies_gradient_scale() const override { return true; }
-
- private:
-  AdamOptions o_;
 };
 /// Keras's Adam, as an object to hand to compile() or a LossScaleOptimizer.
 std::shared_ptr<AdamOptimizer> Adam(AdamOptions options = {});
@@ -98,20 +104,13 @@ struct AdamWOptions {
   bool amsgrad = false;
   std::optional<double> clipnorm, clipvalue, global_clipnorm;
 };
-class AdamWOptimizer : public Optimizer {
+class AdamWOptimizer : public detail::BuiltinOptimizer<AdamWOptimizer, AdamWOptions> {
  public:
   explicit AdamWOptimizer(AdamWOptions o = {});
-  std::shared_ptr<Optimizer> clone() const override;
-  const AdamWOptions& options() const { return o_; }
 
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
-  bool takes_16bit_gradients() const override { return true; }
-  bool applies_gradient_scale() const override { return true; }
-
- private:
-  AdamWOptions o_;
 };
 /// Keras's AdamW, as an object to hand to compile() or a LossScaleOptimizer.
 std::shared_ptr<AdamWOptimizer> AdamW(AdamWOptions options = {});
@@ -125,20 +124,13 @@ struct RMSpropOptions {
   bool centered = false;
   std::optional<double> clipnorm, clipvalue, global_clipnorm;
 };
-class RMSpropOptimizer : public Optimizer {
+class RMSpropOptimizer : public detail::BuiltinOptimizer<RMSpropOptimizer, RMSpropOptions> {
  public:
   explicit RMSpropOptimizer(RMSpropOptions o = {});
-  std::shared_ptr<Optimizer> clone() const override;
-  const RMSpropOptions& options() const { return o_; }
 
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
-  bool takes_16bit_gradients() const override { return true; }
-  bool applies_gradient_scale() const override { return true; }
-
- private:
-  RMSpropOptions o_;
 };
 /// Keras's RMSprop, as an object to hand to compile() or a LossScaleOptimizer.
 std::shared_ptr<RMSpropOptimizer> RMSprop(RMSpropOptions options = {});
