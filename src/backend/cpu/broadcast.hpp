@@ -3,8 +3,10 @@
 // per-row offset and an inner stride of 0 (broadcast) or 1 (contiguous).
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "backend/common/shape.hpp"
 #include "mpt/tensor.hpp"
 
 namespace mpt::cpu {
@@ -17,35 +19,9 @@ struct BroadcastPlan {
   std::array<std::int64_t, K> inner_stride{};
 
   BroadcastPlan(const Shape& out, const std::array<const Shape*, K>& in) {
-    const std::size_t n = out.size();
-    std::array<std::vector<std::int64_t>, K> full;
-    for (int k = 0; k < K; ++k) {
-      full[k].assign(n, 0);
-      const Shape& s = *in[k];
-      std::int64_t stride = 1;
-      for (std::size_t i = 0; i < s.size(); ++i) {
-        std::size_t d = s.size() - 1 - i, o = n - 1 - i;
-        full[k][o] = s[d] == 1 ? 0 : stride;
-        stride *= s[d];
-      }
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      if (out[i] == 1) continue;  // size-1 dims carry no iteration
-      bool merge = !dims.empty();
-      for (int k = 0; k < K && merge; ++k)
-        merge = strides[k].back() == full[k][i] * out[i];
-      if (merge) {
-        dims.back() *= out[i];
-        for (int k = 0; k < K; ++k) strides[k].back() = full[k][i];
-      } else {
-        dims.push_back(out[i]);
-        for (int k = 0; k < K; ++k) strides[k].push_back(full[k][i]);
-      }
-    }
-    if (dims.empty()) {
-      dims.push_back(1);
-      for (int k = 0; k < K; ++k) strides[k].push_back(0);
-    }
+    detail::CollapsedBroadcast<K> c = detail::collapse_broadcast<K>(out, in);
+    dims = std::move(c.dims);
+    strides = std::move(c.strides);
     inner = dims.back();
     for (std::size_t i = 0; i + 1 < dims.size(); ++i) rows *= dims[i];
     for (int k = 0; k < K; ++k) inner_stride[k] = strides[k].back();

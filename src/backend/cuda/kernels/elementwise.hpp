@@ -15,6 +15,7 @@
 // - Transcendentals are libm's on the host and CUDA's on the device: exp, log, tanh, erf and pow
 //   may differ from the CPU by a few ulp there (CUDA documents 1-2 ulp for expf, logf, tanhf,
 //   erff, powf); sqrt and everything else is exact.
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/common/shape.hpp"
 #include "backend/cuda/kernels/launch.hpp"
 #include "backend/cuda/kernels/types.hpp"
 
@@ -261,36 +263,10 @@ struct BroadcastGeom {
 
 /// The geometry of operands `in` broadcast to `out` (shapes already validated by src/ops).
 template <int K>
-BroadcastGeom<K> make_broadcast(const Shape& out, const std::vector<const Shape*>& in) {
-  const std::size_t n = out.size();
-  std::vector<std::vector<std::int64_t>> full(K, std::vector<std::int64_t>(n, 0));
-  for (int k = 0; k < K; ++k) {
-    const Shape& s = *in[k];
-    std::int64_t stride = 1;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      const std::size_t d = s.size() - 1 - i, o = n - 1 - i;
-      full[k][o] = s[d] == 1 ? 0 : stride;
-      stride *= s[d];
-    }
-  }
-  std::vector<std::int64_t> dims;
-  std::vector<std::vector<std::int64_t>> strides(K);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (out[i] == 1) continue;  // size-1 dims carry no iteration
-    bool merge = !dims.empty();
-    for (int k = 0; k < K && merge; ++k) merge = strides[k].back() == full[k][i] * out[i];
-    if (merge) {
-      dims.back() *= out[i];
-      for (int k = 0; k < K; ++k) strides[k].back() = full[k][i];
-    } else {
-      dims.push_back(out[i]);
-      for (int k = 0; k < K; ++k) strides[k].push_back(full[k][i]);
-    }
-  }
-  if (dims.empty()) {
-    dims.push_back(1);
-    for (int k = 0; k < K; ++k) strides[k].push_back(0);
-  }
+BroadcastGeom<K> make_broadcast(const Shape& out, const std::array<const Shape*, K>& in) {
+  const mpt::detail::CollapsedBroadcast<K> c = mpt::detail::collapse_broadcast<K>(out, in);
+  const std::vector<std::int64_t>& dims = c.dims;
+  const auto& strides = c.strides;
   MPT_CHECK(dims.size() <= static_cast<std::size_t>(kMaxBroadcastDims), "cuda broadcast: more than ",
             kMaxBroadcastDims, " dimensions after merging (", dims.size(), ")");
   BroadcastGeom<K> g;
