@@ -62,6 +62,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--models", default="A,B,C,D")
     ap.add_argument("--no-keras", action="store_true", help="skip the Keras 3 fit anchor")
+    ap.add_argument("--amx-off", action="store_true",
+                    help="AMX off on both sides (MPT_ONEDNN_AMX=0, ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16): "
+                         "the second table an AMX machine owes")
     ap.add_argument("--fp16-limit", type=float, default=8.0,
                     help="drop PyTorch fp16 for a model after a round slower than this many times its fp32")
     args = ap.parse_args()
@@ -76,9 +79,11 @@ def main():
         if not os.path.exists(exe):
             ap.error(f"{exe} not found: build mpt first (scripts/side_by_side.sh does)")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    if args.amx_off:
+        env.update(MPT_ONEDNN_AMX="0", ONEDNN_MAX_CPU_ISA="AVX512_CORE_BF16")
     amx_cpu = "amx_bf16" in cpu_flags()
-    amx_mpt = amx_cpu and os.environ.get("MPT_ONEDNN_AMX", "1") != "0"
-    isa_cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
+    amx_mpt = amx_cpu and env.get("MPT_ONEDNN_AMX", "1") != "0"
+    isa_cap = env.get("ONEDNN_MAX_CPU_ISA", "")
     amx_torch = amx_cpu and (not isa_cap or "AMX" in isa_cap.upper())
 
     runs = {}  # (impl, model, dtype) -> list of results

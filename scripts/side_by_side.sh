@@ -2,9 +2,10 @@
 # mpt against PyTorch 2.15 and Keras 3 on this CPU (issue 11), in one command: builds mpt's
 # benchmarks, installs PyTorch 2.15, Keras 3 and NumPy from PyPI into a virtual environment of
 # its own (MPT_BENCH_VENV, default ~/.cache/mpt/bench-venv; never at test time or in CI), and runs
-# bench/side_by_side.py, whose flags it passes on (--rounds, --models, --threads, --no-keras).
-# On an AMX machine, run it again with AMX off on both sides:
-#   MPT_ONEDNN_AMX=0 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 bash scripts/side_by_side.sh
+# bench/side_by_side.py, whose flags it passes on (--rounds, --models, --threads, --no-keras,
+# --amx-off). On an AMX machine, run it again with AMX off on both sides:
+#   bash scripts/side_by_side.sh --amx-off
+# (the same as MPT_ONEDNN_AMX=0 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 in the environment).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
