@@ -398,6 +398,41 @@ TEST_CASE("slots: set_slot restores before the first step; clone starts fresh") 
   CHECK(dynamic_cast<opt::SGDOptimizer&>(*c).options().momentum == 0.5);
 }
 
+TEST_CASE("every built-in's clone has its type, name and options, no state, and steps as a fresh one") {
+  auto check = [](opt::Optimizer& o, auto* typed, const auto& same_options, const std::string& what) {
+    CAPTURE(what);
+    Variable w(f32(kW0), "w");
+    o.apply_gradients({f32(kGrads[0])}, {w});  // state the clone must not copy
+    auto c = o.clone();
+    using T = std::remove_pointer_t<decltype(typed)>;
+    auto* ct = dynamic_cast<T*>(c.get());
+    REQUIRE(ct != nullptr);
+    CHECK(same_options(ct->options()));
+    CHECK(c->name() == o.name());
+    CHECK(c->iterations() == 0);
+    CHECK(c->slots_by_path().empty());
+    // Two steps of the clone give the bits of two steps of a fresh optimizer of the same options.
+    auto fresh = std::make_shared<T>(ct->options());
+    Variable a(f32(kW0), "w"), b(f32(kW0), "w");
+    for (int t = 0; t < 2; ++t) {
+      c->apply_gradients({f32(kGrads[t])}, {a});
+      fresh->apply_gradients({f32(kGrads[t])}, {b});
+    }
+    CHECK(a.value().to_vector<float>() == b.value().to_vector<float>());
+  };
+  opt::SGDOptimizer sgd({.learning_rate = 0.05, .momentum = 0.7, .nesterov = true, .clipvalue = 0.5});
+  check(sgd, &sgd, [](const opt::SGDOptions& x) { return x.momentum == 0.7 && x.nesterov && x.clipvalue == 0.5; }, "SGD");
+  opt::AdamOptimizer adam({.learning_rate = 0.01, .beta_2 = 0.99, .amsgrad = true, .clipnorm = 1.0});
+  check(adam, &adam, [](const opt::AdamOptions& x) { return x.beta_2 == 0.99 && x.amsgrad && x.clipnorm == 1.0; },
+        "Adam");
+  opt::AdamWOptimizer adamw({.learning_rate = 0.01, .weight_decay = 0.1, .global_clipnorm = 2.0});
+  check(adamw, &adamw,
+        [](const opt::AdamWOptions& x) { return x.weight_decay == 0.1 && x.global_clipnorm == 2.0; }, "AdamW");
+  opt::RMSpropOptimizer rms({.learning_rate = 0.01, .rho = 0.8, .momentum = 0.3, .centered = true});
+  check(rms, &rms, [](const opt::RMSpropOptions& x) { return x.rho == 0.8 && x.momentum == 0.3 && x.centered; },
+        "RMSprop");
+}
+
 TEST_CASE("fused update ops on every device, 16-bit variables, and their validation") {
   for_each_device([](Device dev) {
     for (DType dt : {float32, float16, bfloat16}) {
