@@ -5,9 +5,12 @@
 //
 // Each pass of a 16-bit convolution uses the compute measured fastest on this CPU. float16
 // computes in float32. bfloat16 runs natively (bf16 operands, f32 accumulation) where oneDNN runs
-// the pass on AMX, and in float32 otherwise: without AMX, vdpbf16ps issues at half the rate of
-// float32 FMAs here (101 vs 216 GFLOP/s per core), so AVX512-BF16 convolutions take twice as long
-// as float32 ones. oneDNN 2.6 has AMX forward convolutions only, so the backward-data pass runs
+// the pass on AMX or where vdpbf16ps runs at the FMA rate (AMD Zen 4 and later:
+// bf16_dot_full_rate; there native passes make model B's bf16 step 1.45x and model C's 1.55x
+// faster than float32 compute), and in float32 otherwise: on Intel CPUs without AMX, vdpbf16ps
+// issues at half the rate of float32 FMAs (101 vs 216 GFLOP/s per core on the Xeon), so
+// AVX512-BF16 convolutions take twice as long as float32 ones. oneDNN 2.6 has AMX forward
+// convolutions only, so the backward-data pass runs
 // as the forward convolution it is (dy against the flipped, transposed kernel), one per stride
 // phase when strided (sub-kernels; backward_data_by_phases: 1.8 ms against 4.4 ms in float32 for
 // the stride-2 layer of bench_conv's model B), and the weight gradient of a convolution with 16 or more input channels runs on mpt's own AMX kernel
@@ -67,12 +70,17 @@ std::int64_t chunk_images(const ConvShape& s) {
 // ---- which compute each pass uses -----------------------------------------------------------
 
 bool on_amx(const std::string& impl) { return impl.find("amx") != std::string::npos; }
+/// True where a bfloat16 primitive beats float32 compute: on AMX, and with oneDNN's AVX512-BF16
+/// kernels where vdpbf16ps runs at the FMA rate (bf16_dot_full_rate: AMD Zen 4 and later).
+bool bf16_wins(const std::string& impl) {
+  return on_amx(impl) || (bf16_dot_full_rate() && impl.find("bf16") != std::string::npos);
+}
 
 bool native_forward(const ConvShape& s, const Conv2dGeometry& g, DType d, const DType* bias_dt, Activation act) {
   if (d != bfloat16) return d == float32;
   const Bf16Mode m = bf16_mode();
   if (m != Bf16Mode::Auto) return m == Bf16Mode::Native;
-  return on_amx(forward_plan(s, g, d, bias_dt, act).impl);
+  return bf16_wins(forward_plan(s, g, d, bias_dt, act).impl);
 }
 
 /// Backward-data as forward convolutions, one per stride phase: the dx pixels whose padded
@@ -180,14 +188,14 @@ DataPath data_path(const ConvShape& s, const Conv2dGeometry& g, DType d) {
     const auto p = std::find_if(all.begin(), all.end(), [](const Phase& q) { return q.my && q.mx; });
     if (p != all.end() && on_amx(forward_plan(p->s, p->g, d, nullptr, Activation::Linear).impl)) return DataPath::Phases;
   }
-  return on_amx(backward_data_plan(s, g, d).impl) ? DataPath::Native : DataPath::Staged;
+  return bf16_wins(backward_data_plan(s, g, d).impl) ? DataPath::Native : DataPath::Staged;
 }
 
 bool native_weights(const ConvShape& s, const Conv2dGeometry& g, DType d) {
   if (d != bfloat16) return d == float32;
   const Bf16Mode m = bf16_mode();
   if (m != Bf16Mode::Auto) return m == Bf16Mode::Native;
-  return on_amx(backward_weights_plan(s, g, d).impl);
+  return bf16_wins(backward_weights_plan(s, g, d).impl);
 }
 
 // ---- the passes -------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 #include "backend/cpu/dnnl_util.hpp"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -89,6 +92,25 @@ bool dnnl_has_bf16() {
     }
   }();
   return has;
+}
+
+bool bf16_dot_full_rate() {
+  static const bool full = [] {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    if (std::strcmp(vendor, "AuthenticAMD") != 0 || a < 7) return false;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return ((a >> 5) & 1u) != 0 && dnnl_has_bf16();  // CPUID.(7,1):EAX[5] AVX512_BF16
+#else
+    return false;
+#endif
+  }();
+  return full;
 }
 
 dnnl::stream& dnnl_stream() {
