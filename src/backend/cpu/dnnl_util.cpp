@@ -54,8 +54,7 @@ void prepare_cpu_isa() {
   if (!(amx && std::string(amx) == "0") && palette_fixed &&
       syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0) {
     unsigned a, b, c, d;  // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE
-    asm("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    amx_on = (d >> 22 & 1) && (d >> 24 & 1);
+    amx_on = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1);
     return;
   }
 #endif
@@ -97,15 +96,9 @@ bool dnnl_has_bf16() {
 bool bf16_dot_full_rate() {
   static const bool full = [] {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-    char vendor[13] = {};
-    std::memcpy(vendor, &b, 4);
-    std::memcpy(vendor + 4, &d, 4);
-    std::memcpy(vendor + 8, &c, 4);
-    if (std::strcmp(vendor, "AuthenticAMD") != 0 || a < 7) return false;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-    return ((a >> 5) & 1u) != 0 && dnnl_has_bf16();  // CPUID.(7,1):EAX[5] AVX512_BF16
+    __builtin_cpu_init();
+    unsigned a, b, c, d;  // CPUID.(7,1):EAX bit 5 AVX512_BF16
+    return __builtin_cpu_is("amd") && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1) && dnnl_has_bf16();
 #else
     return false;
 #endif
