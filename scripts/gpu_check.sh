@@ -1,97 +1,200 @@
 #!/usr/bin/env bash
-# One command on a machine with an NVIDIA GPU: builds mpt for sm_90, runs the whole test suite
-# (every for_each_device test then also runs on cuda:0, and the GPU-only test runs instead of
-# being skipped), runs compute-sanitizer's memcheck over the op tests, runs bench/bench_gpu
-# (models A, B, C, D and D widened to 4096, batch 1024, float32 / mixed_float16 /
-# mixed_bfloat16) and the same models in PyTorch AMP, and writes one report.
-#   bash scripts/gpu_check.sh            (REPORT=gpu_report.md, BUILD_DIR=build-gpu)
-# Budget: under 10 minutes on an H100 (the build takes most of it on 16 cores).
+# The GPU check, run on the GPU machine (no network, none of mpt's Debian packages needed) from
+# the repository root, with the bundle scripts/gpu_bundle.sh made on a CPU machine:
+#   bash scripts/gpu_check.sh [--bundle out/gpu/mpt-gpu.tar.xz] [--out DIR] [--steps 20]
+#                             [--sanitize] [--no-bench]
+# It unpacks the bundle (under /tmp), finds CUDA's libraries where that machine has them (its
+# Python's NVIDIA wheels, /usr/local/cuda), prints the versions it loaded, checks with ldd that
+# every program resolves, runs the whole CTest suite (every for_each_device test also on cuda:0,
+# and the GPU-only test), runs bench_gpu and the same models in PyTorch AMP, and writes
+# gpu_report.md, the CTest log and the failing tests' output into DIR ($OUT when set, else
+# out/gpu/report). First run: about 5 minutes on an H100; give the command a 540 s limit.
+# --sanitize adds compute-sanitizer's memcheck over the op tests on cuda:0: a separate step that
+# reports "not supported here" where the machine refuses it.
+# Exit status: 0 when every test passed (with or without a GPU: the report says which),
+# 1 when something failed, 2 when the bundle is missing or does not resolve.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build-gpu}
-REPORT=${REPORT:-gpu_report.md}
-STEPS=${STEPS:-50}
+BUNDLE=out/gpu/mpt-gpu.tar.xz
+OUT_DIR=${OUT:-out/gpu/report}
+STEPS=20
+SANITIZE=0
+BENCH=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) BUNDLE=$2; shift 2 ;;
+    --out) OUT_DIR=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --sanitize) SANITIZE=1; shift ;;
+    --no-bench) BENCH=0; shift ;;
+    *) echo "gpu_check: unknown argument '$1' (see the head of $0)"; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT_DIR"
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
+REPORT=$OUT_DIR/gpu_report.md
+ROOT=${MPT_GPU_ROOT:-/tmp/mpt-gpu}
 start=$SECONDS
-log() { echo "== $* ($((SECONDS - start)) s)"; }
+log() { echo "== gpu_check: $* ($((SECONDS - start)) s)"; }
+section() { printf '\n## %s\n\n```\n' "$1" >> "$REPORT"; }
+endsection() { echo '```' >> "$REPORT"; }
 
-if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
-  echo "gpu_check: no NVIDIA GPU visible (nvidia-smi); this script is for a machine with one"
-  exit 2
-fi
-# The build dependencies come from Debian packages; on a machine that cannot reach them, they
-# must be there already.
-bash scripts/install_deps.sh || echo "gpu_check: install_deps failed; building with what is installed"
+[ -f "$BUNDLE" ] || { echo "gpu_check: no bundle at $BUNDLE: make it on a CPU machine with bash scripts/gpu_bundle.sh"; exit 2; }
+log "unpack $BUNDLE into $ROOT"
+rm -rf "$ROOT" && mkdir -p "$ROOT"
+tar -xJf "$BUNDLE" -C "$ROOT" --strip-components=1 || { echo "gpu_check: cannot unpack $BUNDLE"; exit 2; }
+manifest() { sed -n "s/^$1=//p" "$ROOT/MANIFEST"; }
+
+# CTest's files name the build machine's folders and cmake: point them here.
+CMAKE=$(command -v cmake || true)
+while read -r f; do
+  sed -i -e "s|$(manifest build_root)|$ROOT/build|g" -e "s|$(manifest source_root)|$ROOT/src|g" \
+    ${CMAKE:+-e "s|\"$(manifest cmake_command)\"|\"$CMAKE\"|g"} "$f"
+done < <(find "$ROOT/build" -name CTestTestfile.cmake)
+
+# CUDA's libraries: the NVIDIA wheels of every Python here first (cuDNN and NCCL live only
+# there), then the toolkit's.
+cuda_dirs=()
+for python in python3 /opt/torch/.venv/bin/python3; do
+  command -v "$python" > /dev/null || continue
+  for sp in $("$python" -c 'import site, sysconfig; print(" ".join(set(site.getsitepackages() + [sysconfig.get_paths()["purelib"]])))' 2> /dev/null); do
+    [ -d "$sp/nvidia" ] || continue
+    while read -r d; do cuda_dirs+=("$d"); done < <(find "$sp/nvidia" -name 'lib*.so*' -printf '%h\n' 2> /dev/null | sort -u)
+  done
+done
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && cuda_dirs+=("$d")
+done
+lib_path="$ROOT/build:$ROOT/lib"
+declare -A seen=()
+for d in "${cuda_dirs[@]}"; do
+  [ -n "${seen[$d]:-}" ] && continue
+  seen[$d]=1
+  lib_path="$lib_path:$d"
+done
+# The bundle's libraries are Debian 12's (OpenSSL, libffi, ...): only mpt's programs get them;
+# Python keeps the machine's own (py runs it so).
+ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+py() { LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH python3 "$@"; }
+export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export MPT_TEST_DATA_DIR=$ROOT/src/tests/data
+export MPT_FASHION_MNIST_DIR=$ROOT/data
+unset MPT_DEVICE
 
 {
   echo "# mpt GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo '```'
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-  nvcc --version | tail -1
-  lscpu | grep -E "^Model name" || true
-  echo '```'
+  echo "Bundle: $(manifest commit), built $(manifest built)."
+  echo "Here: $(uname -n), $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores."
 } > "$REPORT"
 
-log "configure and build ($BUILD_DIR, sm_90)"
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMPT_WITH_CUDA=ON \
-  > "$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
-if ! cmake --build "$BUILD_DIR" -j"$(nproc)" > "$BUILD_DIR.build.log" 2>&1; then
-  tail -50 "$BUILD_DIR.build.log"
-  echo "gpu_check: build failed" | tee -a "$REPORT"
-  exit 1
+section "GPU and CUDA stack"
+if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv >> "$REPORT" 2>&1
+else
+  echo "nvidia-smi: no GPU visible" >> "$REPORT"
+fi
+command -v nvcc > /dev/null && nvcc --version | tail -1 >> "$REPORT"
+"$ROOT/build/tests/cuda_versions" >> "$REPORT" 2>&1 || echo "cuda_versions failed ($?)" >> "$REPORT"
+echo "library folders, in search order:" >> "$REPORT"
+echo "$LD_LIBRARY_PATH" | tr ':' '\n' | sed 's/^/  /' >> "$REPORT"
+endsection
+GPU=0
+grep -q '^GPU 0 ' "$REPORT" && GPU=1
+
+log "ldd of every program and library in the bundle"
+section "ldd: every ELF file of the bundle resolves"
+unresolved=0
+while read -r f; do
+  missing=$(ldd "$f" 2>&1 | grep "not found" || true)
+  if [ -n "$missing" ]; then
+    unresolved=1
+    echo "${f#"$ROOT"/}:" >> "$REPORT"
+    echo "$missing" >> "$REPORT"
+  fi
+done < <(find "$ROOT/build" "$ROOT/lib" -type f -name '*' | while read -r f; do
+  [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] && echo "$f"; done)
+[ "$unresolved" = 0 ] && echo "all resolve ($(find "$ROOT/build" "$ROOT/lib" -type f | wc -l) files)" >> "$REPORT"
+endsection
+if [ "$unresolved" = 1 ]; then
+  cat "$REPORT"
+  echo "gpu_check: libraries missing (see $REPORT)"
+  exit 2
 fi
 
-log "test suite on the GPU"
 status=0
-(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 300 -j4 -E package_consumer) > "$BUILD_DIR.ctest.log" 2>&1 || status=1
-{
-  echo
-  echo "## Test suite (ctest, cuda:0 in every for_each_device test)"
-  echo '```'
-  grep -E "tests passed|tests failed|Not Run|Skipped|\*\*\*Failed|Timeout" "$BUILD_DIR.ctest.log"
-  grep -h "cuda:0" "$BUILD_DIR.ctest.log" | head -20
-  echo '```'
-} >> "$REPORT"
+log "test suite (ctest; cuda:0 in every for_each_device test)"
+jobs=$(( $(nproc) / 2 )); [ "$jobs" -ge 1 ] || jobs=1; [ "$jobs" -le 8 ] || jobs=8
+# package_consumer compiles a project against the installed headers: a CPU-machine test.
+(cd "$ROOT/build" && timeout 330 ctest --output-on-failure --timeout 240 -j"$jobs" -E '^package_consumer$' \
+   --output-junit "$OUT_DIR/ctest.xml") > "$OUT_DIR/ctest.log" 2>&1 || status=1
+section "Test suite (ctest -j$jobs, per-test limit 240 s)"
+grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|\*\*\*Exception|Not Run|Skipped|Total Test time" \
+  "$OUT_DIR/ctest.log" >> "$REPORT"
+echo >> "$REPORT"
+grep -h -E "CUDA half skipped|skipped: this program needs a GPU" "$OUT_DIR/ctest.log" | sort | uniq -c >> "$REPORT"
+endsection
+# Each failing test's own output (CTest printed it once, as a block after its result line): one
+# file each, and the lines that say what failed in the report.
+mkdir -p "$OUT_DIR/failed"
+while read -r t; do
+  [ -n "$t" ] || continue
+  awk -v t="$t" '$0 ~ "Test +#[0-9]+: " t " [.]" && /\*\*\*|Failed/ {on = 1; print; next}
+                 on && /^ *[0-9]+\/[0-9]+ Test +#/ {on = 0} on' "$OUT_DIR/ctest.log" > "$OUT_DIR/failed/$t.log"
+  section "Failed: $t (what failed, 60 lines at most; all of it in failed/$t.log)"
+  grep -E "ERROR|FAILED|CHECK|REQUIRE|rror|what\(\)|Segmentation|Abort|SUBCASE|TEST CASE|Timeout|Exception" \
+    "$OUT_DIR/failed/$t.log" | head -60 >> "$REPORT"
+  endsection
+done < <(sed -n 's/^ *[0-9]* - \([^ ]*\) (.*/\1/p' "$OUT_DIR/ctest.log" | sort -u)
 
-log "compute-sanitizer memcheck over the op tests"
-{
-  echo
-  echo "## compute-sanitizer memcheck (op tests on cuda:0)"
-  echo '```'
-} >> "$REPORT"
-for t in test_ops_forward test_ops_grad test_conv_ops test_cuda_gpu; do
-  exe=$(find "$BUILD_DIR/tests" -maxdepth 1 -name "$t" -type f | head -1)
-  [ -n "$exe" ] || continue
-  if MPT_DEVICE=cuda:0 timeout 240 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
-       "$exe" --subcase-exclude=cpu,test > "$BUILD_DIR.$t.memcheck.log" 2>&1; then
-    echo "$t: clean ($(grep -E 'ERROR SUMMARY' "$BUILD_DIR.$t.memcheck.log" | tail -1))" >> "$REPORT"
+if [ "$BENCH" = 1 ]; then
+  log "bench_gpu and PyTorch AMP"
+  section "mpt: bench/bench_gpu --steps $STEPS"
+  if [ "$GPU" = 1 ]; then
+    timeout 150 "$ROOT/build/bench/bench_gpu" --steps "$STEPS" >> "$REPORT" 2>&1 || { echo "bench_gpu: exit $?" >> "$REPORT"; status=1; }
   else
-    status=1
-    echo "$t: FAILED" >> "$REPORT"
-    grep -E "ERROR SUMMARY|Invalid|out of bounds|ERROR:" "$BUILD_DIR.$t.memcheck.log" | head -20 >> "$REPORT"
+    echo "no GPU: nothing to measure" >> "$REPORT"
   fi
-done
-echo '```' >> "$REPORT"
+  endsection
+  section "PyTorch AMP on the same GPU: bench/torch_amp_gpu.py --steps $STEPS"
+  if py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2> /dev/null; then
+    (cd "$ROOT/src/bench" && timeout 150 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" python3 torch_amp_gpu.py --steps "$STEPS") >> "$REPORT" 2>&1 || { echo "torch_amp_gpu: exit $?" >> "$REPORT"; status=1; }
+  else
+    echo "no PyTorch with a usable GPU here: no anchor" >> "$REPORT"
+  fi
+  endsection
+fi
 
-log "benchmarks: mpt, then PyTorch AMP"
+if [ "$SANITIZE" = 1 ]; then
+  log "compute-sanitizer memcheck"
+  section "compute-sanitizer memcheck (op tests, cuda:0 subcases)"
+  if [ "$GPU" = 0 ]; then
+    echo "no GPU: not run" >> "$REPORT"
+  elif ! command -v compute-sanitizer > /dev/null; then
+    echo "compute-sanitizer: not installed here" >> "$REPORT"
+  elif ! timeout 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$ROOT/build/tests/cuda_versions" \
+         > "$OUT_DIR/memcheck.probe.log" 2>&1; then
+    echo "compute-sanitizer: not supported here ($(grep -m1 -iE 'not supported|error' "$OUT_DIR/memcheck.probe.log"))" >> "$REPORT"
+  else
+    for t in test_ops_forward test_ops_grad test_conv_ops test_cuda_gpu; do
+      if timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
+           "$ROOT/build/tests/$t" --subcase-exclude=cpu,test > "$OUT_DIR/memcheck.$t.log" 2>&1; then
+        echo "$t: clean ($(grep -E 'ERROR SUMMARY' "$OUT_DIR/memcheck.$t.log" | tail -1))" >> "$REPORT"
+      else
+        status=1
+        echo "$t: FAILED (exit $?; memcheck.$t.log)" >> "$REPORT"
+        grep -E "ERROR SUMMARY|Invalid|out of bounds|ERROR:" "$OUT_DIR/memcheck.$t.log" | head -20 >> "$REPORT"
+      fi
+    done
+  fi
+  endsection
+fi
+
 {
   echo
-  echo "## mpt (bench/bench_gpu)"
-  echo '```'
-  "$BUILD_DIR/bench/bench_gpu" --steps "$STEPS" 2>&1 || status=1
-  echo '```'
-  echo
-  echo "## PyTorch on the same GPU (bench/torch_amp_gpu.py)"
-  echo '```'
-  if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
-    python3 bench/torch_amp_gpu.py --steps "$STEPS" 2>&1 || status=1
-  else
-    echo "PyTorch with CUDA is not installed here: no anchor"
-  fi
-  echo '```'
-} >> "$REPORT" 2>&1
-
-log "done: $REPORT"
+  if [ "$GPU" = 1 ]; then echo "GPU: yes."; else echo "GPU: none here; the CUDA halves were skipped and said so."; fi
+  echo "Result: $([ "$status" = 0 ] && echo "every test passed" || echo "FAILURES (see above)"), $((SECONDS - start)) s."
+} >> "$REPORT"
 cat "$REPORT"
-echo "gpu_check: $((SECONDS - start)) s, status $status"
+log "done: $REPORT, status $status"
 exit $status

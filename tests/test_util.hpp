@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,6 +24,17 @@ inline std::string error_of(const std::function<void()>& f) {
   }
   return "(no error)";
 }
+
+/// A file of tests/data: under $MPT_TEST_DATA_DIR when set (a relocated test tree, e.g. the GPU
+/// bundle of scripts/gpu_bundle.sh), else in the source tree the tests were built from.
+inline std::string test_data(const std::string& name) {
+  const char* dir = std::getenv("MPT_TEST_DATA_DIR");
+  return std::string(dir && *dir ? dir : MPT_TEST_DATA_DIR) + "/" + name;
+}
+
+/// The default device the library chose at start-up (MPT_DEVICE, else the first GPU, else the
+/// CPU); tests/main.cpp then pins the default to the CPU, since tests name their devices.
+Device automatic_default_device();
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

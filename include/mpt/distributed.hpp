@@ -84,7 +84,10 @@ struct InitializeOptions {
 
 /// Joins the job started by mpirun / srun (MPI_Init_thread), or does nothing but record a
 /// single process when mpt was built without MPI or started without a launcher that sets
-/// several ranks. Idempotent. In CUDA builds it makes GPU local_rank() the default device.
+/// several ranks. Idempotent. In CUDA builds it makes GPU local_rank() % GPUs the default (and
+/// current) device, and decides once for all ranks whether GPU gradients go through NCCL (one
+/// GPU per rank) or through MPI host copies (ranks sharing a GPU, or a rank without one; rank 0
+/// logs why): see detail::decide_nccl.
 void initialize(InitializeOptions options = {});
 bool is_initialized();
 /// This process's rank among size() (0 and 1 before initialize or without MPI).
@@ -116,8 +119,9 @@ struct DataParallelOptions {
   bool sync_batch_norm = false;
   /// The host communicator (default: world()).
   std::shared_ptr<Communicator> communicator = nullptr;
-  /// The communicator for GPU gradients (default in CUDA builds: NCCL over `communicator`'s
-  /// ranks, made on first use).
+  /// The communicator for GPU gradients (default in CUDA builds: NCCL over the world's ranks,
+  /// made on first use, when `communicator` is the world and initialize() found one GPU per
+  /// rank; else `communicator`).
   std::shared_ptr<Communicator> device_communicator = nullptr;
 };
 
@@ -229,6 +233,33 @@ class ScopedStrategy {
 /// The NCCL communicator over `host`'s ranks for GPU `device` (unique id sent over `host`);
 /// null in builds without NCCL.
 std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Communicator> host, Device device);
+
+/// The device of local rank `local_rank` of `local_size` on a machine that shows it `gpus`
+/// GPUs: GPU local_rank % gpus (more ranks than GPUs share them), the CPU without a GPU.
+/// initialize() makes it the default device (and the current CUDA device).
+Device device_for_local_rank(int local_rank, int local_size, int gpus);
+
+/// One rank's GPU, as the ranks tell each other in initialize().
+struct RankGpu {
+  std::string host;    ///< the machine's hostname
+  int local_size = 1;  ///< ranks on that machine
+  int gpus = 0;        ///< GPUs the machine shows this rank
+  std::string gpu;     ///< its GPU's PCI bus id (what NCCL compares), "" when it runs on the CPU
+};
+
+struct NcclDecision {
+  bool use_nccl = true;
+  std::string reason;  ///< why not, naming the ranks, host and GPUs ("" when use_nccl)
+};
+
+/// Whether GPU gradients may go through NCCL, for every rank alike (`ranks` in rank order):
+/// only when every rank has a GPU of its own. NCCL refuses two ranks on one GPU ("Duplicate
+/// GPU detected"); then, as when a rank has no GPU, DataParallel sums GPU gradients over MPI
+/// through host copies, and rank 0 logs why once. Ranks that each see one GPU (a launcher that
+/// sets CUDA_VISIBLE_DEVICES per rank) share nothing when the bus ids differ.
+///
+///   decide_nccl({{"node1", 2, 1, "0000:01:00.0"}, {"node1", 2, 1, "0000:01:00.0"}}).use_nccl  // false
+NcclDecision decide_nccl(const std::vector<RankGpu>& ranks);
 }  // namespace detail
 
 }  // namespace mpt::distributed

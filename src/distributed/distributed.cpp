@@ -13,6 +13,15 @@
 #include "mpt/log.hpp"
 #include "mpt/ops.hpp"
 
+#ifdef MPT_WITH_MPI
+#include <unistd.h>
+#endif
+#if defined(MPT_WITH_MPI) && defined(MPT_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_check.hpp"
+#endif
+
 namespace mpt::distributed {
 namespace {
 
@@ -35,6 +44,7 @@ struct ProcessState {
   bool initialized = false;
   int local_rank = 0, local_size = 1;
   double timeout = 300.0;
+  bool nccl_allowed = false;  ///< decide_nccl's answer for the world's ranks (initialize)
   std::shared_ptr<Communicator> world = std::make_shared<SingleProcess>();
   std::optional<DataParallel> strategy;
 };
@@ -61,7 +71,87 @@ std::int64_t numel_of(const Shape& s) {
 
 std::string describe(const Tensor& t) { return to_string(t.shape()) + " " + to_string(t.dtype()); }
 
+#ifdef MPT_WITH_MPI
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+/// Makes this rank's GPU the calling thread's current device, before any NCCL or cuBLAS call:
+/// otherwise CUDA's default, GPU 0, gets a context of every rank (as torch.cuda.set_device).
+/// Returns its PCI bus id, which NCCL compares to find ranks sharing a GPU.
+std::string bind_gpu(Device device) {
+#if defined(MPT_WITH_CUDA)
+  cuda::check_cuda(cudaSetDevice(device.index), "distributed::initialize: cudaSetDevice");
+  char bus[32] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, device.index) == cudaSuccess) return bus;
+  (void)cudaGetLastError();
+#endif
+  return "device " + std::to_string(device.index);  // unique per machine while the GPUs are listed alike
+}
+
+/// RankGpu over all_gather: tab-separated fields (a hostname has no tab).
+std::string to_wire(const detail::RankGpu& r) {
+  return mpt::detail::cat(r.host, '\t', r.local_size, '\t', r.gpus, '\t', r.gpu);
+}
+
+detail::RankGpu from_wire(const std::string& text) {
+  std::istringstream in(text);
+  detail::RankGpu r;
+  std::string local_size, gpus;
+  std::getline(in, r.host, '\t');
+  std::getline(in, local_size, '\t');
+  std::getline(in, gpus, '\t');
+  std::getline(in, r.gpu);
+  r.local_size = std::atoi(local_size.c_str());
+  r.gpus = std::atoi(gpus.c_str());
+  return r;
+}
+
+/// Every rank's GPU, and whether NCCL may sum their gradients: a collective of initialize, so
+/// that all ranks take the same path (NCCL on some and MPI on others would never meet).
+bool agree_on_nccl(Communicator& world, int local_size, const std::string& bus_id) {
+  const detail::RankGpu mine{host_name(), local_size, cuda::device_count(), bus_id};
+  std::vector<detail::RankGpu> ranks;
+  for (const std::string& text : world.all_gather(to_wire(mine))) ranks.push_back(from_wire(text));
+  const detail::NcclDecision d = detail::decide_nccl(ranks);
+  const bool any_gpu = std::any_of(ranks.begin(), ranks.end(), [](const detail::RankGpu& r) { return !r.gpu.empty(); });
+  if (!d.use_nccl && any_gpu && world.rank() == 0)
+    mpt::log(LogLevel::warning, "distributed: GPU gradients are summed by MPI through host memory, not by NCCL, "
+             "which needs one GPU per rank: ", d.reason, ". For NCCL, start at most as many ranks per machine as "
+             "it has GPUs (mpirun --map-by ppr:<GPUs>:node)");
+  return d.use_nccl;
+}
+#endif  // MPT_WITH_MPI
+
 }  // namespace
+
+Device detail::device_for_local_rank(int local_rank, int local_size, int gpus) {
+  MPT_CHECK(local_size >= 1 && local_rank >= 0 && local_rank < local_size && gpus >= 0,
+            "distributed: local rank ", local_rank, " of ", local_size, " with ", gpus, " GPUs");
+  return gpus > 0 ? Device::cuda(local_rank % gpus) : Device::cpu();
+}
+
+detail::NcclDecision detail::decide_nccl(const std::vector<RankGpu>& ranks) {
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const RankGpu& g = ranks[r];
+    if (g.gpu.empty())
+      return {false, mpt::detail::cat("rank ", r, " on ", g.host, " has no GPU (", g.gpus,
+                                      g.gpus == 1 ? " GPU" : " GPUs", " for ", g.local_size,
+                                      g.local_size == 1 ? " rank" : " ranks", " there)")};
+    std::vector<std::size_t> sharing{r};
+    for (std::size_t q = r + 1; q < ranks.size(); ++q)
+      if (ranks[q].host == g.host && ranks[q].gpu == g.gpu) sharing.push_back(q);
+    if (sharing.size() == 1) continue;
+    std::string names;
+    for (std::size_t i = 0; i < sharing.size(); ++i)
+      names += mpt::detail::cat(i == 0 ? "" : i + 1 == sharing.size() ? " and " : ", ", sharing[i]);
+    return {false, mpt::detail::cat("ranks ", names, " share GPU ", g.gpu, " on ", g.host, " (", g.local_size,
+                                    " ranks, ", g.gpus, g.gpus == 1 ? " GPU" : " GPUs", " there)")};
+  }
+  return {true, ""};
+}
 
 bool built_with_mpi() {
 #ifdef MPT_WITH_MPI
@@ -104,8 +194,15 @@ void initialize(InitializeOptions options) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     set_num_threads(std::max(1, cores / s.local_size));
   }
-  // One GPU per rank on its machine.
-  if (const int gpus = cuda::device_count(); gpus > 0) set_default_device(Device::cuda(s.local_rank % gpus));
+  // One GPU per rank on its machine, where there are enough.
+  const Device device = detail::device_for_local_rank(s.local_rank, s.local_size, cuda::device_count());
+  std::string bus_id;
+  if (device.is_cuda()) {
+    set_default_device(device);
+    bus_id = bind_gpu(device);
+  }
+  // A collective: every rank of one binary takes this branch alike.
+  s.nccl_allowed = built_with_nccl() && s.world->size() > 1 && agree_on_nccl(*s.world, s.local_size, bus_id);
   mpt::log(LogLevel::info, "distributed: rank ", s.world->rank(), " of ", s.world->size(), " (local ", s.local_rank,
            " of ", s.local_size, "), ", num_threads(), " threads, device ", default_device().str());
 #else
@@ -152,7 +249,11 @@ std::pair<std::int64_t, std::int64_t> DataParallel::shard(std::int64_t n) const 
 
 Communicator& DataParallel::communicator_for(Device device) const {
   if (device.is_cuda() && comm_->size() > 1) {
-    if (!device_comm_ || !device_comm_->serves(device)) {
+    // NCCL only over the world, where initialize() found one GPU per rank: over another host
+    // communicator (a test's fake peers, say) nothing tells that its ranks have GPUs of their
+    // own, and NCCL's initialization would wait for ranks that never come. A device communicator
+    // the user gave is used as given.
+    if ((!device_comm_ || !device_comm_->serves(device)) && state().nccl_allowed && comm_ == state().world) {
       auto nccl = detail::make_nccl_communicator(comm_, device);
       if (nccl) device_comm_ = nccl;
     }

@@ -104,6 +104,38 @@ TEST_CASE("float32 GEMMs are strict float32 unless TF32 is allowed") {
   CHECK(tf32 < 1e-2);
 }
 
+TEST_CASE("GEMMs whose first cuBLASLt plan may be refused equal the CPU: epilogues, broadcast batches, slices") {
+  // Each may run a fallback of matmul_plan.hpp's chain (unfused epilogue, aligned copies, folded
+  // or looped batch); the result must not change. References: float64 on the CPU, same inputs.
+  const auto same = [](const Tensor& on_gpu, const Tensor& reference, DType d, const std::string& what) {
+    check_close(host(on_gpu), host(reference), tolerance(d), what);
+  };
+  const auto cpu64 = [](const Tensor& t) { return t.to(Device::cpu()).to(float64); };
+  for (DType d : float_dtypes()) {
+    CAPTURE(to_string(d));
+    const Tensor x = random({6, 5, 24}, d, gpu, 1, -1, 1);
+    const Tensor w = random({24, 16}, d, gpu, 2, -1, 1);
+    const Tensor bias = random({16}, d, gpu, 3, -1, 1);
+    // Bias and ReLU epilogues (cuBLASLt lacks them for float64 on many configurations).
+    for (const char* act : {"relu", "linear", "sigmoid"})
+      same(ops::dense(x, w, bias, act), ops::dense(cpu64(x), cpu64(w), cpu64(bias), act), d, act);
+    // Batch stride 0: a matrix of batch 1 against a batch of 6, on either side, transposed too.
+    const Tensor wb = random({6, 16, 24}, d, gpu, 4, -1, 1);
+    same(ops::matmul(x, w), ops::matmul(cpu64(x), cpu64(w)), d, "broadcast b");
+    same(ops::matmul(w, wb, true, true), ops::matmul(cpu64(w), cpu64(wb), true, true), d, "broadcast a");
+    const Tensor xt = random({6, 24, 5}, d, gpu, 5, -1, 1);
+    same(ops::matmul(xt, w, true, false), ops::matmul(cpu64(xt), cpu64(w), true, false), d, "broadcast b, a^T");
+    // Operands one element past an aligned address: under 16 bytes aligned in every dtype.
+    const Tensor flat_a = random({1 + 40 * 24}, d, gpu, 6, -1, 1);
+    const Tensor flat_b = random({1 + 24 * 16}, d, gpu, 7, -1, 1);
+    const Tensor a1 = flat_a.slice(1, 1 + 40 * 24).reshape({40, 24});
+    const Tensor b1 = flat_b.slice(1, 1 + 24 * 16).reshape({24, 16});
+    same(ops::matmul(a1, b1), ops::matmul(cpu64(a1), cpu64(b1)), d, "unaligned operands");
+    same(ops::dense(a1, b1, bias, "relu"), ops::dense(cpu64(a1), cpu64(b1), cpu64(bias), "relu"), d,
+         "unaligned operands, relu");
+  }
+}
+
 TEST_CASE("GPU errors are mpt::Error naming what failed") {
   CHECK(contains(error_of([] { Tensor::empty({std::int64_t{1} << 50}, float32, gpu); }), "out of memory"));
   CHECK(contains(error_of([] { Tensor::empty({4}, float32, Device::cuda(99)); }), "cuda:99"));

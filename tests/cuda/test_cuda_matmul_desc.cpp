@@ -1,12 +1,16 @@
 // The CUDA GEMM's host half without a GPU: the plan that maps a row-major matmul onto cuBLASLt's
 // column-major one (checked against hand-derived numbers, and by running the plan's column-major
-// GEMM on host arrays against the CPU backend), the epilogue and type choices, and the real
-// cuBLASLt descriptors read back attribute by attribute.
+// GEMM on host arrays against the CPU backend), the epilogue and type choices, the real
+// cuBLASLt descriptors read back attribute by attribute, and the fallback chain when cuBLASLt
+// refuses a plan (the heuristic simulated; its fallback plans run on host arrays too).
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <optional>
 
 #include "backend/backend.hpp"
 #include "backend/cuda/cuda_check.hpp"
@@ -405,4 +409,261 @@ TEST_CASE("plan_matmul rejects shapes cuBLASLt cannot take") {
                  "matmul: cuBLASLt needs"));
   CHECK(contains(error_of([] { plan_matmul({2, 3, 3, 3, 3}, float32, false, Activation::Linear, false); }),
                  "neither equal nor broadcast"));
+}
+
+// ---- Fallbacks when cuBLASLt refuses a plan (the heuristic is simulated: it needs a GPU) -------
+
+namespace {
+
+/// A simulated heuristic: refuses (with `status`, or found = 0 when status is SUCCESS) every
+/// plan `refuse` says, accepts the rest; records the plans it saw.
+struct FakeHeuristic {
+  std::function<bool(const MatmulPlan&)> refuse;
+  int status = CUBLAS_STATUS_NOT_SUPPORTED;
+  std::vector<MatmulPlan> seen;
+  LtOutcome operator()(const MatmulPlan& p) {
+    seen.push_back(p);
+    if (refuse(p)) return LtOutcome{"cublasLtMatmulAlgoGetHeuristic", status, 0, CUBLAS_STATUS_SUCCESS};
+    return LtOutcome{"cublasLtMatmulAlgoGetHeuristic", CUBLAS_STATUS_SUCCESS, 1, CUBLAS_STATUS_SUCCESS};
+  }
+};
+
+bool has_stride0_batch(const MatmulPlan& p) {
+  return (p.a.batch_count > 1 && p.a.batch_stride == 0) || (p.b.batch_count > 1 && p.b.batch_stride == 0);
+}
+
+ChosenPlan choose(const MatmulRequest& r, FakeHeuristic& h, std::vector<AttemptRecord>& history) {
+  return choose_plan(r, {}, history, [&h](const MatmulPlan& p) { return h(p); });
+}
+
+/// Every attempt next_attempt gives from the first until none is left (as if all were refused).
+std::vector<MatmulAttempt> whole_chain(const MatmulRequest& r) {
+  std::vector<MatmulAttempt> chain;
+  for (std::optional<MatmulAttempt> t = MatmulAttempt{}; t; t = next_attempt(r, *t, plan_attempt(r, *t))) {
+    chain.push_back(*t);
+    if (chain.size() > 16) break;  // a cycle: fails the size check below
+  }
+  return chain;
+}
+
+std::vector<double> piece(const std::vector<double>& v, std::int64_t offset, std::int64_t n) {
+  std::vector<double> out(static_cast<std::size_t>(n), std::numeric_limits<double>::quiet_NaN());
+  for (std::int64_t i = 0; i < n; ++i)
+    if (offset + i < static_cast<std::int64_t>(v.size())) out[static_cast<std::size_t>(i)] = v[static_cast<std::size_t>(offset + i)];
+  return out;
+}
+
+/// The chosen attempt run as matmul.cpp runs it (one GEMM, or one per batch at batch_strides),
+/// on the row-major a and b.
+std::vector<double> run_chosen(const MatmulRequest& r, const ChosenPlan& c, const std::vector<double>& va,
+                               const std::vector<double>& vb, const std::vector<double>& bias, std::size_t out_size) {
+  if (c.attempt.batch != BatchMode::Looped) return run_plan(c.plan, vb, va, bias, out_size);
+  const MatmulShape& s = r.shape;
+  const BatchStrides st = batch_strides(s);
+  std::vector<double> out(out_size, std::numeric_limits<double>::quiet_NaN());
+  for (std::int64_t q = 0; q < std::max(s.batch_a, s.batch_b); ++q) {
+    const auto d = run_plan(c.plan, piece(vb, q * st.b, s.k * s.n), piece(va, q * st.a, s.m * s.k), bias,
+                            static_cast<std::size_t>(s.m * s.n));
+    std::copy(d.begin(), d.end(), out.begin() + q * st.out);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("fallback chain: float64 with a bias and ReLU epilogue falls back to the unfused GEMM") {
+  const MatmulRequest r{.shape = {1, 1, 5, 3, 4, false, true}, .dtype = float64, .has_bias = true,
+                        .bias_dtype = float64, .act = Activation::Relu};
+  // cuBLASLt without epilogues for double: every fused plan refused.
+  FakeHeuristic h{.refuse = [](const MatmulPlan& p) {
+    return p.compute == CUBLAS_COMPUTE_64F && p.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+  }};
+  std::vector<AttemptRecord> history;
+  const ChosenPlan c = choose(r, h, history);
+  CHECK(c.attempt == MatmulAttempt{.fuse_epilogue = false});
+  CHECK(c.plan.epilogue == CUBLASLT_EPILOGUE_DEFAULT);
+  CHECK((c.plan.add_bias_after && c.plan.unary_after && c.plan.post_op == UnaryOp::Relu));
+  REQUIRE(history.size() == 1);
+  CHECK(history[0].epilogue == CUBLASLT_EPILOGUE_RELU_BIAS);
+  CHECK(history[0].outcome.status == CUBLAS_STATUS_NOT_SUPPORTED);
+  CHECK(h.seen.size() == 2);
+
+  // The heuristic's other way of saying no (success, no algorithm) is the same refusal.
+  FakeHeuristic none{.refuse = h.refuse, .status = CUBLAS_STATUS_SUCCESS};
+  history.clear();
+  CHECK(choose(r, none, history).attempt == MatmulAttempt{.fuse_epilogue = false});
+  CHECK((history.size() == 1 && history[0].outcome.found == 0));
+
+  // Without a batch and with aligned operands nothing follows the unfused GEMM.
+  CHECK(whole_chain(r) == std::vector<MatmulAttempt>{{}, {.fuse_epilogue = false}});
+  // float64 without bias or activation has no epilogue to drop: one attempt.
+  MatmulRequest plain = r;
+  plain.has_bias = false;
+  plain.act = Activation::Linear;
+  CHECK(whole_chain(plain).size() == 1);
+}
+
+TEST_CASE("fallback chain: a stride-0 broadcast batch folds into M or loops over the batch") {
+  // cuBLASLt refusing a batch stride of 0 (a batch of 1 broadcast against 4).
+  FakeHeuristic h{.refuse = has_stride0_batch, .status = CUBLAS_STATUS_INVALID_VALUE};
+  const MatmulRequest folds{.shape = {4, 1, 5, 3, 4, false, true}, .dtype = float16, .has_bias = true,
+                            .bias_dtype = float16, .act = Activation::Relu};
+  CHECK(has_stride0_batch(plan_attempt(folds, {})));
+  std::vector<AttemptRecord> history;
+  ChosenPlan c = choose(folds, h, history);
+  // Fused, then unfused, strided; then fused again with b's one matrix under a [4*5, 4] a.
+  CHECK(c.attempt == MatmulAttempt{.batch = BatchMode::Folded});
+  CHECK(c.plan.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS);
+  CHECK((c.plan.n == 20 && c.plan.m == 3 && c.plan.k == 4 && c.plan.d.batch_count == 1));
+  REQUIRE(history.size() == 2);
+  CHECK((history[0].attempt == MatmulAttempt{} && history[1].attempt == MatmulAttempt{.fuse_epilogue = false}));
+  CHECK(whole_chain(folds) == std::vector<MatmulAttempt>{{},
+                                                         {.fuse_epilogue = false},
+                                                         {.batch = BatchMode::Folded},
+                                                         {.fuse_epilogue = false, .batch = BatchMode::Folded},
+                                                         {.batch = BatchMode::Looped},
+                                                         {.fuse_epilogue = false, .batch = BatchMode::Looped}});
+
+  // A broadcast a (or a transposed a under a broadcast b) cannot fold: one GEMM per batch.
+  for (const MatmulShape& s : {MatmulShape{1, 3, 5, 3, 4, false, false}, MatmulShape{3, 1, 5, 3, 4, true, false}}) {
+    CAPTURE(s.batch_a);
+    const MatmulRequest r{.shape = s, .dtype = bfloat16, .act = Activation::Linear};
+    CHECK_FALSE(can_fold_batch(s));
+    history.clear();
+    c = choose(r, h, history);
+    CHECK(c.attempt == MatmulAttempt{.batch = BatchMode::Looped});  // no epilogue: nothing to unfuse
+    CHECK((c.plan.a.batch_count == 1 && c.plan.m == 3 && c.plan.n == 5));
+    CHECK(history.size() == 1);
+  }
+  CHECK(batch_strides({1, 3, 5, 3, 4}).a == 0);
+  CHECK(batch_strides({1, 3, 5, 3, 4}).b == 12);
+  CHECK(batch_strides({1, 3, 5, 3, 4}).out == 15);
+  CHECK_FALSE(can_fold_batch({std::int64_t{1} << 20, 1, 1 << 12, 3, 4}));  // batch*M over int32
+}
+
+TEST_CASE("fallback plans compute the CPU backend's matmul: folded batch and one GEMM per batch") {
+  std::uint64_t seed = 500;
+  int folded = 0, looped = 0;
+  for_each_case([&](const Problem& pr, bool ta, bool tb, bool has_bias, Activation act) {
+    const MatmulShape s{product(pr.batch_a), product(pr.batch_b), pr.m, pr.n, pr.k, ta, tb};
+    if (std::max(s.batch_a, s.batch_b) == 1) return;
+    for (BatchMode mode : {BatchMode::Folded, BatchMode::Looped}) {
+      if (mode == BatchMode::Folded && !can_fold_batch(s)) continue;
+      for (bool fuse : {true, false}) {
+        CAPTURE(s.batch_a);
+        CAPTURE(s.batch_b);
+        CAPTURE(ta);
+        CAPTURE(tb);
+        CAPTURE(has_bias);
+        CAPTURE(static_cast<int>(act));
+        CAPTURE(static_cast<int>(mode));
+        const MatmulRequest r{.shape = s, .dtype = float32, .has_bias = has_bias, .bias_dtype = float32, .act = act};
+        const MatmulAttempt t{.fuse_epilogue = fuse, .batch = mode};
+        const ChosenPlan c{t, plan_attempt(r, t)};
+        const Shape sa = operand_shape(pr.batch_a, ta ? pr.k : pr.m, ta ? pr.m : pr.k);
+        const Shape sb = operand_shape(pr.batch_b, tb ? pr.n : pr.k, tb ? pr.k : pr.n);
+        Tensor a = random(sa, float64, Device::cpu(), seed);
+        Tensor b = random(sb, float64, Device::cpu(), seed + 1);
+        Tensor bias = has_bias ? random({pr.n}, float64, Device::cpu(), seed + 2) : Tensor();
+        Tensor out = Tensor::empty(operand_shape(pr.batch_a.empty() ? pr.batch_b : pr.batch_a, pr.m, pr.n), float64,
+                                   Device::cpu());
+        detail::backend(Device::cpu()).matmul(a, b, ta, tb, bias, act, out);
+        const auto got = run_chosen(r, c, a.to_vector<double>(), b.to_vector<double>(),
+                                    has_bias ? bias.to_vector<double>() : std::vector<double>{},
+                                    static_cast<std::size_t>(out.numel()));
+        check_close(got, out.to_vector<double>(), tolerance(float64), "fallback plan vs CPU matmul");
+        ++(mode == BatchMode::Folded ? folded : looped);
+        seed += 3;
+      }
+    }
+  });
+  CHECK(folded > 0);
+  CHECK(looped > 0);
+}
+
+TEST_CASE("fallback chain: unaligned 16-bit pointers get aligned copies; a loop keeps its strides' alignment") {
+  CHECK(needs_aligned_copy(0x1002));
+  CHECK(needs_aligned_copy(0x1008));
+  CHECK_FALSE(needs_aligned_copy(0x1010));
+  CHECK_FALSE(needs_aligned_copy(0));  // no operand (a missing bias)
+  // a at 2 bytes (a slice at an odd half), out at 8: cuBLASLt refusing 16-bit operands under 16 bytes.
+  const MatmulRequest r{.shape = {1, 1, 16, 8, 24}, .dtype = float16, .has_bias = true, .bias_dtype = float16,
+                        .act = Activation::Relu, .addresses = {0x10002, 0x20000, 0x30008, 0x40000}};
+  FakeHeuristic h{.refuse = [](const MatmulPlan& p) {
+    return std::min({p.align_a, p.align_b, p.align_d, p.align_bias}) < 16;
+  }};
+  std::vector<AttemptRecord> history;
+  const ChosenPlan c = choose(r, h, history);
+  CHECK(c.attempt == MatmulAttempt{.aligned_copies = true});
+  CHECK(c.plan.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS);
+  CHECK((c.plan.align_a == 256 && c.plan.align_b == 256 && c.plan.align_d == 256));  // a is cuBLASLt's B
+  CHECK(history.size() == 2);  // fused, unfused; both at the pointers' alignment
+  CHECK(history[1].attempt == MatmulAttempt{.fuse_epilogue = false});
+
+  // In a loop, batch q of a starts q * M*K elements in: 3*4 halfs = 24 bytes, so 8-byte aligned.
+  const MatmulRequest loop{.shape = {2, 1, 3, 8, 4, true, false}, .dtype = float16,
+                           .addresses = {0x10000, 0x20000, 0x30000, 0}};
+  const MatmulAddresses x = attempt_addresses(loop, {.batch = BatchMode::Looped});
+  CHECK(address_alignment(x.a) == 8);
+  CHECK(address_alignment(x.b) == 256);  // broadcast: the same matrix every time
+  CHECK(address_alignment(x.out) == 16);  // 3*8 halfs = 48 bytes
+  CHECK(whole_chain(loop) == std::vector<MatmulAttempt>{{}, {.batch = BatchMode::Looped}});
+}
+
+TEST_CASE("fallback chain: every chain ends, without repeats, in an mpt::Error naming op, shape, dtypes and statuses") {
+  const MatmulAddresses odd{0x10002, 0x20000, 0x30000, 0x40000};
+  for_each_case([&](const Problem& pr, bool ta, bool tb, bool has_bias, Activation act) {
+    for (const DtypeCase& dc : kDtypes)
+      for (const MatmulAddresses& addresses : {MatmulAddresses{}, odd}) {
+        const MatmulRequest r{.shape = {product(pr.batch_a), product(pr.batch_b), pr.m, pr.n, pr.k, ta, tb},
+                              .dtype = dc.dtype, .has_bias = has_bias, .bias_dtype = dc.dtype, .act = act,
+                              .allow_tf32 = dc.tf32, .addresses = addresses};
+        const auto chain = whole_chain(r);
+        REQUIRE(chain.size() <= 8);
+        for (std::size_t i = 0; i < chain.size(); ++i)
+          for (std::size_t j = 0; j < i; ++j) CHECK_FALSE(chain[i] == chain[j]);
+        FakeHeuristic all{.refuse = [](const MatmulPlan&) { return true; }};
+        std::vector<AttemptRecord> history;
+        const std::string err = error_of([&] { choose(r, all, history); });
+        CHECK(history.size() == chain.size());
+        CHECK(contains(err, "matmul on cuda:0: cuBLASLt ran none of " + std::to_string(chain.size())));
+      }
+  });
+
+  // A broadcast b under bias and ReLU, each attempt refused differently, as the heuristic may.
+  const MatmulRequest r{.shape = {4, 1, 5, 3, 4, false, true}, .dtype = float16, .has_bias = true,
+                        .bias_dtype = float16, .act = Activation::Relu, .device = 1};
+  const LtOutcome outcomes[] = {{"cublasLtMatmulAlgoGetHeuristic", CUBLAS_STATUS_NOT_SUPPORTED, 0, 0},
+                                {"cublasLtMatmulAlgoGetHeuristic", CUBLAS_STATUS_SUCCESS, 0, 0},
+                                {"cublasLtMatmulAlgoGetHeuristic", CUBLAS_STATUS_INVALID_VALUE, 0, 0},
+                                {"cublasLtMatmulAlgoGetHeuristic", CUBLAS_STATUS_SUCCESS, 1, CUBLAS_STATUS_NOT_SUPPORTED},
+                                {"cublasLtMatmulAlgoGetHeuristic", CUBLAS_STATUS_NOT_SUPPORTED, 0, 0},
+                                {"cublasLtMatmulAlgoGetHeuristic", CUBLAS_STATUS_NOT_SUPPORTED, 0, 0}};
+  std::vector<AttemptRecord> history;
+  std::size_t calls = 0;
+  const std::string err = error_of([&] {
+    choose_plan(r, {}, history, [&](const MatmulPlan&) { return outcomes[std::min<std::size_t>(calls++, 5)]; });
+  });
+  CHECK(calls == 6);
+  CHECK(err ==
+        "matmul on cuda:1: cuBLASLt ran none of 6 plans for float16 operands (compute CUBLAS_COMPUTE_32F, bias "
+        "float16, activation relu) of batch 4 (a 4, b 1), M=5 N=3 K=4, transpose_a=false transpose_b=true "
+        "(addresses a 256, b 256, out 256 byte aligned): "
+        "epilogue RELU_BIAS, strided batch: cublasLtMatmulAlgoGetHeuristic CUBLAS_STATUS_NOT_SUPPORTED; "
+        "unfused (bias and activation as separate ops), strided batch: cublasLtMatmulAlgoGetHeuristic found no "
+        "algorithm; "
+        "epilogue RELU_BIAS, batch folded into M: cublasLtMatmulAlgoGetHeuristic CUBLAS_STATUS_INVALID_VALUE; "
+        "unfused (bias and activation as separate ops), batch folded into M: cublasLtMatmulAlgoGetHeuristic gave an "
+        "algorithm in state CUBLAS_STATUS_NOT_SUPPORTED; "
+        "epilogue RELU_BIAS, one GEMM per batch: cublasLtMatmulAlgoGetHeuristic CUBLAS_STATUS_NOT_SUPPORTED; "
+        "unfused (bias and activation as separate ops), one GEMM per batch: cublasLtMatmulAlgoGetHeuristic "
+        "CUBLAS_STATUS_NOT_SUPPORTED");
+  // A launch refused after the heuristic accepted (matmul.cpp records it the same way).
+  const MatmulRequest one{.shape = {1, 1, 2, 3, 4, true, false}, .dtype = float64, .act = Activation::Linear,
+                          .addresses = {0x1008, 0x2000, 0x3000, 0}};
+  CHECK(matmul_failure_message(one, {{MatmulAttempt{}, CUBLASLT_EPILOGUE_DEFAULT,
+                                      LtOutcome{"cublasLtMatmul", CUBLAS_STATUS_INVALID_VALUE, 1, 0}}}) ==
+        "matmul on cuda:0: cuBLASLt ran none of 1 plan for float64 operands (compute CUBLAS_COMPUTE_64F, bias none, "
+        "activation linear) of batch 1 (a 1, b 1), M=2 N=3 K=4, transpose_a=true transpose_b=false (addresses a 8, "
+        "b 256, out 256 byte aligned): no epilogue, strided batch: cublasLtMatmul CUBLAS_STATUS_INVALID_VALUE");
 }

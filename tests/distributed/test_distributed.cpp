@@ -1,6 +1,7 @@
 // mpt::distributed in one process: the gradient buckets, weights and mask, the one skip decision,
 // shards, the model check and the differentiable all-reduce, through a fake communicator whose
-// peer rank is simulated; and a process that is the whole job. The real jobs (mpirun -np 2 / 4)
+// peer rank is simulated; a process that is the whole job; which GPU a rank takes and when NCCL
+// may sum GPU gradients. The real jobs (mpirun -np 2 / 4)
 // are tests/distributed/mpi_data_parallel.cpp.
 #include "test_util.hpp"
 
@@ -222,4 +223,56 @@ TEST_CASE("the NCCL communicator: only in CUDA builds with NCCL, only for GPUs")
   // A DataParallel of one process never asks for it: CPU and GPU gradients alike stay put.
   dist::DataParallel dp;
   CHECK(&dp.communicator() == dist::world().get());
+}
+
+TEST_CASE("a local rank's GPU, and whether NCCL may sum GPU gradients: only with one GPU per rank") {
+  namespace d = dist::detail;
+  CHECK(d::device_for_local_rank(0, 1, 0) == Device::cpu());
+  CHECK(d::device_for_local_rank(1, 2, 0) == Device::cpu());
+  CHECK(d::device_for_local_rank(0, 1, 1) == Device::cuda(0));
+  CHECK(d::device_for_local_rank(3, 4, 8) == Device::cuda(3));
+  CHECK(d::device_for_local_rank(1, 2, 1) == Device::cuda(0));  // more ranks than GPUs: shared
+  CHECK(d::device_for_local_rank(3, 4, 2) == Device::cuda(1));
+  CHECK(error_of([] { d::device_for_local_rank(2, 2, 1); }) == "distributed: local rank 2 of 2 with 1 GPUs");
+  CHECK(contains(error_of([] { d::device_for_local_rank(0, 1, -1); }), "distributed: local rank 0 of 1"));
+
+  // A machine's ranks as initialize() describes them: the GPU device_for_local_rank gives, and
+  // its bus id (one per GPU index on the machine).
+  const auto machine = [](const std::string& host, int local_size, int gpus) {
+    std::vector<d::RankGpu> ranks;
+    for (int r = 0; r < local_size; ++r) {
+      const Device dev = d::device_for_local_rank(r, local_size, gpus);
+      ranks.push_back({host, local_size, gpus, dev.is_cuda() ? "0000:0" + std::to_string(dev.index) + ":00.0" : ""});
+    }
+    return ranks;
+  };
+  struct Case {
+    int local_size, gpus;
+    bool nccl;
+  };
+  for (const Case& c : {Case{1, 1, true}, Case{2, 2, true}, Case{2, 8, true}, Case{8, 8, true}, Case{2, 1, false},
+                        Case{3, 2, false}, Case{4, 2, false}, Case{1, 0, false}, Case{2, 0, false}}) {
+    CAPTURE(c.local_size);
+    CAPTURE(c.gpus);
+    const d::NcclDecision one = d::decide_nccl(machine("n1", c.local_size, c.gpus));
+    CHECK(one.use_nccl == c.nccl);
+    CHECK(one.reason.empty() == c.nccl);
+    // Every machine of a job must be fine: the ranks all take one path.
+    auto job = machine("n1", 2, 2);
+    for (const auto& r : machine("n2", c.local_size, c.gpus)) job.push_back(r);
+    CHECK(d::decide_nccl(job).use_nccl == c.nccl);
+  }
+  CHECK(d::decide_nccl(machine("n1", 2, 1)).reason == "ranks 0 and 1 share GPU 0000:00:00.0 on n1 (2 ranks, 1 GPU there)");
+  CHECK(d::decide_nccl(machine("n1", 4, 1)).reason ==
+        "ranks 0, 1, 2 and 3 share GPU 0000:00:00.0 on n1 (4 ranks, 1 GPU there)");
+  auto job = machine("n1", 2, 2);
+  for (const auto& r : machine("n2", 3, 2)) job.push_back(r);
+  CHECK(d::decide_nccl(job).reason == "ranks 2 and 4 share GPU 0000:00:00.0 on n2 (3 ranks, 2 GPUs there)");
+  job = machine("n1", 1, 1);
+  job.push_back({"n2", 1, 0, ""});
+  CHECK(d::decide_nccl(job).reason == "rank 1 on n2 has no GPU (0 GPUs for 1 rank there)");
+  // A launcher that gives each rank one GPU (CUDA_VISIBLE_DEVICES per rank): every rank sees one
+  // GPU, index 0, but they are different GPUs.
+  CHECK(d::decide_nccl({{"n1", 2, 1, "0000:01:00.0"}, {"n1", 2, 1, "0000:41:00.0"}}).use_nccl);
+  CHECK_FALSE(d::decide_nccl({{"n1", 2, 1, "0000:01:00.0"}, {"n1", 2, 1, "0000:01:00.0"}}).use_nccl);
 }

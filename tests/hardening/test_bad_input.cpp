@@ -245,7 +245,7 @@ TEST_CASE("a malformed HDF5 file on which libhdf5 loops forever is an error with
   // Found by fuzz_checkpoint: a damaged global heap (a variable-length string attribute) sends
   // libhdf5 1.10 into an endless loop. Files without mpt's verified stamp are parsed in a child
   // process with a time limit first.
-  const std::string path = std::string(MPT_TEST_DATA_DIR) + "/hdf5_global_heap_loop.h5";
+  const std::string path = test_data("hdf5_global_heap_loop.h5");
   const auto start = std::chrono::steady_clock::now();
   const std::string e = within(20, [&] { return error_of([&] { load_model(path); }); });  // the guard gives up at 10 s
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,10 +1,12 @@
 // The host half of the CUDA GEMM (see matmul_plan.hpp): operand swap, layouts, epilogue choice,
-// cuBLASLt descriptors.
+// cuBLASLt descriptors, and the fallback chain when cuBLASLt refuses a plan.
 #include "backend/cuda/matmul_plan.hpp"
 
 #include <algorithm>
 #include <climits>
 #include <utility>
+
+#include <cublas_api.h>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "mpt/error.hpp"
@@ -27,6 +29,30 @@ template <typename T>
 void set(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr, T value, const char* what) {
   check_cublas(cublasLtMatrixLayoutSetAttribute(layout, attr, &value, sizeof value), what);
 }
+
+const char* epilogue_name(cublasLtEpilogue_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "DEFAULT";
+    case CUBLASLT_EPILOGUE_RELU: return "RELU";
+    case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+    case CUBLASLT_EPILOGUE_RELU_BIAS: return "RELU_BIAS";
+    default: return "another";  // plan_matmul picks only the four above
+  }
+}
+
+const char* activation_name(Activation act) {  // Keras's names
+  switch (act) {
+    case Activation::Linear: return "linear";
+    case Activation::Relu: return "relu";
+    case Activation::Sigmoid: return "sigmoid";
+    case Activation::Tanh: return "tanh";
+    case Activation::Gelu: return "gelu";
+    case Activation::Silu: return "silu";
+  }
+  return "?";
+}
+
+std::string status_name(int status) { return cublasGetStatusName(static_cast<cublasStatus_t>(status)); }
 
 void make_layout(cublasLtMatrixLayout_t* layout, const LtMatrix& m) {
   check_cublas(cublasLtMatrixLayoutCreate(layout, m.type, m.rows, m.cols, m.ld),
@@ -216,6 +242,126 @@ LtDescriptors make_descriptors(const MatmulPlan& p, const void* bias) {
   make_layout(&out.c, p.d);  // C = D's layout; beta = 0 so C is never read
   make_layout(&out.d, p.d);
   return out;
+}
+
+// ---- Fallbacks ----------------------------------------------------------------------------------
+
+bool needs_aligned_copy(std::uintptr_t address) { return address != 0 && address_alignment(address) < 16; }
+
+bool can_fold_batch(const MatmulShape& s) {
+  return s.batch_b == 1 && s.batch_a > 1 && !s.transpose_a && s.m <= INT32_MAX / s.batch_a;
+}
+
+MatmulShape attempt_shape(const MatmulShape& s, BatchMode mode) {
+  switch (mode) {
+    case BatchMode::Strided: return s;
+    case BatchMode::Folded:  // a [batch, M, K] is a [batch*M, K]; out likewise
+      return {1, 1, s.batch_a * s.m, s.n, s.k, false, s.transpose_b};
+    case BatchMode::Looped: return {1, 1, s.m, s.n, s.k, s.transpose_a, s.transpose_b};
+  }
+  return s;
+}
+
+BatchStrides batch_strides(const MatmulShape& s) {
+  return {s.batch_a == 1 ? 0 : s.m * s.k, s.batch_b == 1 ? 0 : s.k * s.n, s.m * s.n};
+}
+
+MatmulAddresses attempt_addresses(const MatmulRequest& r, const MatmulAttempt& t) {
+  MatmulAddresses x = r.addresses;
+  if (t.aligned_copies)
+    for (std::uintptr_t* p : {&x.a, &x.b, &x.out, &x.bias})
+      if (needs_aligned_copy(*p)) *p = 0;
+  if (t.batch == BatchMode::Looped && std::max(r.shape.batch_a, r.shape.batch_b) > 1) {
+    // Batch q starts q strides in: as aligned as the lowest set bit of base or stride (bytes).
+    const auto bytes = static_cast<std::uintptr_t>(itemsize(r.dtype));
+    const BatchStrides st = batch_strides(r.shape);
+    x.a |= static_cast<std::uintptr_t>(st.a) * bytes;
+    x.b |= static_cast<std::uintptr_t>(st.b) * bytes;
+    x.out |= static_cast<std::uintptr_t>(st.out) * bytes;
+  }
+  return x;
+}
+
+MatmulPlan plan_attempt(const MatmulRequest& r, const MatmulAttempt& t) {
+  const PlanOptions options{.allow_tf32 = r.allow_tf32,
+                            .fuse_epilogue = t.fuse_epilogue,
+                            .bias_dtype_matches = !r.has_bias || r.bias_dtype == r.dtype};
+  return plan_matmul(attempt_shape(r.shape, t.batch), r.dtype, r.has_bias, r.act, options, attempt_addresses(r, t));
+}
+
+std::optional<MatmulAttempt> next_attempt(const MatmulRequest& r, const MatmulAttempt& failed, const MatmulPlan& plan) {
+  MatmulAttempt next = failed;
+  if (failed.fuse_epilogue && plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    next.fuse_epilogue = false;
+    return next;
+  }
+  // Another data layout, with the fused epilogue first again; once copies were needed they stay.
+  next.fuse_epilogue = true;
+  const MatmulAddresses& x = r.addresses;
+  const bool unaligned = needs_aligned_copy(x.a) || needs_aligned_copy(x.b) || needs_aligned_copy(x.out) ||
+                         (r.has_bias && needs_aligned_copy(x.bias));
+  if (unaligned && !failed.aligned_copies) {
+    next.aligned_copies = true;
+    return next;
+  }
+  if (failed.batch == BatchMode::Strided && can_fold_batch(r.shape)) {
+    next.batch = BatchMode::Folded;
+    return next;
+  }
+  if (failed.batch != BatchMode::Looped && std::max(r.shape.batch_a, r.shape.batch_b) > 1) {
+    next.batch = BatchMode::Looped;
+    return next;
+  }
+  return std::nullopt;
+}
+
+std::string describe(const MatmulAttempt& t, cublasLtEpilogue_t epilogue) {
+  std::string d = !t.fuse_epilogue ? "unfused (bias and activation as separate ops)"
+                  : epilogue == CUBLASLT_EPILOGUE_DEFAULT ? std::string("no epilogue")
+                                                          : mpt::detail::cat("epilogue ", epilogue_name(epilogue));
+  if (t.aligned_copies) d += ", aligned copies";
+  switch (t.batch) {
+    case BatchMode::Strided: d += ", strided batch"; break;
+    case BatchMode::Folded: d += ", batch folded into M"; break;
+    case BatchMode::Looped: d += ", one GEMM per batch"; break;
+  }
+  return d;
+}
+
+std::string matmul_failure_message(const MatmulRequest& r, const std::vector<AttemptRecord>& history) {
+  const MatmulShape& s = r.shape;
+  const char* compute = r.dtype == DType::Float64                     ? "CUBLAS_COMPUTE_64F"
+                        : r.dtype == DType::Float32 && r.allow_tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32"
+                                                                      : "CUBLAS_COMPUTE_32F";
+  std::string msg = mpt::detail::cat(
+      "matmul on cuda:", r.device, ": cuBLASLt ran none of ", history.size(), history.size() == 1 ? " plan" : " plans",
+      " for ", to_string(r.dtype), " operands (compute ", compute, ", bias ",
+      r.has_bias ? to_string(r.bias_dtype) : std::string("none"), ", activation ", activation_name(r.act),
+      ") of batch ", std::max(s.batch_a, s.batch_b), " (a ", s.batch_a, ", b ", s.batch_b, "), M=", s.m, " N=", s.n,
+      " K=", s.k, ", transpose_a=", s.transpose_a ? "true" : "false", " transpose_b=", s.transpose_b ? "true" : "false",
+      " (addresses a ", address_alignment(r.addresses.a), ", b ", address_alignment(r.addresses.b), ", out ",
+      address_alignment(r.addresses.out), " byte aligned)");
+  for (std::size_t i = 0; i < history.size(); ++i) {
+    const AttemptRecord& h = history[i];
+    const LtOutcome& o = h.outcome;
+    msg += mpt::detail::cat(i == 0 ? ": " : "; ", describe(h.attempt, h.epilogue), ": ", o.call, " ");
+    if (o.status != CUBLAS_STATUS_SUCCESS) msg += status_name(o.status);
+    else if (o.found < 1) msg += "found no algorithm";
+    else msg += mpt::detail::cat("gave an algorithm in state ", status_name(o.state));
+  }
+  return msg;
+}
+
+ChosenPlan choose_plan(const MatmulRequest& r, MatmulAttempt first, std::vector<AttemptRecord>& history,
+                       const std::function<LtOutcome(const MatmulPlan&)>& try_plan) {
+  for (std::optional<MatmulAttempt> t = first; t; ) {
+    MatmulPlan plan = plan_attempt(r, *t);
+    const LtOutcome outcome = try_plan(plan);
+    if (outcome.ok()) return {*t, std::move(plan)};
+    history.push_back({*t, plan.epilogue, outcome});
+    t = next_attempt(r, *t, plan);
+  }
+  fail(matmul_failure_message(r, history));
 }
 
 }  // namespace mpt::cuda

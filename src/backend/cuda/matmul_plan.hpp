@@ -10,7 +10,10 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "ops/ops_common.hpp"
@@ -114,5 +117,109 @@ class LtDescriptors {
 /// Creates the matmul descriptor and the A, B, C and D layouts with every attribute of the plan
 /// set (bias pointer included when the epilogue adds bias). Each status through check_cublas.
 LtDescriptors make_descriptors(const MatmulPlan& plan, const void* bias = nullptr);
+
+// ---- Fallbacks: what runs when cuBLASLt refuses a plan ----------------------------------------
+//
+// A matmul is tried as a chain of attempts until cuBLASLt has an algorithm for one (and runs it):
+// the fused epilogue first, then the same GEMM unfused (bias and activation as separate ops);
+// then, each again fused first, with under-16-byte-aligned operands copied to fresh buffers,
+// with a broadcast b folded into M (one GEMM of batch*M rows), and with one GEMM per batch. When
+// none is left, mpt::Error names the shape, the dtypes and every attempt's cuBLASLt status.
+//
+//   std::vector<AttemptRecord> history;
+//   ChosenPlan c = choose_plan(request, {}, history, [&](const MatmulPlan& p) { return heuristic(p); });
+
+/// How the batch of one attempt runs.
+enum class BatchMode : std::uint8_t {
+  Strided,  ///< one strided-batched GEMM; a broadcast operand has batch stride 0
+  Folded,   ///< broadcast b and an untransposed a: the batch folded into M, one GEMM
+  Looped,   ///< one GEMM per batch, each operand's pointer advanced by its batch stride
+};
+
+struct MatmulAttempt {
+  bool fuse_epilogue = true;
+  /// Operands (bias and output too) whose address is under 16-byte aligned are copied into
+  /// fresh buffers, which the allocator aligns to 256 bytes (the output is copied back).
+  bool aligned_copies = false;
+  BatchMode batch = BatchMode::Strided;
+  friend bool operator==(const MatmulAttempt&, const MatmulAttempt&) = default;
+};
+
+/// Everything about one matmul call that decides its plans (and names it in errors).
+struct MatmulRequest {
+  MatmulShape shape;
+  DType dtype = DType::Float32;
+  bool has_bias = false;
+  DType bias_dtype = DType::Float32;  ///< meaningful with has_bias
+  Activation act = Activation::Linear;
+  bool allow_tf32 = false;
+  MatmulAddresses addresses;
+  int device = 0;  ///< the GPU's index, for messages
+};
+
+/// What cuBLASLt answered for one plan: the status of `call`, and for the heuristic the number
+/// of algorithms it returned and the first one's state.
+struct LtOutcome {
+  const char* call = "cublasLtMatmulAlgoGetHeuristic";
+  int status = 0;  ///< CUBLAS_STATUS_SUCCESS
+  int found = 0;
+  int state = 0;
+  bool ok() const { return status == CUBLAS_STATUS_SUCCESS && found > 0 && state == CUBLAS_STATUS_SUCCESS; }
+};
+
+/// One refused attempt, for the final error.
+struct AttemptRecord {
+  MatmulAttempt attempt;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  LtOutcome outcome;
+};
+
+/// An operand address this attempt copies (under 16-byte aligned, not null) when aligned_copies.
+bool needs_aligned_copy(std::uintptr_t address);
+
+/// Whether a broadcast b can fold into M: b has batch 1, a has more and is not transposed, and
+/// batch*M stays within cuBLASLt's int32.
+bool can_fold_batch(const MatmulShape& s);
+
+/// The shape one GEMM of the attempt computes: the request's (Strided), the batch folded into
+/// M (Folded), one batch of the loop (Looped).
+MatmulShape attempt_shape(const MatmulShape& s, BatchMode mode);
+
+/// Element offsets between consecutive batches of a loop: a's and b's (0 when broadcast), out's.
+struct BatchStrides {
+  std::int64_t a = 0, b = 0, out = 0;
+};
+BatchStrides batch_strides(const MatmulShape& s);
+
+/// The addresses the attempt's GEMM(s) read and write, for their alignment: copied operands are
+/// fully aligned; in a loop each is as aligned as both its base and its batch stride in bytes.
+MatmulAddresses attempt_addresses(const MatmulRequest& r, const MatmulAttempt& attempt);
+
+/// The attempt's plan (plan_matmul of its shape, options and addresses).
+MatmulPlan plan_attempt(const MatmulRequest& r, const MatmulAttempt& attempt);
+
+/// The attempt after `failed`, whose plan `plan` cuBLASLt refused: unfused when the plan fused
+/// an epilogue; else the next way to lay out the data (aligned copies when an operand is under
+/// 16-byte aligned, the folded batch for a broadcast b, the loop for any batch), fused again
+/// first. nullopt when none is left.
+std::optional<MatmulAttempt> next_attempt(const MatmulRequest& r, const MatmulAttempt& failed, const MatmulPlan& plan);
+
+/// The mpt::Error text when every attempt failed: the op, the shape (batches, M, N, K,
+/// transposes), dtypes, activation, device and each attempt with its cuBLASLt status.
+std::string matmul_failure_message(const MatmulRequest& r, const std::vector<AttemptRecord>& history);
+
+/// "fused RELU_BIAS, strided batch" and the like.
+std::string describe(const MatmulAttempt& attempt, cublasLtEpilogue_t epilogue);
+
+struct ChosenPlan {
+  MatmulAttempt attempt;
+  MatmulPlan plan;
+};
+
+/// From `first` along next_attempt, the first attempt whose plan `try_plan` accepts (on a GPU:
+/// the heuristic found an algorithm). Each refusal is appended to `history`; when none is left,
+/// mpt::Error with matmul_failure_message.
+ChosenPlan choose_plan(const MatmulRequest& r, MatmulAttempt first, std::vector<AttemptRecord>& history,
+                       const std::function<LtOutcome(const MatmulPlan&)>& try_plan);
 
 }  // namespace mpt::cuda
