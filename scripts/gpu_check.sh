@@ -6,7 +6,8 @@
 # It unpacks the bundle (under /tmp), finds CUDA's libraries where that machine has them (its
 # Python's NVIDIA wheels, /usr/local/cuda), prints the versions it loaded, checks with ldd that
 # every program resolves, runs the whole CTest suite (every for_each_device test also on cuda:0,
-# and the GPU-only test), runs bench_gpu and the same models in PyTorch AMP, and writes
+# and the GPU-only test), trains the Fashion-MNIST CNN for one epoch in mixed_float16, runs
+# bench_gpu and the same models in PyTorch AMP, and writes
 # gpu_report.md, the CTest log and the failing tests' output into DIR ($OUT when set, else
 # out/gpu/report). First run: about 5 minutes on an H100; give the command a 540 s limit.
 # --sanitize adds compute-sanitizer's memcheck over the op tests on cuda:0: a separate step that
@@ -146,6 +147,14 @@ while read -r t; do
     "$OUT_DIR/failed/$t.log" | head -60 >> "$REPORT"
   endsection
 done < <(sed -n 's/^ *[0-9]* - \([^ ]*\) (.*/\1/p' "$OUT_DIR/ctest.log" | sort -u)
+
+log "the main job: examples/fashion_mnist_cnn, mixed_float16, 1 epoch, on the default device"
+section "The main job: fashion_mnist_cnn --policy mixed_float16 --epochs 1 (default device: $([ "$GPU" = 1 ] && echo cuda:0 || echo cpu))"
+(cd "$OUT_DIR" && timeout 240 "$ROOT/build/examples/fashion_mnist_cnn" --policy mixed_float16 --epochs 1 \
+   --checkpoint "$OUT_DIR/fashion_cnn.weights.h5") > "$OUT_DIR/fashion_mnist_cnn.log" 2>&1 || status=1
+grep -vE "^ *[0-9]+/[0-9]+ \[" "$OUT_DIR/fashion_mnist_cnn.log" | tail -8 >> "$REPORT"
+grep -q "test_accuracy=0\.[7-9]" "$OUT_DIR/fashion_mnist_cnn.log" || { echo "(no test_accuracy >= 0.7)" >> "$REPORT"; status=1; }
+endsection
 
 if [ "$BENCH" = 1 ]; then
   log "bench_gpu and PyTorch AMP"

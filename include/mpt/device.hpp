@@ -62,6 +62,15 @@ DeviceInfo device_info(int index);
 /// torch.backends.cuda.matmul.allow_tf32): TF32 keeps 10 fraction bits of each input.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+/// cuDNN convolutions run only engines cuDNN does not note as nondeterministic (on by default,
+/// as PyTorch's torch.backends.cudnn.deterministic = True), so the same inputs give bit-identical
+/// outputs and gradients on every run, which resuming a fit relies on. false also admits engines
+/// whose reductions (atomics, split-K) may sum in a different order each run: faster for some
+/// problems, weight gradients mostly. Plans are cached per setting.
+///
+///   mpt::cuda::set_cudnn_deterministic(false);   // speed over run-to-run reproducibility
+void set_cudnn_deterministic(bool deterministic);
+bool cudnn_deterministic();
 /// Keras's "mixed precision compatibility check": the warning for computing in `compute_dtype`
 /// on GPU `index` when it lacks tensor cores for it (float16 needs compute capability 7.0,
 /// bfloat16 8.0); "" when it has them, for other dtypes, and when there is no such GPU.

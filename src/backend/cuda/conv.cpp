@@ -11,7 +11,8 @@
 // Forward tries conv + bias add + activation as one graph first; cuDNN fuses conv -> add ->
 // Relu/Sigmoid/Tanh but not an activation without the add, and where it cannot fuse, the bias
 // and activation run as binary()/unary() on the output. Every pass computes in float32 (float64
-// for float64) and, for float32 data, without TF32 unless mpt::cuda::allow_tf32().
+// for float64) and, for float32 data, without TF32 unless mpt::cuda::allow_tf32(); only engines
+// cuDNN does not note as nondeterministic run unless mpt::cuda::cudnn_deterministic() is off.
 #include <cudnn_graph.h>
 
 #include <array>
@@ -34,6 +35,8 @@ using namespace conv;
 constexpr int kMaxDevices = 16;
 
 struct State {
+  /// Guards the handles and plans, and every use of a handle: cuDNN functions are thread-safe
+  /// only for threads that do not use the same handle at the same time.
   std::mutex mutex;
   std::array<cudnnHandle_t, kMaxDevices> handles{};
   /// Per device: the plan of each problem; an empty ConvPlan when cuDNN has none for it.
@@ -49,6 +52,7 @@ State& state() {
 cudnnHandle_t handle_locked(State& s, int idx) {
   MPT_CHECK(idx >= 0 && idx < kMaxDevices, "conv2d: no GPU with index ", idx);
   if (!s.handles[idx]) {
+    (void)runtime_version();  // logs once when the cuDNN loaded is older than the headers
     cudnnHandle_t h = nullptr;
     check_cudnn(cudnnCreate(&h), "conv2d: cudnnCreate");
     check_cudnn(cudnnSetStream(h, stream(idx)), "conv2d: cudnnSetStream");
@@ -77,8 +81,16 @@ const ConvPlan& require_plan(ConvKey& k, int idx) {
   k.krsc = true;
   if (const ConvPlan* p = plan_for(k, idx)) return *p;
   k.krsc = false;
-  fail("conv2d: cuDNN ", CUDNN_VERSION / 10000, ".", CUDNN_VERSION / 100 % 100, " has no engine for ", describe(k),
-       " on GPU ", idx);
+  fail("conv2d: cuDNN ", version_string(runtime_version()), " has no engine for ", describe(k), " on GPU ", idx,
+       k.deterministic ? " (deterministic engines only: mpt::cuda::set_cudnn_deterministic(false) admits all)" : "");
+}
+
+/// conv_key with the process-wide settings that decide which engines may run.
+ConvKey key_of(ConvPass pass, const Shape& x, const Shape& w, const Shape& y, const Conv2dGeometry& g, DType dtype) {
+  ConvKey k = conv_key(pass, x, w, y, g, dtype);
+  k.allow_tf32 = allow_tf32();
+  k.deterministic = cudnn_deterministic();
+  return k;
 }
 
 /// The largest power of two (at most 16 bytes) every pointer is aligned to: cuDNN picks
@@ -106,13 +118,10 @@ void execute(const ConvPlan& plan, int idx, const std::vector<std::int64_t>& uid
   check_cudnn(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws),
               (std::string(op) + ": variant pack workspace").c_str());
   check_cudnn(cudnnBackendFinalize(pack.get()), (std::string(op) + ": variant pack finalize").c_str());
-  cudnnHandle_t h;
-  {
-    State& s = state();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    h = handle_locked(s, idx);
-  }
-  check_cudnn(cudnnBackendExecute(h, plan.plan.get(), pack.get()), (std::string(op) + ": execute").c_str());
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);  // enqueues only: held for microseconds
+  check_cudnn(cudnnBackendExecute(handle_locked(s, idx), plan.plan.get(), pack.get()),
+              (std::string(op) + ": execute").c_str());
 }
 
 }  // namespace
@@ -123,8 +132,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
   const int idx = out.device().index;
   DeviceGuard guard(idx);
   hint_tensor_core_shape("conv2d", static_cast<int>(x.dtype()), {x.shape()[3], w.shape()[3]});
-  ConvKey k = conv_key(ConvPass::Forward, x.shape(), w.shape(), out.shape(), g, x.dtype());
-  k.allow_tf32 = allow_tf32();
+  ConvKey k = key_of(ConvPass::Forward, x.shape(), w.shape(), out.shape(), g, x.dtype());
   k.alignment = alignment_of({x.data_ptr(), w.data_ptr(), out.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr});
   if (bias.defined() || act != Activation::Linear) {
     ConvKey f = k;
@@ -161,8 +169,7 @@ void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor
   const Shape& ws = w.shape();
   hint_tensor_core_shape("conv2d backward", static_cast<int>(x.dtype()), {ws[2], ws[3]});
   if (dx.defined()) {
-    ConvKey k = conv_key(ConvPass::BackwardData, x.shape(), ws, dy.shape(), g, dx.dtype());
-    k.allow_tf32 = allow_tf32();
+    ConvKey k = key_of(ConvPass::BackwardData, x.shape(), ws, dy.shape(), g, dx.dtype());
     k.alignment = alignment_of({dy.data_ptr(), w.data_ptr(), dx.data_ptr()});
     const ConvPlan& p = require_plan(k, idx);
     Tensor wk = w;
@@ -188,9 +195,8 @@ void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor
         dwt = Tensor::empty(ws, x.dtype(), dw.device());
       }
     }
-    ConvKey k = conv_key(ConvPass::BackwardFilter, xs.shape(), ws, dys.shape(), g, xs.dtype());
+    ConvKey k = key_of(ConvPass::BackwardFilter, xs.shape(), ws, dys.shape(), g, xs.dtype());
     k.dw_dtype = dwt.dtype();
-    k.allow_tf32 = allow_tf32();
     k.alignment = alignment_of({xs.data_ptr(), dys.data_ptr(), dwt.data_ptr()});
     const ConvPlan& p = require_plan(k, idx);
     Tensor dwk = k.krsc ? Tensor::empty({ws[3], ws[0], ws[1], ws[2]}, dwt.dtype(), dw.device()) : dwt;

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_check.hpp"
 #include "mpt/error.hpp"
+#include "mpt/log.hpp"
 
 namespace mpt::cuda::conv {
 namespace {
@@ -101,14 +102,25 @@ cudnnPointwiseMode_t pointwise_mode(Activation act, const char* op) {
   }
 }
 
-/// An operation graph with the descriptors it refers to kept alive beside it.
-struct Graph {
+}  // namespace
+
+struct ConvGraph {
+  std::shared_ptr<const Descriptor> device_prop;  // what the graph is planned for, when no handle
   std::deque<Descriptor> parts;  // tensors, convolution, operations (a deque: references stay valid)
   Descriptor graph;
+  ConvGraph() = default;
+  ConvGraph(const ConvGraph&) = delete;
+  ConvGraph& operator=(const ConvGraph&) = delete;
+  ~ConvGraph() {  // each descriptor before the ones it refers to
+    graph = Descriptor();
+    while (!parts.empty()) parts.pop_back();
+  }
 };
 
+namespace {
+
 /// Builds k's operation graph into out; false when cuDNN supports no such graph at all.
-bool build_graph(const ConvKey& k, const PlanTarget& target, Graph& out, const char* op) {
+bool build_graph(const ConvKey& k, const PlanTarget& target, ConvGraph& out, const char* op) {
   const cudnnDataType_t io = data_type(k.dtype, op);
   const bool dbl = k.dtype == DType::Float64;
   const cudnnDataType_t comp = dbl ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
@@ -209,14 +221,13 @@ bool build_graph(const ConvKey& k, const PlanTarget& target, Graph& out, const c
 }
 
 /// Engine configurations cuDNN's heuristic `mode` proposes for the graph, best first.
-std::vector<Descriptor> engine_configs(const Graph& g, const PlanTarget& target, cudnnBackendHeurMode_t mode,
+std::vector<Descriptor> engine_configs(const ConvGraph& g, const PlanTarget& target, cudnnBackendHeurMode_t mode,
                                        const char* op) {
   Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, what(op, "engine heuristics").c_str());
   set_desc(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, g.graph, op, "heuristics graph");
   set(heur.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, op, "heuristics mode");
   if (target.device_prop)
-    set(heur.get(), CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &target.device_prop, op,
-        "heuristics device properties");
+    set_desc(heur.get(), CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, *target.device_prop, op, "heuristics device properties");
   const cudnnStatus_t s = cudnnBackendFinalize(heur.get());
   if (not_supported(s)) return {};
   check_cudnn(s, what(op, "heuristics finalize").c_str());
@@ -240,7 +251,8 @@ std::vector<Descriptor> engine_configs(const Graph& g, const PlanTarget& target,
 }
 
 /// The engine behind a configuration: its global index and whether its numerics fit mpt's
-/// contract (float32 accumulation; float32 data in full float32 unless TF32 is allowed).
+/// contract (float32 accumulation; float32 data in full float32 unless TF32 is allowed;
+/// deterministic unless k allows otherwise).
 struct EngineInfo {
   std::int64_t index = -1;
   bool acceptable = true;
@@ -263,6 +275,7 @@ EngineInfo engine_info(const Descriptor& cfg, const ConvKey& k, const char* op) 
   const bool strict_f32 = k.dtype == DType::Float32 && !k.allow_tf32;
   for (std::int64_t i = 0; i < count; ++i) {
     if (notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) info.acceptable = false;
+    if (k.deterministic && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) info.acceptable = false;
     if (strict_f32 && (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
                        notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
       info.acceptable = false;
@@ -270,7 +283,30 @@ EngineInfo engine_info(const Descriptor& cfg, const ConvKey& k, const char* op) 
   return info;
 }
 
+/// mpt::Error naming the runtime when it has no device descriptions.
+void require_device_descriptions() {
+  const std::size_t v = runtime_version();
+  MPT_CHECK(v >= kDevicePropVersion, "conv2d: device descriptions (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR) need cuDNN >= ",
+            version_string(kDevicePropVersion), ", the cuDNN loaded at run time is ", version_string(v));
+}
+
 }  // namespace
+
+std::size_t runtime_version() {
+  static const std::size_t version = [] {
+    const std::size_t v = cudnnGetVersion();
+    if (v < CUDNN_VERSION)
+      mpt::log(LogLevel::warning, "cuDNN: the library loaded at run time is ", version_string(v),
+               ", older than the cuDNN ", version_string(CUDNN_VERSION),
+               " mpt was built against: engines and features added since are unavailable");
+    return v;
+  }();
+  return version;
+}
+
+std::string version_string(std::size_t v) {
+  return mpt::detail::cat(v / 10000, ".", v / 100 % 100, ".", v % 100);
+}
 
 const char* pass_name(ConvPass p) {
   switch (p) {
@@ -312,6 +348,7 @@ std::string describe(const ConvKey& k) {
   if (k.act == Activation::Sigmoid) s += " sigmoid";
   if (k.act == Activation::Tanh) s += " tanh";
   if (k.allow_tf32) s += " tf32";
+  if (!k.deterministic) s += " nondeterministic";
   return s;
 }
 
@@ -324,7 +361,7 @@ std::size_t hash_of(const ConvKey& k) {
   mix(static_cast<std::int64_t>(k.pass) | static_cast<std::int64_t>(k.dtype) << 4 |
       static_cast<std::int64_t>(k.dw_dtype) << 8 | static_cast<std::int64_t>(k.bias_dtype) << 12 |
       static_cast<std::int64_t>(k.act) << 16 | std::int64_t{k.bias} << 20 | std::int64_t{k.krsc} << 21 |
-      std::int64_t{k.allow_tf32} << 22);
+      std::int64_t{k.allow_tf32} << 22 | std::int64_t{k.deterministic} << 23);
   return h;
 }
 
@@ -345,18 +382,20 @@ Descriptor& Descriptor::operator=(Descriptor&& o) noexcept {
   return *this;
 }
 
-Descriptor device_properties(const std::string& json) {
+std::shared_ptr<const Descriptor> device_properties(const std::string& json) {
   const char* op = "conv2d";
-  Descriptor d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "conv2d: device properties descriptor (needs cuDNN >= 9.8)");
-  set(d.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, static_cast<std::int64_t>(json.size()),
+  require_device_descriptions();
+  auto d = std::make_shared<Descriptor>(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "conv2d: device properties descriptor");
+  set(d->get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, static_cast<std::int64_t>(json.size()),
       json.data(), op, "device properties JSON");
-  finalize(d, op, "device properties from JSON");
+  finalize(*d, op, "device properties from JSON");
   return d;
 }
 
 std::string serialize_device_properties(cudnnHandle_t handle) {
   const char* op = "conv2d";
-  Descriptor d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "conv2d: device properties descriptor (needs cuDNN >= 9.8)");
+  require_device_descriptions();
+  Descriptor d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "conv2d: device properties descriptor");
   set(d.get(), CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, op, "device properties handle");
   finalize(d, op, "device properties of handle");
   std::int64_t size = 0;
@@ -376,19 +415,20 @@ std::string serialize_device_properties(cudnnHandle_t handle) {
 std::vector<ConvPlan> build_plans(const ConvKey& k, const PlanTarget& target, int max_plans, const char* op) {
   MPT_CHECK((target.handle != nullptr) != (target.device_prop != nullptr), op,
             ": cuDNN plans need either a handle or a device description");
-  Graph g;
+  (void)runtime_version();  // logs once when the runtime is older than the headers
+  auto g = std::make_shared<ConvGraph>();
+  g->device_prop = target.device_prop;
   std::vector<ConvPlan> plans;
-  if (!build_graph(k, target, g, op)) return plans;
+  if (!build_graph(k, target, *g, op)) return plans;
   // Mode A ranks the engines for this problem; the fallback list adds engines A leaves out.
-  std::vector<std::int64_t> tried;
+  std::vector<std::int64_t> planned;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    for (const Descriptor& cfg : engine_configs(g, target, mode, op)) {
+    for (Descriptor& cfg : engine_configs(*g, target, mode, op)) {
       const EngineInfo info = engine_info(cfg, k, op);
       if (!info.acceptable) continue;
       bool seen = false;
-      for (std::int64_t t : tried) seen = seen || t == info.index;
-      if (seen) continue;  // each engine once (its first, best-ranked configuration)
-      tried.push_back(info.index);
+      for (std::int64_t e : planned) seen = seen || e == info.index;
+      if (seen) continue;  // each engine once (its best-ranked configuration that finalizes)
       ConvPlan p;
       p.engine = info.index;
       p.plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, what(op, "execution plan").c_str());
@@ -396,10 +436,12 @@ std::vector<ConvPlan> build_plans(const ConvKey& k, const PlanTarget& target, in
       if (target.handle)
         set(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &target.handle, op, "plan handle");
       else
-        set(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &target.device_prop,
-            op, "plan device properties");
+        set_desc(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, *target.device_prop, op, "plan device properties");
       // An engine that cannot run this problem on this device fails here: try the next one.
       if (cudnnBackendFinalize(p.plan.get()) != CUDNN_STATUS_SUCCESS) continue;
+      planned.push_back(info.index);
+      p.graph = g;
+      p.config = std::move(cfg);
       std::int64_t n = 0;
       check_cudnn(cudnnBackendGetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                                            &n, &p.workspace),
@@ -412,8 +454,7 @@ std::vector<ConvPlan> build_plans(const ConvKey& k, const PlanTarget& target, in
 }
 
 int plan_count(const ConvKey& k, const std::string& device_json) {
-  const Descriptor props = device_properties(device_json);
-  return static_cast<int>(build_plans(k, PlanTarget{nullptr, props.get()}, 0).size());
+  return static_cast<int>(build_plans(k, PlanTarget{nullptr, device_properties(device_json)}, 0).size());
 }
 
 }  // namespace mpt::cuda::conv

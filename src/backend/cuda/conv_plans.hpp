@@ -5,16 +5,18 @@
 /// cudnn_graph.h (no cudnn-frontend), and the execution plans cuDNN finalizes for it.
 ///
 /// Plans are built for a PlanTarget: a cuDNN handle (the GPU conv.cpp runs on) or a device
-/// description (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR from a JSON text, cuDNN >= 9.8), which needs
-/// no GPU and no handle. The same graph code serves both, so tests/cuda/test_cuda_conv_plans.cpp
-/// proves on a machine without a GPU that cuDNN plans every convolution of the models for an
-/// H100 (tests/data/cuda/h100_sm90.json).
+/// description (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR from a JSON text, cuDNN >= 9.8 at run time),
+/// which needs no GPU and no handle. The same graph code serves both, so
+/// tests/cuda/test_cuda_conv_plans.cpp proves on a machine without a GPU that cuDNN plans every
+/// convolution of the models for an H100 (tests/data/cuda/h100_sm90.json).
 ///
 ///   ConvKey k = conv_key(ConvPass::Forward, x.shape(), w.shape(), y.shape(), g, bfloat16);
 ///   int n = plan_count(k, read_file("h100_sm90.json"));   // execution plans that finalize
 #include <cudnn_graph.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,8 @@ struct ConvKey {
   /// ([cout, kh, kw, cin] contiguous, true), cuDNN's preferred NHWC filter layout.
   bool krsc = false;
   bool allow_tf32 = false;         ///< float32: tensor-core (TF32) engines allowed
+  /// Only engines without cuDNN's CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC (mpt::cuda::cudnn_deterministic()).
+  bool deterministic = true;
   std::int64_t alignment = 16;     ///< bytes every data pointer is aligned to (power of two)
   bool operator==(const ConvKey&) const = default;
 };
@@ -76,21 +80,42 @@ class Descriptor {
   cudnnBackendDescriptor_t d_ = nullptr;
 };
 
-/// What plans are built for: the GPU behind a cuDNN handle, or a device description (no GPU).
+/// The cuDNN library loaded at run time (cudnnGetVersion(), e.g. 91900 for 9.19.0), which may
+/// be older than the headers mpt was built against (CUDNN_VERSION). The first call logs a
+/// warning naming both when it is.
+std::size_t runtime_version();
+/// "9.19.0" for 91900.
+std::string version_string(std::size_t version);
+/// The first cuDNN with device descriptions (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR).
+constexpr std::size_t kDevicePropVersion = 90800;
+
+/// What plans are built for: the GPU behind a cuDNN handle (which must outlive the plans), or a
+/// device description (no GPU; the plans keep it alive).
 struct PlanTarget {
   cudnnHandle_t handle = nullptr;
-  cudnnBackendDescriptor_t device_prop = nullptr;
+  std::shared_ptr<const Descriptor> device_prop;
 };
 
 /// A device description from its JSON text (the keys cuDNN's own serialization writes:
 /// deviceName, deviceVer (sm * 10), driverVer, multiProcessorCount, ...); mpt::Error naming
-/// the missing or malformed key otherwise.
-Descriptor device_properties(const std::string& json);
+/// the missing or malformed key otherwise, or naming the runtime when it is older than 9.8.
+std::shared_ptr<const Descriptor> device_properties(const std::string& json);
 /// The description of the GPU behind `handle`, serialized (what device_properties reads).
 std::string serialize_device_properties(cudnnHandle_t handle);
 
+/// An operation graph and every descriptor it refers to (conv_plans.cpp).
+struct ConvGraph;
+
+/// An execution plan with everything it refers to. cuDNN's backend API does not promise that a
+/// finalized descriptor copies the descriptors its attributes name, so the engine configuration
+/// the plan was finalized from and the graph behind that configuration's engine (tensors,
+/// operations, device description) live as long as the plan, as in cudnn-frontend, whose
+/// ExecutionPlan_v8 holds its engine config, whose engine holds the operation graph, which holds
+/// its operations. Members are destroyed in reverse order: the plan first.
 struct ConvPlan {
-  Descriptor plan;
+  std::shared_ptr<const ConvGraph> graph;
+  Descriptor config;  ///< CUDNN_BACKEND_ENGINECFG_DESCRIPTOR
+  Descriptor plan;    ///< CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR
   std::int64_t workspace = 0;  ///< bytes
   std::int64_t engine = -1;    ///< cuDNN's global engine index
 };
@@ -99,7 +124,8 @@ struct ConvPlan {
 /// cuDNN's heuristics (mode A, then fallback) propose, in their order, stopping after
 /// max_plans (0: all). Empty when cuDNN supports the graph on no engine (a fused graph it
 /// cannot fuse, a dtype the device lacks); other cuDNN errors throw mpt::Error naming `op`.
-/// float32 without allow_tf32 skips engines that round inputs to TF32.
+/// float32 without allow_tf32 skips engines that round inputs to TF32; k.deterministic skips
+/// engines cuDNN notes as nondeterministic.
 std::vector<ConvPlan> build_plans(const ConvKey& k, const PlanTarget& target, int max_plans,
                                   const char* op = "conv2d");
 

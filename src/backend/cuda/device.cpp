@@ -18,10 +18,13 @@ namespace mpt::cuda {
 
 namespace {
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<bool> g_cudnn_deterministic{true};
 }  // namespace
 
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
+void set_cudnn_deterministic(bool deterministic) { g_cudnn_deterministic = deterministic; }
+bool cudnn_deterministic() { return g_cudnn_deterministic; }
 
 #ifdef MPT_WITH_CUDA
 
