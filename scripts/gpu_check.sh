@@ -132,8 +132,6 @@ jobs=$(( $(nproc) / 2 )); [ "$jobs" -ge 1 ] || jobs=1; [ "$jobs" -le 8 ] || jobs
 section "Test suite (ctest -j$jobs, per-test limit 240 s)"
 grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|\*\*\*Exception|Not Run|Skipped|Total Test time" \
   "$OUT_DIR/ctest.log" >> "$REPORT"
-echo >> "$REPORT"
-grep -h -E "CUDA half skipped|skipped: this program needs a GPU" "$OUT_DIR/ctest.log" | sort | uniq -c >> "$REPORT"
 endsection
 # Each failing test's own output (CTest printed it once, as a block after its result line): one
 # file each, and the lines that say what failed in the report.
