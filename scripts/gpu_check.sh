@@ -9,7 +9,8 @@
 # and the GPU-only test), trains the Fashion-MNIST CNN for one epoch in mixed_float16, runs
 # bench_gpu and the same models in PyTorch AMP, and writes
 # gpu_report.md, the CTest log and the failing tests' output into DIR ($OUT when set, else
-# out/gpu/report). First run: about 5 minutes on an H100; give the command a 540 s limit.
+# out/gpu/report). Every step has its own time limit and all of them end by DEADLINE (520 s):
+# give the command a 540 s limit. The first run should take about 5 minutes on an H100.
 # --sanitize adds compute-sanitizer's memcheck over the op tests on cuda:0: a separate step that
 # reports "not supported here" where the machine refuses it.
 # Exit status: 0 when every test passed (with or without a GPU: the report says which),
@@ -35,7 +36,10 @@ mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 REPORT=$OUT_DIR/gpu_report.md
 ROOT=${MPT_GPU_ROOT:-/tmp/mpt-gpu}
+DEADLINE=${DEADLINE:-520}   # seconds: every step is cut to what is left of it (a 540 s command limit)
 start=$SECONDS
+# The time limit of a step: its own cap, or what is left before the deadline, if less.
+budget() { local left=$((DEADLINE - (SECONDS - start))); [ "$left" -gt 5 ] || left=5; echo $(($1 < left ? $1 : left)); }
 log() { echo "== gpu_check: $* ($((SECONDS - start)) s)"; }
 section() { printf '\n## %s\n\n```\n' "$1" >> "$REPORT"; }
 endsection() { echo '```' >> "$REPORT"; }
@@ -127,7 +131,7 @@ status=0
 log "test suite (ctest; cuda:0 in every for_each_device test)"
 jobs=$(( $(nproc) / 2 )); [ "$jobs" -ge 1 ] || jobs=1; [ "$jobs" -le 8 ] || jobs=8
 # package_consumer compiles a project against the installed headers: a CPU-machine test.
-(cd "$ROOT/build" && timeout 330 ctest --output-on-failure --timeout 240 -j"$jobs" -E '^package_consumer$' \
+(cd "$ROOT/build" && timeout "$(budget 300)" ctest --output-on-failure --timeout 240 -j"$jobs" -E '^package_consumer$' \
    --output-junit "$OUT_DIR/ctest.xml") > "$OUT_DIR/ctest.log" 2>&1 || status=1
 section "Test suite (ctest -j$jobs, per-test limit 240 s)"
 grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|\*\*\*Exception|Not Run|Skipped|Total Test time" \
@@ -148,7 +152,7 @@ done < <(sed -n 's/^ *[0-9]* - \([^ ]*\) (.*/\1/p' "$OUT_DIR/ctest.log" | sort -
 
 log "the main job: examples/fashion_mnist_cnn, mixed_float16, 1 epoch, on the default device"
 section "The main job: fashion_mnist_cnn --policy mixed_float16 --epochs 1 (default device: $([ "$GPU" = 1 ] && echo cuda:0 || echo cpu))"
-(cd "$OUT_DIR" && timeout 240 "$ROOT/build/examples/fashion_mnist_cnn" --policy mixed_float16 --epochs 1 \
+(cd "$OUT_DIR" && timeout "$(budget 90)" "$ROOT/build/examples/fashion_mnist_cnn" --policy mixed_float16 --epochs 1 \
    --checkpoint "$OUT_DIR/fashion_cnn.weights.h5") > "$OUT_DIR/fashion_mnist_cnn.log" 2>&1 || status=1
 grep -vE "^ *[0-9]+/[0-9]+ \[" "$OUT_DIR/fashion_mnist_cnn.log" | tail -8 >> "$REPORT"
 grep -q "test_accuracy=0\.[7-9]" "$OUT_DIR/fashion_mnist_cnn.log" || { echo "(no test_accuracy >= 0.7)" >> "$REPORT"; status=1; }
@@ -158,14 +162,14 @@ if [ "$BENCH" = 1 ]; then
   log "bench_gpu and PyTorch AMP"
   section "mpt: bench/bench_gpu --steps $STEPS"
   if [ "$GPU" = 1 ]; then
-    timeout 150 "$ROOT/build/bench/bench_gpu" --steps "$STEPS" >> "$REPORT" 2>&1 || { echo "bench_gpu: exit $?" >> "$REPORT"; status=1; }
+    timeout "$(budget 75)" "$ROOT/build/bench/bench_gpu" --steps "$STEPS" >> "$REPORT" 2>&1 || { echo "bench_gpu: exit $?" >> "$REPORT"; status=1; }
   else
     echo "no GPU: nothing to measure" >> "$REPORT"
   fi
   endsection
   section "PyTorch AMP on the same GPU: bench/torch_amp_gpu.py --steps $STEPS"
   if py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2> /dev/null; then
-    (cd "$ROOT/src/bench" && timeout 150 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" python3 torch_amp_gpu.py --steps "$STEPS") >> "$REPORT" 2>&1 || { echo "torch_amp_gpu: exit $?" >> "$REPORT"; status=1; }
+    (cd "$ROOT/src/bench" && timeout "$(budget 75)" env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" python3 torch_amp_gpu.py --steps "$STEPS") >> "$REPORT" 2>&1 || { echo "torch_amp_gpu: exit $?" >> "$REPORT"; status=1; }
   else
     echo "no PyTorch with a usable GPU here: no anchor" >> "$REPORT"
   fi
@@ -179,12 +183,12 @@ if [ "$SANITIZE" = 1 ]; then
     echo "no GPU: not run" >> "$REPORT"
   elif ! command -v compute-sanitizer > /dev/null; then
     echo "compute-sanitizer: not installed here" >> "$REPORT"
-  elif ! timeout 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$ROOT/build/tests/cuda_versions" \
+  elif ! timeout "$(budget 60)" compute-sanitizer --tool memcheck --error-exitcode 99 "$ROOT/build/tests/cuda_versions" \
          > "$OUT_DIR/memcheck.probe.log" 2>&1; then
     echo "compute-sanitizer: not supported here ($(grep -m1 -iE 'not supported|error' "$OUT_DIR/memcheck.probe.log"))" >> "$REPORT"
   else
     for t in test_ops_forward test_ops_grad test_conv_ops test_cuda_gpu; do
-      if timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
+      if timeout "$(budget 150)" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
            "$ROOT/build/tests/$t" --subcase-exclude=cpu,test > "$OUT_DIR/memcheck.$t.log" 2>&1; then
         echo "$t: clean ($(grep -E 'ERROR SUMMARY' "$OUT_DIR/memcheck.$t.log" | tail -1))" >> "$REPORT"
       else
