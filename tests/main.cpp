@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
   }
   try {
     mpt::test::g_automatic = mpt::default_device();
-  } catch (const mpt::Error& e) {  // a bad MPT_DEVICE: the device tests check the message
-    std::printf("MPT_DEVICE: %s\n", e.what());
+  } catch (const mpt::Error& e) {  // a bad MPT_DEVICE: said, and the tests run on the CPU
+    std::printf("%s\n", e.what());
   }
   mpt::set_default_device(mpt::Device::cpu());
   mpt::test::before_tests();

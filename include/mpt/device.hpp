@@ -28,6 +28,11 @@ struct Device {
   bool is_test() const { return type == DeviceType::Test; }
   /// "cpu", "cuda:0" or "test".
   std::string str() const;
+  /// The device a text names, as str() writes it: "cpu", "cuda" (cuda:0), "cuda:N" (N decimal
+  /// digits, in int's range) or "test"; mpt::Error quoting the text otherwise. Whether the
+  /// device exists is is_available()'s question.
+  ///   Device d = Device::parse("cuda:1");
+  static Device parse(const std::string& text);
   friend bool operator==(const Device&, const Device&) = default;
 };
 

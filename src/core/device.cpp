@@ -1,5 +1,7 @@
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -21,17 +23,35 @@ std::mutex g_mutex;
 std::optional<Device> g_default;
 
 Device parse_device_env(const std::string& v) {
-  if (v == "cpu") return Device::cpu();
-  if (v == "cuda" || v.rfind("cuda:", 0) == 0) {
-    int index = v == "cuda" ? 0 : std::atoi(v.c_str() + 5);
-    int count = cuda::device_count();
-    MPT_CHECK(index < count, "MPT_DEVICE=", v, ": no such GPU (", count, " found",
-              count == 0 ? "; " + cuda::unavailable_reason() : std::string(), ")");
-    return Device::cuda(index);
+  Device d;
+  try {
+    d = Device::parse(v);
+  } catch (const Error& e) {
+    fail("MPT_DEVICE: ", e.what());
   }
-  fail("MPT_DEVICE: expected cpu, cuda or cuda:N, got '", v, "'");
+  if (d.is_cuda()) {
+    const int count = cuda::device_count();
+    MPT_CHECK(d.index < count, "MPT_DEVICE='", v, "': no such GPU (", count, " found",
+              count == 0 ? "; " + cuda::unavailable_reason() : std::string(), ")");
+  }
+  MPT_CHECK(is_available(d), "MPT_DEVICE='", v, "': that device is registered only by mpt's test suite");
+  return d;
 }
 }  // namespace
+
+Device Device::parse(const std::string& text) {
+  if (text == "cpu") return cpu();
+  if (text == "test") return test();
+  if (text == "cuda") return cuda(0);
+  const std::string digits = text.rfind("cuda:", 0) == 0 ? text.substr(5) : std::string();
+  int index = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  const bool ok = !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos &&
+                  ec == std::errc() && end == digits.data() + digits.size();
+  MPT_CHECK(ok, "device: expected cpu, cuda or cuda:N (N a GPU index from 0 to ", std::numeric_limits<int>::max(),
+            "), got '", text, "'");
+  return cuda(index);
+}
 
 Device default_device() {
   std::lock_guard<std::mutex> lock(g_mutex);

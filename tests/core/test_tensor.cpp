@@ -548,6 +548,16 @@ TEST_CASE("devices: names, default device") {
     CHECK(mpt::test::automatic_default_device() == expected);
   }
   if (cuda::device_count() == 0) CHECK(mpt::test::automatic_default_device() == Device::cpu());
+  // Device::parse reads what str() writes, strictly, and quotes what it refuses.
+  for (const Device d : {Device::cpu(), Device::test(), Device::cuda(0), Device::cuda(7), Device::cuda(2147483647)})
+    CHECK(Device::parse(d.str()) == d);
+  CHECK(Device::parse("cuda") == Device::cuda(0));
+  for (const char* bad : {"cuda:99999999999999999999", "cuda:2147483648", "cuda:-1", "cuda:0abc", "cuda:", "cuda: 1",
+                          "cuda:+1", "CPU", "gpu", "", "cuda:1 "}) {
+    const std::string e = test::error_of([&] { Device::parse(bad); });
+    CHECK_MESSAGE(test::contains(e, std::string("got '") + bad + "'"), bad, " -> ", e);
+    CHECK(test::contains(e, "expected cpu, cuda or cuda:N"));
+  }
   // The test main pins the CPU whatever the machine has: tests name their devices.
   CHECK(default_device() == Device::cpu());
   CHECK(Tensor::zeros({2}).device() == Device::cpu());
