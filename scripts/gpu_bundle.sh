@@ -44,6 +44,7 @@ mkdir -p "$STAGE/build" "$STAGE/src" "$STAGE/lib" "$STAGE/data"
 STAGE=$(cd "$STAGE" && pwd)
 log "stage"
 is_elf() { [ "$(head -c 4 "$1" 2> /dev/null | od -An -c | tr -d ' ')" = '177ELF' ]; }
+elfs() { find "$@" -type f | while read -r f; do is_elf "$f" && echo "$f"; done; }  # the ELF files under $@
 # The build tree's programs and CTest files, at the same relative paths.
 (cd "$BUILD" && find . -path ./CMakeFiles -prune -o -path '*/CMakeFiles' -prune -o -path ./generated -prune -o \
    \( -type f -o -type l \) \( -name CTestTestfile.cmake -o -name 'libmpt.so*' -o -perm -u+x \) -print) |
@@ -60,14 +61,13 @@ cp examples/*.cmake "$STAGE/src/examples/" 2> /dev/null || true
 FASHION=${MPT_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 cp "$FASHION"/*-ubyte.gz "$STAGE/data/"
 # Smaller and no less useful: the programs carry no symbol tables on the GPU machine.
-find "$STAGE/build" -type f | while read -r f; do is_elf "$f" && strip --strip-unneeded "$f"; done
+elfs "$STAGE/build" | xargs strip --strip-unneeded
 
 # Every shared library the programs load that the GPU machine may not have. ldd resolves them
 # here (CUDA's from the toolkit); those outside the allowed system and CUDA set are copied.
 allowed='^(ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libutil|libresolv|libstdc\+\+|libgcc_s|libz|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc[a-z-]*|libnvJitLink)\.so'
-elfs() { find "$STAGE/build" -type f | while read -r f; do is_elf "$f" && echo "$f"; done; }
 export LD_LIBRARY_PATH="$BUILD:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-elfs | xargs ldd 2> /dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+elfs "$STAGE/build" | xargs ldd 2> /dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
   while read -r name path; do
     [[ "$name" =~ $allowed ]] && continue
     [[ "$name" == libmpt.so* ]] && continue
@@ -87,7 +87,7 @@ while read -r f; do
     case "$path" in "$STAGE"/*) continue ;; esac
     [[ "$name" =~ $allowed ]] || { echo "  $f: $name from $path (outside the bundle)"; bad=1; }
   done < <(ldd "$f" 2> /dev/null)
-done < <(find "$STAGE/build" "$STAGE/lib" -type f | while read -r f; do is_elf "$f" && echo "$f"; done)
+done < <(elfs "$STAGE/build" "$STAGE/lib")
 [ "$bad" = 0 ] || { echo "gpu_bundle: the bundle does not resolve by itself" >&2; exit 1; }
 
 {

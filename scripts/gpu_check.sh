@@ -117,7 +117,7 @@ while read -r f; do
     echo "${f#"$ROOT"/}:" >> "$REPORT"
     echo "$missing" >> "$REPORT"
   fi
-done < <(find "$ROOT/build" "$ROOT/lib" -type f -name '*' | while read -r f; do
+done < <(find "$ROOT/build" "$ROOT/lib" -type f | while read -r f; do
   [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] && echo "$f"; done)
 [ "$unresolved" = 0 ] && echo "all resolve ($(find "$ROOT/build" "$ROOT/lib" -type f | wc -l) files)" >> "$REPORT"
 endsection

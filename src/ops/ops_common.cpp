@@ -56,6 +56,18 @@ Activation activation_from_name(const char* op, const std::string& name) {
   fail(op, ": unknown activation '", name, "'; valid: linear, relu, sigmoid, tanh, softmax, gelu, silu");
 }
 
+const char* activation_name(Activation act) {
+  switch (act) {
+    case Activation::Linear: return "linear";
+    case Activation::Relu: return "relu";
+    case Activation::Sigmoid: return "sigmoid";
+    case Activation::Tanh: return "tanh";
+    case Activation::Gelu: return "gelu";
+    case Activation::Silu: return "silu";
+  }
+  return "?";
+}
+
 UnaryOp unary_of(Activation act) {
   switch (act) {
     case Activation::Relu: return UnaryOp::Relu;

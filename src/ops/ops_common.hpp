@@ -18,6 +18,8 @@ Shape broadcast_shape(const char* op, const Shape& a, const Shape& b);
 std::int64_t normalize_axis(const char* op, std::int64_t axis, std::int64_t ndim);
 inline Backend& backend_of(const Tensor& t) { return mpt::detail::backend(t.device()); }
 Activation activation_from_name(const char* op, const std::string& name);
+/// Keras's name of an activation: what activation_from_name reads back.
+const char* activation_name(Activation act);
 /// The elementwise op behind an activation (Linear has none).
 UnaryOp unary_of(Activation act);
 

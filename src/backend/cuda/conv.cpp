@@ -52,7 +52,6 @@ State& state() {
 cudnnHandle_t handle_locked(State& s, int idx) {
   MPT_CHECK(idx >= 0 && idx < kMaxDevices, "conv2d: no GPU with index ", idx);
   if (!s.handles[idx]) {
-    (void)runtime_version();  // logs once when the cuDNN loaded is older than the headers
     cudnnHandle_t h = nullptr;
     check_cudnn(cudnnCreate(&h), "conv2d: cudnnCreate");
     check_cudnn(cudnnSetStream(h, stream(idx)), "conv2d: cudnnSetStream");

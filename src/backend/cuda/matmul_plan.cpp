@@ -40,18 +40,6 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
   }
 }
 
-const char* activation_name(Activation act) {  // Keras's names
-  switch (act) {
-    case Activation::Linear: return "linear";
-    case Activation::Relu: return "relu";
-    case Activation::Sigmoid: return "sigmoid";
-    case Activation::Tanh: return "tanh";
-    case Activation::Gelu: return "gelu";
-    case Activation::Silu: return "silu";
-  }
-  return "?";
-}
-
 std::string status_name(int status) { return cublasGetStatusName(static_cast<cublasStatus_t>(status)); }
 
 void make_layout(cublasLtMatrixLayout_t* layout, const LtMatrix& m) {
@@ -336,7 +324,7 @@ std::string matmul_failure_message(const MatmulRequest& r, const std::vector<Att
   std::string msg = mpt::detail::cat(
       "matmul on cuda:", r.device, ": cuBLASLt ran none of ", history.size(), history.size() == 1 ? " plan" : " plans",
       " for ", to_string(r.dtype), " operands (compute ", compute, ", bias ",
-      r.has_bias ? to_string(r.bias_dtype) : std::string("none"), ", activation ", activation_name(r.act),
+      r.has_bias ? to_string(r.bias_dtype) : std::string("none"), ", activation ", ops::detail::activation_name(r.act),
       ") of batch ", std::max(s.batch_a, s.batch_b), " (a ", s.batch_a, ", b ", s.batch_b, "), M=", s.m, " N=", s.n,
       " K=", s.k, ", transpose_a=", s.transpose_a ? "true" : "false", " transpose_b=", s.transpose_b ? "true" : "false",
       " (addresses a ", address_alignment(r.addresses.a), ", b ", address_alignment(r.addresses.b), ", out ",
