@@ -1,7 +1,10 @@
 // Prints the CUDA stack this process loaded: driver, runtime, cuBLASLt, cuDNN and NCCL versions,
 // the file each library came from, and the GPUs mpt sees. scripts/gpu_check.sh puts it at the
 // top of its report; CTest runs it too, where it must succeed with no GPU and no driver.
-//   ./cuda_versions
+// --device-json PATH also writes GPU 0's description as cuDNN itself serializes it
+// (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION of a CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR made from a
+// handle): what tests/data/cuda/h100_sm90.json holds, taken from a real H100.
+//   ./cuda_versions [--device-json PATH]
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -11,10 +14,14 @@
 #endif
 
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <string>
 
 #include <mpt/device.hpp>
 #include <mpt/error.hpp>
+
+#include "backend/cuda/conv_plans.hpp"
 
 namespace {
 
@@ -31,7 +38,16 @@ std::string dotted(long v, long major_div, long minor_div) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const char* device_json = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--device-json") == 0 && i + 1 < argc) {
+      device_json = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: cuda_versions [--device-json PATH]\n");
+      return 2;
+    }
+  }
   int driver = 0, runtime = 0;
   const bool has_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
   (void)cudaRuntimeGetVersion(&runtime);
@@ -60,6 +76,23 @@ int main() {
     const auto d = mpt::cuda::device_info(i);
     std::printf("GPU %d              %s, sm_%d%d, %d SMs, %.1f GiB\n", i, d.name.c_str(), d.major, d.minor,
                 d.multiprocessors, static_cast<double>(d.total_memory) / (1 << 30));
+  }
+  if (device_json != nullptr) {
+    if (gpus == 0) {
+      std::printf("device description: no GPU, nothing written to %s\n", device_json);
+      return 1;
+    }
+    try {
+      cudnnHandle_t handle = nullptr;
+      if (cudnnCreate(&handle) != CUDNN_STATUS_SUCCESS) throw mpt::Error("cuda_versions: cudnnCreate failed");
+      const std::string json = mpt::cuda::conv::serialize_device_properties(handle);
+      cudnnDestroy(handle);
+      std::ofstream(device_json) << json << "\n";
+      std::printf("device description (cuDNN's serialization, %zu bytes) written to %s\n", json.size(), device_json);
+    } catch (const mpt::Error& e) {
+      std::printf("device description: %s\n", e.what());
+      return 1;
+    }
   }
   return 0;
 }
