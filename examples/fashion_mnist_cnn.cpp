@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <mpt/mpt.hpp>
 
@@ -70,13 +71,19 @@ int main(int argc, char** argv) {
     if (!csv_log.empty()) callbacks.emplace_back(mpt::callbacks::CSVLogger(csv_log));
     // The allocator's counts once the first step has run, and when training ends.
     const mpt::Device device = mpt::default_device();  // where the model was built
-    mpt::MemoryStats after_first_step{}, after_training{};
+    // Blocks that needed a new segment (a cudaMalloc): after the first step, and at each epoch's end.
+    const auto reservations = [&] {
+      const mpt::MemoryStats m = mpt::memory_stats(device);
+      return m.allocations - m.cache_hits;
+    };
+    std::size_t after_first_step = 0;
+    std::vector<std::size_t> at_epoch_end;
     bool first_step_seen = false;
     auto memory = std::make_shared<mpt::callbacks::LambdaCallback>();
     memory->batch_begin = [&](std::int64_t batch, const mpt::Logs&) {
-      if (batch == 1 && !first_step_seen) first_step_seen = true, after_first_step = mpt::memory_stats(device);
+      if (batch == 1 && !first_step_seen) first_step_seen = true, after_first_step = reservations();
     };
-    memory->train_end = [&](const mpt::Logs&) { after_training = mpt::memory_stats(device); };
+    memory->epoch_end = [&](int, const mpt::Logs&) { at_epoch_end.push_back(reservations()); };
     if (!device.is_cpu()) {
       mpt::reset_peak_memory(device);
       callbacks.emplace_back(memory);
@@ -85,11 +92,13 @@ int main(int argc, char** argv) {
                                {.batch_size = batch_size, .epochs = epochs, .callbacks = callbacks,
                                 .validation_split = validation_split});
     if (chief) std::printf("trained on %s\n", device.str().c_str());
-    if (chief && first_step_seen) {
-      const auto misses = [](const mpt::MemoryStats& m) { return m.allocations - m.cache_hits; };
-      std::printf("device memory: peak %.1f MiB; %zu blocks from cudaMalloc in all, %zu after the first step\n",
-                  static_cast<double>(after_training.peak_bytes) / (1 << 20), misses(after_training),
-                  misses(after_training) - misses(after_first_step));
+    if (chief && first_step_seen && !at_epoch_end.empty()) {
+      std::string per_epoch;
+      for (std::size_t e = 0; e < at_epoch_end.size(); ++e)
+        per_epoch += (e ? ", " : "") + std::to_string(at_epoch_end[e] - (e ? at_epoch_end[e - 1] : after_first_step));
+      std::printf("device memory: peak %.1f MiB; %zu cudaMalloc in the first step, %zu after it (per epoch: %s)\n",
+                  static_cast<double>(mpt::memory_stats(device).peak_bytes) / (1 << 20), after_first_step,
+                  at_epoch_end.back() - after_first_step, per_epoch.c_str());
     }
     auto scores = model.evaluate(data.x_test, data.y_test, {.batch_size = 512});
     if (!checkpoint.empty()) {

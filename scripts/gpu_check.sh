@@ -152,7 +152,7 @@ while read -r t; do
   grep -E "ERROR|FAILED|CHECK|REQUIRE|rror|what\(\)|Segmentation|Abort|SUBCASE|TEST CASE|Timeout|Exception" \
     "$OUT_DIR/failed/$t.log" | head -60 >> "$REPORT"
   endsection
-done < <(sed -n 's/^ *[0-9]* - \([^ ]*\) (.*/\1/p' "$OUT_DIR/ctest.log" | sort -u)
+done < <(grep -vE '\((Skipped|Disabled)\)$' "$OUT_DIR/ctest.log" | sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\) (.*/\1/p' | sort -u)
 
 # The main job, model C on Fashion-MNIST (batch 128, seed 1), in every policy on cuda:0: its test
 # accuracy (to compare with the CPU's for the same seed) and the allocator's cudaMalloc count
@@ -184,14 +184,20 @@ if [ "$SANITIZE" = 1 ]; then
          > "$OUT_DIR/memcheck.probe.log" 2>&1; then
     echo "compute-sanitizer: not supported here ($(grep -m1 -iE 'not supported|error' "$OUT_DIR/memcheck.probe.log"))" >> "$REPORT"
   else
-    for t in test_ops_forward test_ops_grad test_conv_ops test_cuda_gpu; do
-      if timeout "$(budget 75)" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
-           "$ROOT/build/tests/$t" --subcase-exclude=cpu,test > "$OUT_DIR/memcheck.$t.log" 2>&1; then
-        echo "$t: clean ($(grep -E 'ERROR SUMMARY' "$OUT_DIR/memcheck.$t.log" | tail -1))" >> "$REPORT"
+    # API errors are not reported: test_cuda_gpu asks for 2^50 bytes on purpose (an mpt::Error
+    # naming "out of memory" is what it checks). Exit 99: memcheck found an error; other codes: the
+    # tests' own failures (doctest) or the time limit (124).
+    for t in test_ops_forward test_ops_grad test_conv_ops test_cuda_elementwise test_cuda_gpu; do
+      timeout "$(budget 75)" compute-sanitizer --tool memcheck --leak-check no --report-api-errors no --error-exitcode 99 \
+        "$ROOT/build/tests/$t" --subcase-exclude=cpu,test > "$OUT_DIR/memcheck.$t.log" 2>&1
+      rc=$?
+      summary=$(grep -E 'ERROR SUMMARY' "$OUT_DIR/memcheck.$t.log" | tail -1 | sed 's/=* *//')
+      if [ "$rc" = 0 ]; then
+        echo "$t: clean, tests passed ($summary)" >> "$REPORT"
       else
         status=1
-        echo "$t: FAILED (exit $?; memcheck.$t.log)" >> "$REPORT"
-        grep -E "ERROR SUMMARY|Invalid|out of bounds|ERROR:" "$OUT_DIR/memcheck.$t.log" | head -20 >> "$REPORT"
+        echo "$t: exit $rc ($summary; memcheck.$t.log)" >> "$REPORT"
+        grep -E "Invalid|out of bounds|ERROR:|doctest. test cases" "$OUT_DIR/memcheck.$t.log" | head -12 >> "$REPORT"
       fi
     done
   fi
@@ -224,8 +230,9 @@ fi
 # The device tool brings back at most 8 files: the report and the device description as they
 # are, everything else in one archive.
 if [ "$(find "$OUT_DIR" -type f | wc -l)" -gt 7 ]; then
-  (cd "$OUT_DIR" && tar -czf details.tar.gz --exclude=gpu_report.md --exclude=cudnn_device.json --exclude=details.tar.gz . \
-     && find . -mindepth 1 ! -name gpu_report.md ! -name cudnn_device.json ! -name details.tar.gz -delete)
+  (cd "$OUT_DIR" && tar -czf /tmp/mpt-gpu-details.tar.gz --exclude=gpu_report.md --exclude=cudnn_device.json . \
+     && find . -mindepth 1 ! -name gpu_report.md ! -name cudnn_device.json -delete \
+     && mv /tmp/mpt-gpu-details.tar.gz details.tar.gz)
   echo "Logs: details.tar.gz (ctest.log, ctest.xml, failed/, fit and memcheck logs)." >> "$REPORT"
 fi
 cat "$REPORT"

@@ -3,7 +3,8 @@
 // examples/fashion_mnist_cnn.cpp) and examples/resnet_cifar.cpp, at the batch sizes they use,
 // cuDNN 9 builds the forward, backward-data and backward-filter graphs in float32, float16 and
 // bfloat16 and finalizes at least one execution plan for an H100 SXM described by
-// tests/data/cuda/h100_sm90.json (a CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR from JSON: no handle, no
+// tests/data/cuda/h100_sm90.json (cuDNN's own serialization of an H100 80GB HBM3, written by
+// `cuda_versions --device-json` on the GPU machine on 2026-11-26; a CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR from JSON: no handle, no
 // GPU). Negative control: bfloat16 on an sm_75 (T4) description gets no plan (cuDNN's bfloat16
 // needs compute capability 8.0).
 //
@@ -276,25 +277,11 @@ TEST_CASE("cuda conv plans: 16-bit weight gradients into a float32 dw (reported)
   }
 }
 
-TEST_CASE("cuda conv plans: mpt's [kh, kw, Cin, Cout] weights need no KRSC copy") {
-  // The same engines plan for the weights described in place and for a KRSC copy, with the same
-  // workspace (a layout cuDNN had to reorder would add the filter's size to the workspace).
-  if (!have_device_descriptions()) return;
-  const PlanTarget target{nullptr, device_properties(h100())};
-  for (DType d : kDtypes)
-    for (ConvPass pass : kPasses) {
-      ConvKey k = key_of({"ResNet down 3x3/2", 128, 32, 32, 32, 64, 3, 2, true}, pass, d);
-      const auto in_place = build_plans(k, target, 0);
-      k.krsc = true;
-      const auto krsc = build_plans(k, target, 0);
-      REQUIRE(in_place.size() >= 1);
-      REQUIRE(krsc.size() >= 1);
-      // Which engine cuDNN ranks first, and its workspace, are the version's choice (cuDNN 9.19:
-      // the same for both layouts): reported, not failed.
-      WARN(in_place[0].engine == krsc[0].engine);
-      WARN(in_place[0].workspace == krsc[0].workspace);
-    }
-}
+// Not tested here, and not done: describing mpt's [kh, kw, Cin, Cout] weights to cuDNN in place
+// by their strides. cuDNN 9.19 plans that description as it plans a KRSC copy, and then on an H100
+// computes as if the weights were KRSC (every convolution of test_conv_ops wrong on cuda:0,
+// 2026-11-26): a plan that finalizes proves nothing about the layout its kernels read. conv.cpp
+// passes a KRSC copy, and only the GPU run of test_conv_ops can check the numbers.
 
 TEST_CASE("cuda conv plans: a plan owns the engine config, graph and description it refers to") {
   if (!have_device_descriptions()) return;

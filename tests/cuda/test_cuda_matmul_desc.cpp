@@ -6,10 +6,12 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "backend/backend.hpp"
@@ -401,6 +403,38 @@ TEST_CASE("alignment: the heuristic is told each pointer's alignment; 16-bit ten
         plan_key(plan_matmul(s, float32, false, Activation::Linear, true)));
 }
 
+TEST_CASE("plan_key: plans that share a key run the same post-ops") {
+  // matmul.cpp caches a whole plan under its key. On an H100 a dense with sigmoid ran the cached
+  // plan of the same GEMM without activation (the key left out the post-ops), and returned the
+  // pre-activation. Every (activation, bias, fused or not) of one shape: equal keys only for
+  // plans equal in everything the run reads.
+  const MatmulShape s{1, 1, 16, 8, 24};
+  const MatmulAddresses aligned{0x10000, 0x20000, 0x30000, 0x40000};
+  std::map<std::string, MatmulPlan> seen;
+  for (DType d : {float32, float16, bfloat16, float64})
+    for (Activation act : {Activation::Linear, Activation::Relu, Activation::Sigmoid, Activation::Tanh,
+                           Activation::Gelu, Activation::Silu})
+      for (bool bias : {false, true})
+        for (bool fuse : {true, false}) {
+          const MatmulPlan p = plan_matmul(s, d, bias, act, PlanOptions{.fuse_epilogue = fuse}, aligned);
+          const auto [it, fresh] = seen.emplace(plan_key(p), p);
+          if (fresh) continue;
+          const MatmulPlan& q = it->second;
+          CAPTURE(to_string(d));
+          CAPTURE(static_cast<int>(act));
+          CHECK(q.epilogue == p.epilogue);
+          CHECK(q.epilogue_bias == p.epilogue_bias);
+          CHECK(q.add_bias_after == p.add_bias_after);
+          CHECK(q.unary_after == p.unary_after);
+          CHECK((!p.unary_after || q.post_op == p.post_op));
+        }
+  // Activations applied after the GEMM are told apart by the key.
+  CHECK(plan_key(plan_matmul(s, float32, true, Activation::Sigmoid, {}, aligned)) !=
+        plan_key(plan_matmul(s, float32, true, Activation::Tanh, {}, aligned)));
+  CHECK(plan_key(plan_matmul(s, float32, true, Activation::Sigmoid, {}, aligned)) !=
+        plan_key(plan_matmul(s, float32, true, Activation::Linear, {}, aligned)));
+}
+
 TEST_CASE("plan_matmul rejects shapes cuBLASLt cannot take") {
   CHECK(contains(error_of([] { plan_matmul({1, 1, 0, 3, 4}, float32, false, Activation::Linear, false); }),
                  "matmul: cuBLASLt needs 1 <= M, N, K"));
@@ -597,8 +631,13 @@ TEST_CASE("fallback chain: unaligned 16-bit pointers get aligned copies; a loop 
   CHECK(c.attempt == MatmulAttempt{.aligned_copies = true});
   CHECK(c.plan.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS);
   CHECK((c.plan.align_a == 256 && c.plan.align_b == 256 && c.plan.align_d == 256));  // a is cuBLASLt's B
-  CHECK(history.size() == 2);  // fused, unfused; both at the pointers' alignment
-  CHECK(history[1].attempt == MatmulAttempt{.fuse_epilogue = false});
+  CHECK(history.size() == 1);  // fused at the pointers' alignment; copies come before unfusing
+  // Where the copies' fused epilogue is refused too, the epilogue is unfused on the copies.
+  FakeHeuristic no_epilogue{.refuse = [](const MatmulPlan& p) {
+    return std::min({p.align_a, p.align_b, p.align_d, p.align_bias}) < 16 || p.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+  }};
+  history.clear();
+  CHECK(choose(r, no_epilogue, history).attempt == MatmulAttempt{.fuse_epilogue = false, .aligned_copies = true});
 
   // In a loop, batch q of a starts q * M*K elements in: 3*4 halfs = 24 bytes, so 8-byte aligned.
   const MatmulRequest loop{.shape = {2, 1, 3, 8, 4, true, false}, .dtype = float16,

@@ -3,10 +3,10 @@
 // per problem, dtypes, fused epilogue, alignment and device), workspace from mpt's allocator and
 // execution on the device's compute stream.
 //
-// NHWC activations and mpt's [kh, kw, Cin, Cout] weights are described to cuDNN in place by
-// their strides: cuDNN 9.19 plans the same engines with the same workspace for that layout as
-// for a KRSC copy (tests/cuda/test_cuda_conv_plans.cpp). Should no engine take a problem in
-// place, the weights (or dw) go through a KRSC copy instead.
+// NHWC activations are described to cuDNN in place; mpt's [kh, kw, Cin, Cout] weights go through
+// a KRSC copy ([Cout, kh, kw, Cin], cuDNN's NHWC filter layout) and dw comes back through one:
+// described in place by their strides, cuDNN 9.19 planned them and computed wrong results on an
+// H100 (conv_plans.cpp, filter()).
 //
 // Forward tries conv + bias add + activation as one graph first; cuDNN fuses conv -> add ->
 // Relu/Sigmoid/Tanh but not an activation without the add, and where it cannot fuse, the bias
@@ -73,13 +73,9 @@ const ConvPlan* plan_for(const ConvKey& k, int idx) {
   return it->second.plan ? &it->second : nullptr;
 }
 
-/// k's plan with the weights in place, else with a KRSC copy (k.krsc set); mpt::Error when
-/// cuDNN has neither.
-const ConvPlan& require_plan(ConvKey& k, int idx) {
+/// k's plan; mpt::Error when cuDNN has none.
+const ConvPlan& require_plan(const ConvKey& k, int idx) {
   if (const ConvPlan* p = plan_for(k, idx)) return *p;
-  k.krsc = true;
-  if (const ConvPlan* p = plan_for(k, idx)) return *p;
-  k.krsc = false;
   fail("conv2d: cuDNN ", version_string(runtime_version()), " has no engine for ", describe(k), " on GPU ", idx,
        k.deterministic ? " (deterministic engines only: mpt::cuda::set_cudnn_deterministic(false) admits all)" : "");
 }
@@ -90,6 +86,14 @@ ConvKey key_of(ConvPass pass, const Shape& x, const Shape& w, const Shape& y, co
   k.allow_tf32 = allow_tf32();
   k.deterministic = cudnn_deterministic();
   return k;
+}
+
+/// w ([kh, kw, Cin, Cout]) as the KRSC copy cuDNN reads ([Cout, kh, kw, Cin]).
+Tensor krsc_copy(CudaBackend& backend, const Tensor& w) {
+  const Shape& s = w.shape();
+  Tensor wk = Tensor::empty({s[3], s[0], s[1], s[2]}, w.dtype(), w.device());
+  backend.transpose(w, {3, 0, 1, 2}, wk);
+  return wk;
 }
 
 /// The largest power of two (at most 16 bytes) every pointer is aligned to: cuDNN picks
@@ -131,8 +135,9 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
   const int idx = out.device().index;
   DeviceGuard guard(idx);
   hint_tensor_core_shape("conv2d", static_cast<int>(x.dtype()), {x.shape()[3], w.shape()[3]});
+  const Tensor wk = krsc_copy(*this, w);
   ConvKey k = key_of(ConvPass::Forward, x.shape(), w.shape(), out.shape(), g, x.dtype());
-  k.alignment = alignment_of({x.data_ptr(), w.data_ptr(), out.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr});
+  k.alignment = alignment_of({x.data_ptr(), wk.data_ptr(), out.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr});
   if (bias.defined() || act != Activation::Linear) {
     ConvKey f = k;
     f.bias = bias.defined();
@@ -140,17 +145,12 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
     f.act = act;
     if (const ConvPlan* p = plan_for(f, idx)) {
       std::vector<std::int64_t> uids{kUidX, kUidW, kUidY};
-      std::vector<void*> ptrs{x.data_ptr(), w.data_ptr(), out.data_ptr()};
+      std::vector<void*> ptrs{x.data_ptr(), wk.data_ptr(), out.data_ptr()};
       if (f.bias) uids.push_back(kUidBias), ptrs.push_back(bias.data_ptr());
       return execute(*p, idx, uids, ptrs, out.device(), "conv2d");
     }
   }
   const ConvPlan& p = require_plan(k, idx);
-  Tensor wk = w;
-  if (k.krsc) {
-    wk = Tensor::empty({w.shape()[3], w.shape()[0], w.shape()[1], w.shape()[2]}, w.dtype(), w.device());
-    transpose(w, {3, 0, 1, 2}, wk);
-  }
   execute(p, idx, {kUidX, kUidW, kUidY}, {x.data_ptr(), wk.data_ptr(), out.data_ptr()}, out.device(), "conv2d");
   if (bias.defined()) binary(BinaryOp::Add, out, bias, out);  // bias [Cout] broadcasts over N, OH, OW
   if (act != Activation::Linear) unary(ops::detail::unary_of(act), out, out);
@@ -168,14 +168,10 @@ void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor
   const Shape& ws = w.shape();
   hint_tensor_core_shape("conv2d backward", static_cast<int>(x.dtype()), {ws[2], ws[3]});
   if (dx.defined()) {
+    const Tensor wk = krsc_copy(*this, w);
     ConvKey k = key_of(ConvPass::BackwardData, x.shape(), ws, dy.shape(), g, dx.dtype());
-    k.alignment = alignment_of({dy.data_ptr(), w.data_ptr(), dx.data_ptr()});
+    k.alignment = alignment_of({dy.data_ptr(), wk.data_ptr(), dx.data_ptr()});
     const ConvPlan& p = require_plan(k, idx);
-    Tensor wk = w;
-    if (k.krsc) {
-      wk = Tensor::empty({ws[3], ws[0], ws[1], ws[2]}, w.dtype(), w.device());
-      transpose(w, {3, 0, 1, 2}, wk);
-    }
     execute(p, idx, {kUidX, kUidW, kUidY}, {dx.data_ptr(), wk.data_ptr(), dy.data_ptr()}, dx.device(),
             "conv2d backward (data)");
   }
@@ -194,14 +190,14 @@ void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor
         dwt = Tensor::empty(ws, x.dtype(), dw.device());
       }
     }
+    Tensor dwk = Tensor::empty({ws[3], ws[0], ws[1], ws[2]}, dwt.dtype(), dw.device());  // KRSC
     ConvKey k = key_of(ConvPass::BackwardFilter, xs.shape(), ws, dys.shape(), g, xs.dtype());
     k.dw_dtype = dwt.dtype();
-    k.alignment = alignment_of({xs.data_ptr(), dys.data_ptr(), dwt.data_ptr()});
+    k.alignment = alignment_of({xs.data_ptr(), dys.data_ptr(), dwk.data_ptr()});
     const ConvPlan& p = require_plan(k, idx);
-    Tensor dwk = k.krsc ? Tensor::empty({ws[3], ws[0], ws[1], ws[2]}, dwt.dtype(), dw.device()) : dwt;
     execute(p, idx, {kUidX, kUidW, kUidY}, {xs.data_ptr(), dwk.data_ptr(), dys.data_ptr()}, dw.device(),
             "conv2d backward (weights)");
-    if (k.krsc) transpose(dwk, {1, 2, 3, 0}, dwt);  // [Cout, kh, kw, Cin] -> [kh, kw, Cin, Cout]
+    transpose(dwk, {1, 2, 3, 0}, dwt);  // [Cout, kh, kw, Cin] -> [kh, kw, Cin, Cout]
     if (dwt.data_ptr() != dw.data_ptr()) cast(dwt, dw);
   }
   if (dbias.defined()) {

@@ -67,13 +67,13 @@ Descriptor nhwc(std::int64_t uid, cudnnDataType_t type, std::int64_t n, std::int
   return tensor(uid, type, {n, c, h, w}, {h * w * c, 1, w * c, c}, is_virtual, alignment, op);
 }
 
-/// The filter as cuDNN's [K = cout, C = cin, R = kh, S = kw]: mpt's [kh, kw, cin, cout] storage
-/// described by its strides, or a KRSC copy ([cout, kh, kw, cin] contiguous).
+/// The filter as cuDNN's [K = cout, C = cin, R = kh, S = kw], stored KRSC ([cout, kh, kw, cin]
+/// contiguous), the NHWC filter layout cuDNN's kernels read. Not mpt's [kh, kw, cin, cout]
+/// storage described by its strides: cuDNN 9.19 finalizes plans for that description and then, on
+/// an H100, computes as if the filter were KRSC (every convolution wrong, seen 2026-11-26), so
+/// conv.cpp always passes a KRSC copy.
 Descriptor filter(const ConvKey& k, cudnnDataType_t type, std::int64_t alignment, const char* op) {
-  if (k.krsc)
-    return tensor(kUidW, type, {k.cout, k.cin, k.kh, k.kw}, {k.kh * k.kw * k.cin, 1, k.kw * k.cin, k.cin}, false,
-                  alignment, op);
-  return tensor(kUidW, type, {k.cout, k.cin, k.kh, k.kw}, {1, k.cout, k.kw * k.cin * k.cout, k.cin * k.cout}, false,
+  return tensor(kUidW, type, {k.cout, k.cin, k.kh, k.kw}, {k.kh * k.kw * k.cin, 1, k.kw * k.cin, k.cin}, false,
                 alignment, op);
 }
 
@@ -334,11 +334,11 @@ ConvKey conv_key(ConvPass pass, const Shape& x, const Shape& w, const Shape& y, 
 std::string describe(const ConvKey& k) {
   char buf[400];
   std::snprintf(buf, sizeof buf,
-                "%s %s x[%lld,%lld,%lld,%lld] w[%lld,%lld,%lld,%lld]%s y[%lld,%lld,%lld,%lld] s%lld,%lld d%lld,%lld "
+                "%s %s x[%lld,%lld,%lld,%lld] w[%lld,%lld,%lld,%lld] y[%lld,%lld,%lld,%lld] s%lld,%lld d%lld,%lld "
                 "p%lld,%lld,%lld,%lld",
                 pass_name(k.pass), to_string(k.dtype).c_str(), (long long)k.n, (long long)k.h, (long long)k.w,
                 (long long)k.cin, (long long)k.kh, (long long)k.kw, (long long)k.cin, (long long)k.cout,
-                k.krsc ? "(krsc)" : "", (long long)k.n, (long long)k.oh, (long long)k.ow, (long long)k.cout,
+                (long long)k.n, (long long)k.oh, (long long)k.ow, (long long)k.cout,
                 (long long)k.stride_h, (long long)k.stride_w, (long long)k.dilation_h, (long long)k.dilation_w,
                 (long long)k.pad_top, (long long)k.pad_bottom, (long long)k.pad_left, (long long)k.pad_right);
   std::string s = buf;
@@ -360,7 +360,7 @@ std::size_t hash_of(const ConvKey& k) {
     mix(v);
   mix(static_cast<std::int64_t>(k.pass) | static_cast<std::int64_t>(k.dtype) << 4 |
       static_cast<std::int64_t>(k.dw_dtype) << 8 | static_cast<std::int64_t>(k.bias_dtype) << 12 |
-      static_cast<std::int64_t>(k.act) << 16 | std::int64_t{k.bias} << 20 | std::int64_t{k.krsc} << 21 |
+      static_cast<std::int64_t>(k.act) << 16 | std::int64_t{k.bias} << 20 |
       std::int64_t{k.allow_tf32} << 22 | std::int64_t{k.deterministic} << 23);
   return h;
 }

@@ -40,9 +40,6 @@ struct ConvKey {
   bool bias = false;               ///< forward: bias add fused into the graph
   DType bias_dtype = DType::Float32;
   Activation act = Activation::Linear;  ///< forward: Relu/Sigmoid/Tanh fused into the graph
-  /// Weights described as stored by mpt ([kh, kw, cin, cout], false) or as a KRSC copy
-  /// ([cout, kh, kw, cin] contiguous, true), cuDNN's preferred NHWC filter layout.
-  bool krsc = false;
   bool allow_tf32 = false;         ///< float32: tensor-core (TF32) engines allowed
   /// Only engines without cuDNN's CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC (mpt::cuda::cudnn_deterministic()).
   bool deterministic = true;

@@ -94,7 +94,10 @@ inline MatmulPlan plan_matmul(const MatmulShape& shape, DType dtype, bool has_bi
   return plan_matmul(shape, dtype, has_bias, act, PlanOptions{.allow_tf32 = allow_tf32});
 }
 
-/// Everything the plan's heuristic result depends on (the cache key, without the device).
+/// Everything the plan's heuristic result and its run depend on (the cache key, without the
+/// device): the matrices, types, epilogue and alignments, and the post-ops (bias added after,
+/// activation applied after). matmul.cpp caches the whole plan under this key, so two requests
+/// that differ in any field the launch or the post-ops read must not share it.
 std::string plan_key(const MatmulPlan& plan);
 
 /// Owning cuBLASLt descriptors of one plan (destroyed with it; movable, not copyable).
