@@ -76,14 +76,26 @@ int main(int argc, char** argv) {
       const mpt::MemoryStats m = mpt::memory_stats(device);
       return m.allocations - m.cache_hits;
     };
-    std::size_t after_first_step = 0;
+    std::size_t after_first_step = 0, last = 0;
     std::vector<std::size_t> at_epoch_end;
+    std::string where;  // the steps before which later reservations happened
     bool first_step_seen = false;
+    int epoch = 0;
     auto memory = std::make_shared<mpt::callbacks::LambdaCallback>();
+    memory->epoch_begin = [&](int e, const mpt::Logs&) { epoch = e; };
     memory->batch_begin = [&](std::int64_t batch, const mpt::Logs&) {
-      if (batch == 1 && !first_step_seen) first_step_seen = true, after_first_step = reservations();
+      const std::size_t now = reservations();
+      if (batch == 1 && !first_step_seen) first_step_seen = true, after_first_step = now;
+      else if (first_step_seen && now > last)
+        where += " +" + std::to_string(now - last) + " in epoch " + std::to_string(epoch + 1) + " step " + std::to_string(batch);
+      last = now;
     };
-    memory->epoch_end = [&](int, const mpt::Logs&) { at_epoch_end.push_back(reservations()); };
+    memory->epoch_end = [&](int e, const mpt::Logs&) {
+      const std::size_t now = reservations();
+      if (now > last) where += " +" + std::to_string(now - last) + " in epoch " + std::to_string(e + 1) + "'s last step";
+      last = now;
+      at_epoch_end.push_back(now);
+    };
     if (!device.is_cpu()) {
       mpt::reset_peak_memory(device);
       callbacks.emplace_back(memory);
@@ -96,9 +108,9 @@ int main(int argc, char** argv) {
       std::string per_epoch;
       for (std::size_t e = 0; e < at_epoch_end.size(); ++e)
         per_epoch += (e ? ", " : "") + std::to_string(at_epoch_end[e] - (e ? at_epoch_end[e - 1] : after_first_step));
-      std::printf("device memory: peak %.1f MiB; %zu cudaMalloc in the first step, %zu after it (per epoch: %s)\n",
+      std::printf("device memory: peak %.1f MiB; %zu cudaMalloc in the first step, %zu after it (per epoch: %s)%s\n",
                   static_cast<double>(mpt::memory_stats(device).peak_bytes) / (1 << 20), after_first_step,
-                  at_epoch_end.back() - after_first_step, per_epoch.c_str());
+                  at_epoch_end.back() - after_first_step, per_epoch.c_str(), where.empty() ? "" : (":" + where).c_str());
     }
     auto scores = model.evaluate(data.x_test, data.y_test, {.batch_size = 512});
     if (!checkpoint.empty()) {

@@ -19,9 +19,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=out/gpu/mpt-gpu.tar.xz
 OUT_DIR=${OUT:-out/gpu/report}
-STEPS=20
+STEPS=50
 EPOCHS=3
 SANITIZE=0
+PROFILE=
 BENCH=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,6 +31,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --epochs) EPOCHS=$2; shift 2 ;;
     --sanitize) SANITIZE=1; shift ;;
+    --profile) PROFILE=$2; shift 2 ;;
     --no-bench) BENCH=0; shift ;;
     *) echo "gpu_check: unknown argument '$1' (see the head of $0)"; exit 2 ;;
   esac
@@ -219,6 +221,39 @@ if [ "$BENCH" = 1 ]; then
   else
     echo "no PyTorch with a usable GPU here: no anchor" >> "$REPORT"
   fi
+  endsection
+fi
+
+# --profile MODELS: Nsight Compute's per-kernel times for bench_gpu's steps of those models
+# (2 warm-up and 2 timed steps in each policy): where a step's time goes.
+if [ -n "$PROFILE" ] && [ "$GPU" = 1 ] && command -v ncu > /dev/null; then
+  log "ncu per-kernel times, models $PROFILE"
+  section "Nsight Compute: kernels of bench_gpu --models $PROFILE (sum of gpu__time_duration over 4 steps x 3 policies, top 25)"
+  timeout "$(budget 150)" ncu --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+    "$ROOT/build/bench/bench_gpu" --models "$PROFILE" --steps 2 --warmup 2 > "$OUT_DIR/ncu.csv" 2> "$OUT_DIR/ncu.err"
+  echo "ncu exit $?, $(grep -c . "$OUT_DIR/ncu.csv") lines" >> "$REPORT"
+  py - "$OUT_DIR/ncu.csv" >> "$REPORT" 2>&1 <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1], errors="replace")) if len(r) > 5]
+if not rows: sys.exit("no ncu rows")
+head = rows[0]
+def col(name):
+    return next(i for i, h in enumerate(head) if h.strip('"') == name)
+try:
+    k, inv, met, avg = col("Kernel Name"), col("Invocations"), col("Metric Name"), col("Average")
+except StopIteration:
+    sys.exit("ncu columns: " + ",".join(head))
+tot = collections.Counter(); cnt = collections.Counter()
+for r in rows[1:]:
+    if r[met] != "gpu__time_duration.sum": continue
+    try: n, a = int(r[inv]), float(r[avg].replace(",", ""))
+    except ValueError: continue
+    tot[r[k][:110]] += n * a; cnt[r[k][:110]] += n
+all_ns = sum(tot.values())
+print(f"{len(tot)} kernels, {sum(cnt.values())} launches, {all_ns / 1e6:.2f} ms in all (units as ncu printed)")
+for name, t in tot.most_common(25):
+    print(f"{100 * t / all_ns:5.1f}%  {t / 1e6:9.3f}  x{cnt[name]:<5d} {name}")
+PY
   endsection
 fi
 

@@ -467,13 +467,13 @@ bool has_stride0_batch(const MatmulPlan& p) {
 }
 
 ChosenPlan choose(const MatmulRequest& r, FakeHeuristic& h, std::vector<AttemptRecord>& history) {
-  return choose_plan(r, {}, history, [&h](const MatmulPlan& p) { return h(p); });
+  return choose_plan(r, first_attempt(r), history, [&h](const MatmulPlan& p) { return h(p); });
 }
 
 /// Every attempt next_attempt gives from the first until none is left (as if all were refused).
 std::vector<MatmulAttempt> whole_chain(const MatmulRequest& r) {
   std::vector<MatmulAttempt> chain;
-  for (std::optional<MatmulAttempt> t = MatmulAttempt{}; t; t = next_attempt(r, *t, plan_attempt(r, *t))) {
+  for (std::optional<MatmulAttempt> t = first_attempt(r); t; t = next_attempt(r, *t, plan_attempt(r, *t))) {
     chain.push_back(*t);
     if (chain.size() > 16) break;  // a cycle: fails the size check below
   }
@@ -616,6 +616,19 @@ TEST_CASE("fallback plans compute the CPU backend's matmul: folded batch and one
 }
 
 TEST_CASE("fallback chain: unaligned 16-bit pointers get aligned copies; a loop keeps its strides' alignment") {
+  // Copies first for 16-bit under 16 bytes (bias included), never for float32 or aligned pointers.
+  const MatmulRequest odd16{.shape = {1, 1, 16, 8, 24}, .dtype = bfloat16, .has_bias = true, .bias_dtype = bfloat16,
+                            .act = Activation::Relu, .addresses = {0x10002, 0x20000, 0x30000, 0x40000}};
+  CHECK(first_attempt(odd16) == MatmulAttempt{.aligned_copies = true});
+  MatmulRequest odd_bias = odd16;
+  odd_bias.addresses = {0x10000, 0x20000, 0x30000, 0x40008};
+  CHECK(first_attempt(odd_bias) == MatmulAttempt{.aligned_copies = true});
+  odd_bias.has_bias = false;
+  CHECK(first_attempt(odd_bias) == MatmulAttempt{});
+  MatmulRequest odd32 = odd16;
+  odd32.dtype = float32;
+  odd32.bias_dtype = float32;
+  CHECK(first_attempt(odd32) == MatmulAttempt{});
   CHECK(needs_aligned_copy(0x1002));
   CHECK(needs_aligned_copy(0x1008));
   CHECK_FALSE(needs_aligned_copy(0x1010));
@@ -631,7 +644,7 @@ TEST_CASE("fallback chain: unaligned 16-bit pointers get aligned copies; a loop 
   CHECK(c.attempt == MatmulAttempt{.aligned_copies = true});
   CHECK(c.plan.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS);
   CHECK((c.plan.align_a == 256 && c.plan.align_b == 256 && c.plan.align_d == 256));  // a is cuBLASLt's B
-  CHECK(history.size() == 1);  // fused at the pointers' alignment; copies come before unfusing
+  CHECK(history.empty());  // 16-bit operands under 16 bytes aligned start with copies (first_attempt)
   // Where the copies' fused epilogue is refused too, the epilogue is unfused on the copies.
   FakeHeuristic no_epilogue{.refuse = [](const MatmulPlan& p) {
     return std::min({p.align_a, p.align_b, p.align_d, p.align_bias}) < 16 || p.epilogue != CUBLASLT_EPILOGUE_DEFAULT;

@@ -104,6 +104,38 @@ bool close(double a, double e, double tol) {
 
 // ---- reduce -----------------------------------------------------------------------------------
 
+/// One emulated pass of reduce_kernel over [outer, n, inner] (reduce.cu's reduce_pass).
+template <class T, class O>
+void reduce_pass(ReduceOp op, const T* x, O* out, std::int64_t outer, std::int64_t n, std::int64_t inner,
+                 std::int64_t mean_count, unsigned threads) {
+  using C = compute_t<T>;
+  ReduceGeom g0 = reduce_geom(outer, n, inner, threads);
+  g0.mean_count = mean_count;
+  run_tiles<C>(g0, 3, 1, [&](const ReduceGeom& g) {
+    return std::tuple_cat(
+        phase([&](const Thread& t, C* sh) { reduce_partial(t, sh, x, op, g); }),
+        tree_phases(g.ty, [&](const Thread& t, C* sh, unsigned h) { reduce_step(t, sh, op, g, h); }),
+        phase([&](const Thread& t, C* sh) { reduce_finish(t, sh, out, op, g); }));
+  });
+}
+
+/// The passes reduce.cu's CudaBackend::reduce launches: one, or the split's three (runs, rest,
+/// partials) through float32/float64 partials.
+template <class T, class O>
+void emulate_reduce(ReduceOp op, const T* x, O* out, std::int64_t outer, std::int64_t n, std::int64_t inner,
+                    unsigned threads) {
+  using C = compute_t<T>;
+  const ReduceSplit split = reduce_split(outer, n, inner, !std::is_integral_v<C>);
+  if (split.splits == 1) return reduce_pass<T, O>(op, x, out, outer, n, inner, 0, threads);
+  Vec<C> partial(static_cast<std::size_t>(split.partial_rows() * inner));
+  const ReduceOp first = op == ReduceOp::Mean ? ReduceOp::Sum : op;
+  reduce_pass<T, C>(first, x, partial.data(), split.splits, split.run, inner, 0, threads);
+  if (split.rest > 0)
+    reduce_pass<T, C>(first, x + split.splits * split.run * inner, partial.data() + split.splits * inner, 1, split.rest,
+                      inner, 0, threads);
+  reduce_pass<C, O>(op, partial.data(), out, 1, split.partial_rows(), inner, n, threads);
+}
+
 template <class T, class O>
 void check_reduce(ReduceOp op, const Case& c, unsigned threads, bool with_nan) {
   using C = compute_t<T>;
@@ -119,12 +151,7 @@ void check_reduce(ReduceOp op, const Case& c, unsigned threads, bool with_nan) {
   const auto expect = tensor_values<O>(ref);
 
   Vec<O> got(static_cast<std::size_t>(c.outer * c.inner));
-  run_tiles<C>(reduce_geom(c.outer, c.n, c.inner, threads), 3, 1, [&](const ReduceGeom& g) {
-    return std::tuple_cat(
-        phase([&](const Thread& t, C* sh) { reduce_partial(t, sh, x.data(), op, g); }),
-        tree_phases(g.ty, [&](const Thread& t, C* sh, unsigned h) { reduce_step(t, sh, op, g, h); }),
-        phase([&](const Thread& t, C* sh) { reduce_finish(t, sh, got.data(), op, g); }));
-  });
+  emulate_reduce<T, O>(op, x.data(), got.data(), c.outer, c.n, c.inner, threads);
 
   const bool exact = std::is_integral_v<C> || op == ReduceOp::Max || op == ReduceOp::Min;
   for (std::int64_t o = 0; o < c.outer; ++o)
@@ -175,6 +202,31 @@ TEST_CASE("cuda reduce: sum/mean/max/min per dtype, axis and size match the CPU"
   const std::string compared = std::to_string(g_compared - before) + " values compared";
   MESSAGE(compared);
   CHECK(g_compared - before > 1000);
+}
+
+TEST_CASE("cuda reduce: a long leading axis splits across blocks and matches the CPU") {
+  // A bias gradient ([N*H*W, C] summed over rows) was one block per 32 columns: 11 ms for
+  // [692224, 32] on an H100. Split into runs (and a rest) through float32 partials.
+  const ReduceSplit s = reduce_split(1, 692224, 32, true);
+  CHECK(s.splits >= 64);
+  CHECK(s.splits * s.run + s.rest == 692224);
+  CHECK(s.run >= kReduceSplitRows);
+  CHECK(reduce_split(1, 692224, 32, false).splits == 1);    // integers: one pass, exact as before
+  CHECK(reduce_split(2, 692224, 32, true).splits == 1);     // outer > 1: runs would not be contiguous
+  CHECK(reduce_split(1, 1000, 32, true).splits == 1);       // short axis
+  CHECK(reduce_split(1, 692224, 8192, true).splits == 1);   // enough tiles already
+  const std::int64_t before = g_compared;
+  for (const Case& c : {Case{{9001, 6}, 0, 1, 9001, 6}, Case{{12288, 37}, 0, 1, 12288, 37}, Case{{20000}, 0, 1, 20000, 1}}) {
+    REQUIRE(reduce_split(c.outer, c.n, c.inner, true).splits > 1);
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min}) {
+      check_reduce<float, float>(op, c, 256, false);
+      check_reduce<float, float>(op, c, 256, true);  // NaN in one run reaches the result
+      check_reduce<double, double>(op, c, 256, false);
+      check_reduce<__half, __half>(op, c, 256, false);
+      check_reduce<__nv_bfloat16, float>(op, c, 256, false);
+    }
+  }
+  CHECK(g_compared - before > 500);
 }
 
 // ---- argmax -----------------------------------------------------------------------------------

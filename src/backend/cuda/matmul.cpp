@@ -137,7 +137,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, con
   static std::array<cublasLtHandle_t, kMaxDevices> handles{};
   static std::array<void*, kMaxDevices> workspaces{};
   static std::unordered_map<std::string, Chosen> chosen;  // "<device>:<plan_key of the first attempt>"
-  const std::string key = std::to_string(idx) + ':' + plan_key(plan_attempt(request, {}));
+  const std::string key = std::to_string(idx) + ':' + plan_key(plan_attempt(request, first_attempt(request)));
   std::vector<AttemptRecord> history;
   cublasLtHandle_t handle;
   void* workspace;
@@ -150,7 +150,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, con
     workspace = workspaces[idx];
     if (!first) {
       if (auto it = chosen.find(key); it != chosen.end()) return it->second;
-      first = MatmulAttempt{};
+      first = first_attempt(request);
     }
     Chosen c;
     const ChosenPlan p = choose_plan(request, *first, history, [&](const MatmulPlan& plan) {

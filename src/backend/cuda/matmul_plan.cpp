@@ -280,6 +280,14 @@ MatmulPlan plan_attempt(const MatmulRequest& r, const MatmulAttempt& t) {
   return plan_matmul(attempt_shape(r.shape, t.batch), r.dtype, r.has_bias, r.act, options, attempt_addresses(r, t));
 }
 
+MatmulAttempt first_attempt(const MatmulRequest& r) {
+  const MatmulAddresses& x = r.addresses;
+  const bool sixteen_bit = r.dtype == DType::Float16 || r.dtype == DType::BFloat16;
+  const bool unaligned = needs_aligned_copy(x.a) || needs_aligned_copy(x.b) || needs_aligned_copy(x.out) ||
+                         (r.has_bias && needs_aligned_copy(x.bias));
+  return MatmulAttempt{.aligned_copies = sixteen_bit && unaligned};
+}
+
 std::optional<MatmulAttempt> next_attempt(const MatmulRequest& r, const MatmulAttempt& failed, const MatmulPlan& plan) {
   MatmulAttempt next = failed;
   const MatmulAddresses& x = r.addresses;

@@ -129,8 +129,10 @@ LtDescriptors make_descriptors(const MatmulPlan& plan, const void* bias = nullpt
 // with a broadcast b folded into M (one GEMM of batch*M rows), and with one GEMM per batch. When
 // none is left, mpt::Error names the shape, the dtypes and every attempt's cuBLASLt status.
 //
+// 16-bit operands under 16 bytes aligned start with aligned copies (first_attempt).
+//
 //   std::vector<AttemptRecord> history;
-//   ChosenPlan c = choose_plan(request, {}, history, [&](const MatmulPlan& p) { return heuristic(p); });
+//   ChosenPlan c = choose_plan(request, first_attempt(request), history, [&](const MatmulPlan& p) { return heuristic(p); });
 
 /// How the batch of one attempt runs.
 enum class BatchMode : std::uint8_t {
@@ -200,6 +202,12 @@ MatmulAddresses attempt_addresses(const MatmulRequest& r, const MatmulAttempt& a
 
 /// The attempt's plan (plan_matmul of its shape, options and addresses).
 MatmulPlan plan_attempt(const MatmulRequest& r, const MatmulAttempt& attempt);
+
+/// Where the chain starts: the fused epilogue on the operands as they are, except that 16-bit
+/// operands under 16 bytes aligned are copied first. cuBLASLt accepts them in place, but on an
+/// H100 its kernel for an unaligned bfloat16 GEMM with bias and ReLU was off by 0.0015 where
+/// the aligned kernels round once (2026-11-26); the copies give the aligned kernels.
+MatmulAttempt first_attempt(const MatmulRequest& r);
 
 /// The attempt after `failed`, whose plan `plan` cuBLASLt refused: unfused when the plan fused
 /// an epilogue; else the next way to lay out the data (aligned copies when an operand is under
