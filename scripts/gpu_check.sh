@@ -169,8 +169,8 @@ for policy in $fit_policies; do
      --policy "$policy" --epochs "$fit_epochs" --checkpoint "$ROOT/fashion_cnn_$policy.weights.h5") \
     > "$OUT_DIR/fit_$policy.log" 2>&1 || { echo "$policy: exit $?" >> "$REPORT"; status=1; }
   echo "-- $policy ($((SECONDS - t0)) s in all)" >> "$REPORT"
-  tr '\r' '\n' < "$OUT_DIR/fit_$policy.log" | grep -aE "^Epoch|/step|trained on|device memory|test accuracy|error" \
-    | sed -E 's/━+ //' | tail -12 >> "$REPORT"
+  tr '\r' '\n' < "$OUT_DIR/fit_$policy.log" | grep -aE "^Epoch|/step|trained on|device memory|test accuracy|error|: reservation" \
+    | sed -E 's/━+ //' | tail -30 >> "$REPORT"
   grep -q "test_accuracy=0\.[7-9]" "$OUT_DIR/fit_$policy.log" || { echo "(no test_accuracy >= 0.7)" >> "$REPORT"; status=1; }
 done
 endsection
@@ -208,20 +208,23 @@ fi
 
 if [ "$BENCH" = 1 ]; then
   log "bench_gpu and PyTorch AMP"
-  section "mpt: bench/bench_gpu --steps $STEPS"
-  if [ "$GPU" = 1 ]; then
-    timeout "$(budget 75)" "$ROOT/build/bench/bench_gpu" --steps "$STEPS" >> "$REPORT" 2>&1 || { echo "bench_gpu: exit $?" >> "$REPORT"; status=1; }
-  else
-    echo "no GPU: nothing to measure" >> "$REPORT"
-  fi
-  endsection
-  section "PyTorch AMP on the same GPU: bench/torch_amp_gpu.py --steps $STEPS"
-  if py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2> /dev/null; then
-    (cd "$ROOT/src/bench" && timeout "$(budget 75)" env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" python3 torch_amp_gpu.py --steps "$STEPS") >> "$REPORT" 2>&1 || { echo "torch_amp_gpu: exit $?" >> "$REPORT"; status=1; }
-  else
-    echo "no PyTorch with a usable GPU here: no anchor" >> "$REPORT"
-  fi
-  endsection
+  # Batch 1024 for every model, then W (D widened to 4096) at batch 8192.
+  for args in "--batch 1024" "--batch 8192 --models W"; do
+    section "mpt: bench/bench_gpu --steps $STEPS $args"
+    if [ "$GPU" = 1 ]; then
+      timeout "$(budget 90)" "$ROOT/build/bench/bench_gpu" --steps "$STEPS" $args >> "$REPORT" 2>&1 || { echo "bench_gpu: exit $?" >> "$REPORT"; status=1; }
+    else
+      echo "no GPU: nothing to measure" >> "$REPORT"
+    fi
+    endsection
+    section "PyTorch AMP on the same GPU: bench/torch_amp_gpu.py --steps $STEPS $args"
+    if py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2> /dev/null; then
+      (cd "$ROOT/src/bench" && timeout "$(budget 90)" env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" python3 torch_amp_gpu.py --steps "$STEPS" $args) >> "$REPORT" 2>&1 || { echo "torch_amp_gpu: exit $?" >> "$REPORT"; status=1; }
+    else
+      echo "no PyTorch with a usable GPU here: no anchor" >> "$REPORT"
+    fi
+    endsection
+  done
 fi
 
 # --profile MODELS: Nsight Compute's per-kernel times for bench_gpu's steps of those models

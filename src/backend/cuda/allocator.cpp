@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <limits>
 
 #include "mpt/error.hpp"
@@ -162,6 +164,15 @@ CachingAllocator::Block* CachingAllocator::reserve_segment(Pool& pool, StreamId 
   ++stats_.reservations;
   ++stats_.segments;
   stats_.reserved_bytes += bytes;
+  // MPT_CUDA_ALLOC_LOG=1: one line per reservation, to see which request needed a new segment.
+  static const bool log = [] {
+    const char* v = std::getenv("MPT_CUDA_ALLOC_LOG");
+    return v && *v && std::string(v) != "0";
+  }();
+  if (log)
+    std::fprintf(stderr, "mpt: %s: reservation %zu: segment of %s for a request of %s (%s in use by tensors, %s reserved)\n",
+                 name_.c_str(), stats_.reservations, bytes_str(bytes).c_str(), bytes_str(requested).c_str(),
+                 bytes_str(stats_.current_bytes).c_str(), bytes_str(stats_.reserved_bytes).c_str());
   return b;
 }
 
