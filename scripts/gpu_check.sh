@@ -225,6 +225,46 @@ if [ "$BENCH" = 1 ]; then
     fi
     endsection
   done
+  section "GEMMs of a D-4096 step at batch 8192: mpt's ops::matmul and torch.matmul, TFLOP/s"
+  if [ "$GPU" = 1 ]; then
+    timeout "$(budget 40)" "$ROOT/build/bench/bench_gpu" --gemm --batch 8192 >> "$REPORT" 2>&1 || echo "bench_gpu --gemm: exit $?" >> "$REPORT"
+    (cd "$ROOT/src/bench" && timeout "$(budget 40)" env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" python3 torch_amp_gpu.py --gemm --batch 8192) \
+      >> "$REPORT" 2>&1 || echo "torch_amp_gpu --gemm: exit $?" >> "$REPORT"
+  else
+    echo "no GPU: nothing to measure" >> "$REPORT"
+  fi
+  endsection
+fi
+
+# Kernel launches per training step (models A and C, batch 1024): Nsight Compute counts the
+# kernels between cudaProfilerStart and Stop around 5 steps after the warm-up, one process per
+# model and mode, on both sides.
+if [ "$BENCH" = 1 ] && [ "$GPU" = 1 ] && command -v ncu > /dev/null; then
+  log "kernel launches per step"
+  section "Kernel launches per training step (ncu, 5 steps after 3 warm-up, batch 1024)"
+  count() {  # ncu's per-kernel summary: the sum of the Invocations column
+    py -c '
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1], errors="replace")) if len(r) > 5]
+if not rows: print("no kernels"); sys.exit()
+i = [h.strip("\"") for h in rows[0]].index("Invocations")
+m = [h.strip("\"") for h in rows[0]].index("Metric Name")
+print(sum(int(r[i]) for r in rows[1:] if r[m] == "gpu__time_duration.sum") / 5)' "$1"
+  }
+  for model in A C; do
+    for policy in float32 mixed_float16; do
+      timeout "$(budget 30)" ncu --profile-from-start off --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+        "$ROOT/build/bench/bench_gpu" --models $model --policies $policy --launches 5 --warmup 3 > "$OUT_DIR/launches_mpt_$model$policy.csv" 2>&1
+      echo "mpt     $model $policy: $(count "$OUT_DIR/launches_mpt_$model$policy.csv") kernels per step" >> "$REPORT"
+    done
+    for mode in fp32 amp_fp16; do
+      (cd "$ROOT/src/bench" && timeout "$(budget 40)" env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" ncu --profile-from-start off \
+         --metrics gpu__time_duration.sum --print-summary per-kernel --csv python3 torch_amp_gpu.py --models $model \
+         --modes $mode --launches 5 --warmup 3) > "$OUT_DIR/launches_torch_$model$mode.csv" 2>&1
+      echo "PyTorch $model $mode: $(count "$OUT_DIR/launches_torch_$model$mode.csv") kernels per step" >> "$REPORT"
+    done
+  done
+  endsection
 fi
 
 # --profile MODELS: Nsight Compute's per-kernel times for bench_gpu's steps of those models

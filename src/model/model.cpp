@@ -403,6 +403,10 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   auto* lso = loss_scale_optimizer();
   const std::uint64_t seed = o.seed ? *o.seed : seed_;
   const Device device = variables_device();
+  // The optimizer's slots before the first step (Keras builds the optimizer here too): created
+  // during the first step instead, they take the memory its temporaries just freed, and the
+  // second step's temporaries need new memory (on a GPU, a cudaMalloc after the first step).
+  optimizer_->build(trainable_variables());
   try {
   for (auto& c : cbs) c->on_train_begin({});
   Logs logs;

@@ -210,6 +210,12 @@ Tensor& Optimizer::slot(const Variable& var, const std::string& slot_name) {
   return t->second;
 }
 
+void Optimizer::build(const std::vector<Variable>& vars) {
+  const std::vector<std::string> names = slot_names();
+  for (const Variable& v : vars)
+    for (const std::string& n : names) (void)slot(v, n);
+}
+
 std::map<std::string, std::map<std::string, Tensor>> Optimizer::slots_by_path() const {
   std::map<std::string, std::map<std::string, Tensor>> out;
   for (const auto& [id, set] : slots_) out[set.path] = set.tensors;

@@ -56,6 +56,7 @@ class LossScaleOptimizer : public optimizers::Optimizer {
 
   double loss_scale() const { return host_.scale; }
   std::int64_t iterations() const override { return inner_->iterations(); }
+  void build(const std::vector<Variable>& vars) override { inner_->build(vars); }
   void set_iterations(std::int64_t n) override { inner_->set_iterations(n); }
   double learning_rate() const override { return inner_->learning_rate(); }
   std::int64_t step_counter() const { return host_.good_steps; }

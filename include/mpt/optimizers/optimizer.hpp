@@ -95,6 +95,13 @@ class Optimizer {
 
   /// Slot variables of one variable (created on first use), e.g. "m" and "v" for Adam.
   Tensor& slot(const Variable& var, const std::string& slot_name);
+  /// Creates every slot of `vars` now (Keras's optimizer.build), so that the first step
+  /// allocates no more than later ones: fit calls it before its first step. Slots restored
+  /// from a checkpoint are taken as at the first step; existing slots stay.
+  virtual void build(const std::vector<Variable>& vars);
+  /// The slots update_step creates for every variable under these options ("m", "v", ...);
+  /// none by default (a custom optimizer's slots are then created at its first step).
+  virtual std::vector<std::string> slot_names() const { return {}; }
   /// Every slot, keyed by variable path then slot name (checkpoints).
   std::map<std::string, std::map<std::string, Tensor>> slots_by_path() const;
   void set_slot(const std::string& var_path, const std::string& slot_name, const Tensor& value);

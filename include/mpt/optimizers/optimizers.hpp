@@ -45,6 +45,9 @@ class SGDOptimizer : public detail::BuiltinOptimizer<SGDOptimizer, SGDOptions> {
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
+  std::vector<std::string> slot_names() const override {
+    return o_.momentum != 0 ? std::vector<std::string>{"momentum"} : std::vector<std::string>{};
+  }
 };
 /// Keras's SGD, as an object to hand to compile() or a LossScaleOptimizer.
 std::shared_ptr<SGDOptimizer> SGD(SGDOptions options = {});
@@ -65,6 +68,9 @@ class AdamOptimizer : public detail::BuiltinOptimizer<AdamOptimizer, AdamOptions
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
+  std::vector<std::string> slot_names() const override {
+    return o_.amsgrad ? std::vector<std::string>{"m", "v", "vhat"} : std::vector<std::string>{"m", "v"};
+  }
 };
 /// Keras's Adam, as an object to hand to compile() or a LossScaleOptimizer.
 std::shared_ptr<AdamOptimizer> Adam(AdamOptions options = {});
@@ -111,6 +117,9 @@ class AdamWOptimizer : public detail::BuiltinOptimizer<AdamWOptimizer, AdamWOpti
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
+  std::vector<std::string> slot_names() const override {
+    return o_.amsgrad ? std::vector<std::string>{"m", "v", "vhat"} : std::vector<std::string>{"m", "v"};
+  }
 };
 /// Keras's AdamW, as an object to hand to compile() or a LossScaleOptimizer.
 std::shared_ptr<AdamWOptimizer> AdamW(AdamWOptions options = {});
@@ -131,6 +140,12 @@ class RMSpropOptimizer : public detail::BuiltinOptimizer<RMSpropOptimizer, RMSpr
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
+  std::vector<std::string> slot_names() const override {
+    std::vector<std::string> n{"velocity"};
+    if (o_.centered) n.push_back("average_gradient");
+    if (o_.momentum > 0) n.push_back("momentum");
+    return n;
+  }
 };
 /// Keras's RMSprop, as an object to hand to compile() or a LossScaleOptimizer.
 std::shared_ptr<RMSpropOptimizer> RMSprop(RMSpropOptions options = {});
