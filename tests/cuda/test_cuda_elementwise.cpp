@@ -202,23 +202,14 @@ TEST_CASE("cuda elementwise: cast matches detail::convert for every pair, NaN, i
 
 // ---- unary ----------------------------------------------------------------------------------------
 
-template <class F>
-void for_unary_ops(F&& f) {
-  using U = UnaryOp;
-  f(std::integral_constant<U, U::Neg>{}), f(std::integral_constant<U, U::Exp>{}),
-      f(std::integral_constant<U, U::Log>{}), f(std::integral_constant<U, U::Sqrt>{}),
-      f(std::integral_constant<U, U::Square>{}), f(std::integral_constant<U, U::Abs>{}),
-      f(std::integral_constant<U, U::Relu>{}), f(std::integral_constant<U, U::Sigmoid>{}),
-      f(std::integral_constant<U, U::Tanh>{}), f(std::integral_constant<U, U::Gelu>{}),
-      f(std::integral_constant<U, U::Silu>{}), f(std::integral_constant<U, U::Sign>{});
-}
+using common::for_each_unary_op;
 
 TEST_CASE("cuda elementwise: unary matches the CPU for every op and dtype, NaN and inf included") {
   auto run = [](auto tag) {
     using T = typename decltype(tag)::type;
-    for_unary_ops([](auto opc) {
+    for_each_unary_op([](auto opc) {
       constexpr UnaryOp Op = decltype(opc)::value;
-      if constexpr (std::is_floating_point_v<compute_t<T>> || unary_integer_op(Op)) {
+      if constexpr (std::is_floating_point_v<compute_t<T>> || unary_on_integers(Op)) {
         for (std::int64_t n : kSizes) {
           const Vec<T> x = values<T>(n, 3 + n, -6, 6);
           Tensor xt = host_tensor(x, {n});
@@ -227,8 +218,8 @@ TEST_CASE("cuda elementwise: unary matches the CPU for every op and dtype, NaN a
           Vec<T> got(static_cast<std::size_t>(n));
           emulate(kGrid, kBlock, [&](const Thread& t) { unary_body<Op>(t, x.data(), got.data(), n); });
           // Exact NaNs for the ops that only move or negate them (relu included).
-          constexpr bool exact_nan = unary_integer_op(Op);
-          expect_bits(got, want, "unary " + std::to_string(static_cast<int>(Op)) + " " + name<T>() + " n=" + std::to_string(n),
+          constexpr bool exact_nan = unary_on_integers(Op);
+          expect_bits(got, want, std::string("unary ") + common::unary_name(Op) + " " + name<T>() + " n=" + std::to_string(n),
                       !exact_nan);
         }
       }
@@ -241,7 +232,7 @@ TEST_CASE("cuda elementwise: unary matches the CPU for every op and dtype, NaN a
 TEST_CASE("cuda elementwise: unary_backward matches the CPU for every op and float dtype") {
   for_float_types([](auto tag) {
     using T = typename decltype(tag)::type;
-    for_unary_ops([](auto opc) {
+    for_each_unary_op([](auto opc) {
       constexpr UnaryOp Op = decltype(opc)::value;
       for (std::int64_t n : kSizes) {
         // x with NaN/inf/signalling NaNs first; dy with its own specials, in another order.

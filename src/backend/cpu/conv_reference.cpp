@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/common/unary_ops.hpp"
 #include "backend/cpu/cpu_common.hpp"
 
 namespace mpt::cpu {
@@ -17,14 +18,7 @@ ConvShape conv_shape(const Shape& x, const Shape& w, const Shape& y) {
   return {x[0], x[1], x[2], x[3], y[1], y[2], y[3], w[0], w[1]};
 }
 
-double activate(Activation act, double v) {
-  switch (act) {
-    case Activation::Relu: return v > 0 ? v : 0;
-    case Activation::Sigmoid: return 1 / (1 + std::exp(-v));
-    case Activation::Tanh: return std::tanh(v);
-    default: return v;
-  }
-}
+double activate(Activation act, double v) { return common::activate(act, v); }
 
 /// Calls f(input row, input col, kernel row, kernel col) for each tap of output (oy, ox) that
 /// falls inside the input.

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/common/unary_ops.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/rows.hpp"
 #include "backend/cpu/vector_types.hpp"
@@ -187,9 +188,9 @@ MPT_VECTOR_CLONES void forward_block(const float* __restrict x, const Dims& d, s
 /// Sigmoid and tanh of float32 outputs (linear and ReLU are done in the kernel).
 void activate(Activation act, float* y, std::int64_t n) {
   if (act == Activation::Sigmoid)
-    for (std::int64_t i = 0; i < n; ++i) y[i] = 1.f / (1.f + std::exp(-y[i]));
+    for (std::int64_t i = 0; i < n; ++i) y[i] = common::unary_apply<UnaryOp::Sigmoid>(y[i]);
   else if (act == Activation::Tanh)
-    for (std::int64_t i = 0; i < n; ++i) y[i] = std::tanh(y[i]);
+    for (std::int64_t i = 0; i < n; ++i) y[i] = common::unary_apply<UnaryOp::Tanh>(y[i]);
 }
 
 void forward(const Tensor& x, const Dims& d, const Conv2dGeometry& g, const float* w, const float* bias, Activation act,

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/common/unary_ops.hpp"
 #include "backend/cpu/broadcast.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
@@ -101,19 +102,6 @@ MPT_VECTOR_CLONES_16 void relu_backward_bits(const std::uint16_t* x, const std::
   }
 }
 
-template <class C>
-C sigmoid(C x) { return C(1) / (C(1) + std::exp(-x)); }
-
-template <class C>
-C gelu(C x) { return C(0.5) * x * (C(1) + std::erf(x * C(M_SQRT1_2))); }
-
-template <class C>
-C gelu_grad(C x) {
-  C cdf = C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
-  C pdf = std::exp(C(-0.5) * x * x) * C(0.3989422804014327);
-  return cdf + x * pdf;
-}
-
 }  // namespace
 
 void CpuBackend::fill(Tensor& out, double value) {
@@ -168,30 +156,17 @@ void CpuBackend::copy2d(Device, void* dst, std::size_t dst_pitch, const void* sr
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out) {
-  with_compute_type(x.dtype(), [&](auto c) {
-    using C = decltype(c);
-    switch (op) {
-      case UnaryOp::Neg: return map1<C>(x, out, [](C v) { return C(-v); });
-      case UnaryOp::Abs: return map1<C>(x, out, [](C v) { return v < C(0) ? C(-v) : v; });
-      case UnaryOp::Square: return map1<C>(x, out, [](C v) { return C(v * v); });
-      case UnaryOp::Sign:
-        return map1<C>(x, out, [](C v) { return C((v > C(0)) - (v < C(0))); });
-      case UnaryOp::Relu: return map1<C>(x, out, [](C v) { return v > C(0) ? v : C(0); });
-      default: break;
-    }
-    if constexpr (std::is_floating_point_v<C>) {
-      switch (op) {
-        case UnaryOp::Exp: return map1<C>(x, out, [](C v) { return std::exp(v); });
-        case UnaryOp::Log: return map1<C>(x, out, [](C v) { return std::log(v); });
-        case UnaryOp::Sqrt: return map1<C>(x, out, [](C v) { return std::sqrt(v); });
-        case UnaryOp::Sigmoid: return map1<C>(x, out, [](C v) { return sigmoid(v); });
-        case UnaryOp::Tanh: return map1<C>(x, out, [](C v) { return std::tanh(v); });
-        case UnaryOp::Gelu: return map1<C>(x, out, [](C v) { return gelu(v); });
-        case UnaryOp::Silu: return map1<C>(x, out, [](C v) { return v * sigmoid(v); });
-        default: break;
-      }
-    }
-    fail("unary op ", static_cast<int>(op), ": not defined for ", to_string(x.dtype()));
+  // The formulas are backend/common/unary_ops.hpp's, the CUDA kernels' too.
+  common::with_unary_op(op, [&](auto o) {
+    using OpT = decltype(o);  // a type, so the loops below need no capture
+    constexpr UnaryOp Op = OpT::value;
+    with_compute_type(x.dtype(), [&](auto c) {
+      using C = decltype(c);
+      if constexpr (std::is_floating_point_v<C> || common::unary_on_integers(Op))
+        map1<C>(x, out, [](C v) { return common::unary_apply<OpT::value>(v); });
+      else
+        fail("unary op ", common::unary_name(Op), ": not defined for ", to_string(x.dtype()));
+    });
   });
 }
 
@@ -208,30 +183,15 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
     });
     return;
   }
-  with_compute_type(x.dtype(), [&](auto c) {
-    using C = decltype(c);
-    if constexpr (std::is_floating_point_v<C>) {
-      auto run = [&](auto f) { map3<C>(x, y, dy, dx, f); };
-      switch (op) {
-        case UnaryOp::Neg: return run([](C, C, C d) { return C(-d); });
-        case UnaryOp::Abs: return run([](C a, C, C d) { return C(((a > 0) - (a < 0)) * d); });
-        case UnaryOp::Square: return run([](C a, C, C d) { return C(2) * a * d; });
-        case UnaryOp::Sign: return run([](C, C, C) { return C(0); });
-        case UnaryOp::Relu: return run([](C a, C, C d) { return a > C(0) ? d : C(0); });
-        case UnaryOp::Exp: return run([](C, C o, C d) { return o * d; });
-        case UnaryOp::Log: return run([](C a, C, C d) { return d / a; });
-        case UnaryOp::Sqrt: return run([](C, C o, C d) { return d / (C(2) * o); });
-        case UnaryOp::Sigmoid: return run([](C, C o, C d) { return d * o * (C(1) - o); });
-        case UnaryOp::Tanh: return run([](C, C o, C d) { return d * (C(1) - o * o); });
-        case UnaryOp::Gelu: return run([](C a, C, C d) { return d * gelu_grad(a); });
-        case UnaryOp::Silu:
-          return run([](C a, C, C d) {
-            C s = sigmoid(a);
-            return d * (s + a * s * (C(1) - s));
-          });
-      }
-    }
-    fail("unary backward: not defined for ", to_string(x.dtype()));
+  common::with_unary_op(op, [&](auto o) {
+    using OpT = decltype(o);
+    with_compute_type(x.dtype(), [&](auto c) {
+      using C = decltype(c);
+      if constexpr (std::is_floating_point_v<C>)
+        map3<C>(x, y, dy, dx, [](C a, C out, C d) { return common::unary_grad<OpT::value>(a, out, d); });
+      else
+        fail("unary backward: not defined for ", to_string(x.dtype()));
+    });
   });
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend/common/unary_ops.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/dnnl_util.hpp"
@@ -97,17 +98,7 @@ void dnnl_matmul(const GemmShape& g, const Tensor& a, const Tensor& b, bool ta, 
   });
 }
 
-double activate(Activation act, double v) {
-  switch (act) {
-    case Activation::Relu: return v > 0 ? v : 0;
-    case Activation::Sigmoid: return 1 / (1 + std::exp(-v));
-    case Activation::Tanh: return std::tanh(v);
-    case Activation::Gelu: return 0.5 * v * (1 + std::erf(v * M_SQRT1_2));
-    case Activation::Silu: return v / (1 + std::exp(-v));
-    case Activation::Linear: break;
-  }
-  return v;
-}
+double activate(Activation act, double v) { return common::activate(act, v); }
 
 void reference_matmul_f64(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,
                           Activation act, Tensor& out) {

@@ -61,25 +61,7 @@ __global__ void one_hot_kernel(const I* indices, O* out, std::int64_t total, std
 }
 
 /// Calls f(std::integral_constant<UnaryOp, op>{}): one kernel per op, no switch per element.
-template <class F>
-void with_unary_op(UnaryOp op, F&& f) {
-  using U = UnaryOp;
-  switch (op) {
-    case U::Neg: return f(std::integral_constant<U, U::Neg>{});
-    case U::Exp: return f(std::integral_constant<U, U::Exp>{});
-    case U::Log: return f(std::integral_constant<U, U::Log>{});
-    case U::Sqrt: return f(std::integral_constant<U, U::Sqrt>{});
-    case U::Square: return f(std::integral_constant<U, U::Square>{});
-    case U::Abs: return f(std::integral_constant<U, U::Abs>{});
-    case U::Relu: return f(std::integral_constant<U, U::Relu>{});
-    case U::Sigmoid: return f(std::integral_constant<U, U::Sigmoid>{});
-    case U::Tanh: return f(std::integral_constant<U, U::Tanh>{});
-    case U::Gelu: return f(std::integral_constant<U, U::Gelu>{});
-    case U::Silu: return f(std::integral_constant<U, U::Silu>{});
-    case U::Sign: return f(std::integral_constant<U, U::Sign>{});
-  }
-  fail("unary: unknown op ", static_cast<int>(op));
-}
+using common::with_unary_op;
 
 template <class F>
 void with_binary_op(BinaryOp op, F&& f) {
@@ -170,7 +152,7 @@ void CudaBackend::unary(UnaryOp op, const Tensor& x, Tensor& out) {
     using T = typename decltype(tag)::type;
     with_unary_op(op, [&](auto opc) {
       constexpr UnaryOp Op = decltype(opc)::value;
-      if constexpr (std::is_floating_point_v<compute_t<T>> || unary_integer_op(Op)) {
+      if constexpr (std::is_floating_point_v<compute_t<T>> || unary_on_integers(Op)) {
         if (n == 0) return;
         unary_kernel<Op, T><<<blocks_for(n, kThreads), kThreads, 0, stream(g.index())>>>(in<T>(x), out_of<T>(out), n);
         check_launch("unary");

@@ -36,17 +36,9 @@ using exact::add;
 using exact::div;
 using exact::mul;
 using exact::sub;
-// libm's float functions on the host (what std::exp(float) calls), CUDA's on the device.
-MPT_HOST_DEVICE inline float exp_(float v) { return ::expf(v); }
-MPT_HOST_DEVICE inline double exp_(double v) { return ::exp(v); }
-MPT_HOST_DEVICE inline float log_(float v) { return ::logf(v); }
-MPT_HOST_DEVICE inline double log_(double v) { return ::log(v); }
-MPT_HOST_DEVICE inline float tanh_(float v) { return ::tanhf(v); }
-MPT_HOST_DEVICE inline double tanh_(double v) { return ::tanh(v); }
-MPT_HOST_DEVICE inline float erf_(float v) { return ::erff(v); }
-MPT_HOST_DEVICE inline double erf_(double v) { return ::erf(v); }
-MPT_HOST_DEVICE inline float pow_(float a, float b) { return ::powf(a, b); }
-MPT_HOST_DEVICE inline double pow_(double a, double b) { return ::pow(a, b); }
+// libm's functions on the host, CUDA's on the device (backend/common/unary_ops.hpp).
+MPT_HOST_DEVICE inline float pow_(float a, float b) { return common::fn::pow(a, b); }
+MPT_HOST_DEVICE inline double pow_(double a, double b) { return common::fn::pow(a, b); }
 
 // ---- conversions of src/core/convert.cpp, one element ----------------------------------------
 /// float16 / bfloat16 -> float32; NaNs come out quiet with sign and payload (mpt/half.hpp).
@@ -166,63 +158,10 @@ MPT_HOST_DEVICE void cast_body(const Thread& t, const S* x, D* out, std::int64_t
   for (std::int64_t i = t.global(); i < n; i += t.stride()) out[i] = convert_value<D>(x[i]);
 }
 
-// ---- unary ------------------------------------------------------------------------------------
-/// True for the unary ops the CPU defines on integers (computed in int64).
-constexpr bool unary_integer_op(UnaryOp op) {
-  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Square || op == UnaryOp::Sign ||
-         op == UnaryOp::Relu;
-}
-
-template <class C>
-MPT_HOST_DEVICE inline C sigmoid_c(C v) { return ew::div(C(1), ew::add(C(1), ew::exp_(-v))); }
-
-template <class C>
-MPT_HOST_DEVICE inline C gelu_grad_c(C x) {
-  const C cdf = ew::mul(C(0.5), ew::add(C(1), ew::erf_(ew::mul(x, C(M_SQRT1_2)))));
-  const C pdf = ew::mul(ew::exp_(ew::mul(ew::mul(C(-0.5), x), x)), C(0.3989422804014327));
-  return ew::add(cdf, ew::mul(x, pdf));
-}
-
-/// The CPU's forward formulas, in the compute type C.
-template <UnaryOp Op, class C>
-MPT_HOST_DEVICE inline C unary_apply(C v) {
-  if constexpr (Op == UnaryOp::Neg) return C(-v);
-  else if constexpr (Op == UnaryOp::Abs) return v < C(0) ? C(-v) : v;
-  else if constexpr (Op == UnaryOp::Square) return ew::mul(v, v);
-  else if constexpr (Op == UnaryOp::Sign) return C((v > C(0)) - (v < C(0)));
-  else if constexpr (Op == UnaryOp::Relu) return v > C(0) ? v : C(0);
-  else {
-    static_assert(std::is_floating_point_v<C>, "transcendental unary ops are floating only");
-    if constexpr (Op == UnaryOp::Exp) return ew::exp_(v);
-    else if constexpr (Op == UnaryOp::Log) return ew::log_(v);
-    else if constexpr (Op == UnaryOp::Sqrt) return exact::sqrt(v);
-    else if constexpr (Op == UnaryOp::Sigmoid) return sigmoid_c(v);
-    else if constexpr (Op == UnaryOp::Tanh) return ew::tanh_(v);
-    else if constexpr (Op == UnaryOp::Gelu)
-      return ew::mul(ew::mul(C(0.5), v), ew::add(C(1), ew::erf_(ew::mul(v, C(M_SQRT1_2)))));
-    else return ew::mul(v, sigmoid_c(v));  // Silu
-  }
-}
-
-/// dx from x (a), the forward output y (o) and dy (d), with the CPU's choice of x or y.
-template <UnaryOp Op, class C>
-MPT_HOST_DEVICE inline C unary_grad(C a, C o, C d) {
-  if constexpr (Op == UnaryOp::Neg) return C(-d);
-  else if constexpr (Op == UnaryOp::Abs) return ew::mul(C((a > 0) - (a < 0)), d);
-  else if constexpr (Op == UnaryOp::Square) return ew::mul(ew::mul(C(2), a), d);
-  else if constexpr (Op == UnaryOp::Sign) return C(0);
-  else if constexpr (Op == UnaryOp::Relu) return a > C(0) ? d : C(0);
-  else if constexpr (Op == UnaryOp::Exp) return ew::mul(o, d);
-  else if constexpr (Op == UnaryOp::Log) return ew::div(d, a);
-  else if constexpr (Op == UnaryOp::Sqrt) return ew::div(d, ew::mul(C(2), o));
-  else if constexpr (Op == UnaryOp::Sigmoid) return ew::mul(ew::mul(d, o), ew::sub(C(1), o));
-  else if constexpr (Op == UnaryOp::Tanh) return ew::mul(d, ew::sub(C(1), ew::mul(o, o)));
-  else if constexpr (Op == UnaryOp::Gelu) return ew::mul(d, gelu_grad_c(a));
-  else {  // Silu
-    const C s = sigmoid_c(a);
-    return ew::mul(d, ew::add(s, ew::mul(ew::mul(a, s), ew::sub(C(1), s))));
-  }
-}
+// ---- unary: the formulas are backend/common/unary_ops.hpp's, shared with the CPU ----------
+using common::unary_apply;
+using common::unary_grad;
+using common::unary_on_integers;
 
 template <UnaryOp Op, class T>
 MPT_HOST_DEVICE void unary_body(const Thread& t, const T* x, T* out, std::int64_t n) {

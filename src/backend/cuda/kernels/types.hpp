@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "backend/common/host_device.hpp"
+#include "backend/common/unary_ops.hpp"
 #include "mpt/dtype.hpp"
 #include "mpt/error.hpp"
 
@@ -124,61 +125,8 @@ MPT_HOST_DEVICE inline bool nonfinite(double v) {
 
 /// Arithmetic that nvcc may not contract into an fma the CPU does not do: the round-to-nearest
 /// intrinsics on the device, plain operators on the host (float and double; others plain).
-namespace exact {
-template <class C>
-MPT_HOST_DEVICE inline C mul(C a, C b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<C, float>) return __fmul_rn(a, b);
-  else if constexpr (std::is_same_v<C, double>) return __dmul_rn(a, b);
-  else return a * b;
-#else
-  return a * b;
-#endif
-}
-template <class C>
-MPT_HOST_DEVICE inline C add(C a, C b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<C, float>) return __fadd_rn(a, b);
-  else if constexpr (std::is_same_v<C, double>) return __dadd_rn(a, b);
-  else return a + b;
-#else
-  return a + b;
-#endif
-}
-template <class C>
-MPT_HOST_DEVICE inline C sub(C a, C b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<C, float>) return __fsub_rn(a, b);
-  else if constexpr (std::is_same_v<C, double>) return __dsub_rn(a, b);
-  else return a - b;
-#else
-  return a - b;
-#endif
-}
-template <class C>
-MPT_HOST_DEVICE inline C div(C a, C b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<C, float>) return __fdiv_rn(a, b);  // IEEE even under fast math
-  else if constexpr (std::is_same_v<C, double>) return __ddiv_rn(a, b);
-  else return a / b;
-#else
-  return a / b;
-#endif
-}
-MPT_HOST_DEVICE inline float sqrt(float v) {
-#if defined(__CUDA_ARCH__)
-  return __fsqrt_rn(v);
-#else
-  return std::sqrt(v);
-#endif
-}
-MPT_HOST_DEVICE inline double sqrt(double v) {
-#if defined(__CUDA_ARCH__)
-  return __dsqrt_rn(v);
-#else
-  return std::sqrt(v);
-#endif
-}
-}  // namespace exact
+// Arithmetic nvcc does not contract into fma (the CPU rounds a * b + c twice): defined once in
+// backend/common/unary_ops.hpp for both backends.
+namespace exact = ::mpt::common::exact;
 
 }  // namespace mpt::kernels
