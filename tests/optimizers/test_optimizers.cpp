@@ -1120,10 +1120,10 @@ TEST_CASE("fit builds every optimizer slot before its first step; slot_names() i
         m.fit(x, y, {.batch_size = 4, .epochs = 1, .verbose = 0, .callbacks = {before_first}});
         CHECK(checked == static_cast<int>(paths.size()));
         // After two steps the slots are the same set: update_step created none beyond slot_names().
-        for (const auto& [path, names] : slot_sets()) {
-          std::vector<std::string> have = names;
+        for (const auto& entry : slot_sets()) {  // no structured binding: clang 14's lambdas cannot capture one
+          std::vector<std::string> have = entry.second;
           std::sort(have.begin(), have.end());
-          CHECK_MESSAGE(have == want, path);
+          CHECK_MESSAGE(have == want, entry.first);
         }
       }
     set_default_device(Device::cpu());
