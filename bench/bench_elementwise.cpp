@@ -53,14 +53,24 @@ int main(int argc, char** argv) {
     const Device cpu = Device::cpu();
     struct Op {
       const char* name;
-      Tensor (*f)(const Tensor&);
+      std::function<Tensor(const Tensor&)> f;
     };
-    const std::vector<Op> unary_ops = {{"exp", ops::exp},         {"log", ops::log},   {"sqrt", ops::sqrt},
-                                       {"relu", ops::relu},       {"sigmoid", ops::sigmoid},
-                                       {"tanh", ops::tanh},       {"gelu", ops::gelu}, {"silu", ops::silu},
-                                       {"square", ops::square},   {"abs", ops::abs}};
+    const std::vector<Op> unary_ops = {
+        {"exp", ops::exp},
+        {"log", ops::log},
+        {"sqrt", ops::sqrt},
+        {"relu", ops::relu},
+        {"sigmoid", ops::sigmoid},
+        {"tanh", ops::tanh},
+        {"gelu", [](const Tensor& x) { return ops::gelu(x); }},
+        {"silu", ops::silu},
+        {"square", ops::square},
+        {"abs", ops::abs},
+        {"relu6", ops::relu6},
+        {"leaky_relu", [](const Tensor& x) { return ops::leaky_relu(x); }},
+        {"gelu_tanh", [](const Tensor& x) { return ops::gelu(x, true); }}};
     std::printf("%lld elements, %d threads, median of %d; ms per call\n", static_cast<long long>(n), threads, reps);
-    std::printf("%-10s %-9s %10s %10s\n", "op", "dtype", "forward", "backward");
+    std::printf("%-11s %-9s %10s %10s\n", "op", "dtype", "forward", "backward");
     for (DType dt : {float32, bfloat16}) {
       const Tensor x = Tensor::random_uniform({n}, 0.1, 2.0, 1, float32, cpu).to(dt);
       for (const Op& op : unary_ops) {
@@ -71,7 +81,7 @@ int main(int argc, char** argv) {
           Tensor y = op.f(v.value());
           (void)tape.gradient(ops::sum(y), std::vector<Variable>{v});
         });
-        std::printf("%-10s %-9s %10.3f %10.3f\n", op.name, to_string(dt).c_str(), fwd, bwd - fwd);
+        std::printf("%-11s %-9s %10.3f %10.3f\n", op.name, to_string(dt).c_str(), fwd, bwd - fwd);
         std::fflush(stdout);
       }
     }
@@ -79,7 +89,7 @@ int main(int argc, char** argv) {
     const Tensor a = Tensor::random_uniform({1024, 512}, -1, 1, 2, float32, cpu);
     const Tensor w = Tensor::random_uniform({512, 512}, -1, 1, 3, float32, cpu);
     const Tensor b = Tensor::random_uniform({512}, -1, 1, 4, float32, cpu);
-    for (const char* act : {"linear", "relu", "sigmoid", "tanh", "gelu", "silu"})
+    for (const char* act : {"linear", "relu", "sigmoid", "tanh", "gelu", "silu", "relu6", "leaky_relu"})
       std::printf("dense %-9s float32   %10.3f\n", act, median_ms(reps, [&] { (void)ops::dense(a, w, b, act); }));
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_elementwise: %s\n", e.what());

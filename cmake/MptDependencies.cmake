@@ -67,6 +67,6 @@ if(MPT_WITH_MPI)
   endif()
 endif()
 
-# TensorBoard event files: the Event/Summary protocol buffers (src/model/tensorboard/event.proto),
+# TensorBoard event files: the Event/Summary protocol buffers (src/callbacks/tensorboard/event.proto),
 # compiled by protoc (Debian: libprotobuf-dev protobuf-compiler).
 find_package(Protobuf REQUIRED)

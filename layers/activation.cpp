@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "mpt/layers/core.hpp"
 #include "mpt/ops.hpp"
 
@@ -35,6 +37,29 @@ class SoftmaxLayer : public Layer {
   std::int64_t axis_;
 };
 
+class LeakyReluLayer : public Layer {
+ public:
+  explicit LeakyReluLayer(LeakyReLUOptions o) : Layer("LeakyReLU", o.dtype, o.name), slope_(o.negative_slope) {
+    if (!(slope_ >= 0) || !std::isfinite(slope_)) error("negative_slope must be a finite number >= 0, got ", slope_);
+  }
+  Tensor call(const Tensor& x, bool) override { return ops::leaky_relu(x, slope_); }
+  nlohmann::json config() const override { return {{"negative_slope", slope_}}; }
+
+ private:
+  double slope_;
+};
+
+const bool registered = [] {
+  register_layer("LeakyReLU", [](const LayerConfig& c) {
+    // Keras 3 writes negative_slope; Keras 2 wrote alpha.
+    const double slope = c.has("negative_slope") ? c.get_double("negative_slope")
+                         : c.has("alpha")        ? c.get_double("alpha")
+                                                 : 0.3;
+    return LeakyReLU({.negative_slope = slope, .dtype = c.dtype, .name = c.name});
+  });
+  return true;
+}();
+
 }  // namespace
 
 LayerRef Activation(const std::string& activation, LayerOptions o) {
@@ -42,5 +67,6 @@ LayerRef Activation(const std::string& activation, LayerOptions o) {
 }
 LayerRef Softmax(SoftmaxOptions o) { return std::make_shared<SoftmaxLayer>(std::move(o)); }
 LayerRef ReLU(LayerOptions o) { return std::make_shared<ActivationLayer>("relu", std::move(o), "ReLU"); }
+LayerRef LeakyReLU(LeakyReLUOptions o) { return std::make_shared<LeakyReluLayer>(std::move(o)); }
 
 }  // namespace mpt::layers

@@ -188,6 +188,11 @@ class Model {
   std::vector<double> reduced_results(const distributed::DataParallel* strategy, const metrics::Mean& loss_mean,
                                       const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
   Tensor test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& metrics);
+  /// fit's parts (fit.cpp): the state of one call, one epoch of it, and the logs of the
+  /// training loss and metrics (over all ranks under a strategy).
+  struct FitRun;
+  void fit_epoch(FitRun& run, int epoch);
+  Logs epoch_logs(const metrics::Mean& loss_mean, const distributed::DataParallel* strategy) const;
   void check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const;
   /// Where the model's variables are (default_device() before any exists).
   Device variables_device() const;

@@ -36,10 +36,17 @@ Tensor sign(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
-/// Exact (erf) GELU, Keras's default.
-Tensor gelu(const Tensor& x);
+/// min(max(x, 0), 6) (Keras's relu6, MobileNet's ReLU6).
+Tensor relu6(const Tensor& x);
+/// x where x >= 0, else negative_slope * x (Keras's leaky_relu; its LeakyReLU layer's default
+/// slope is 0.3).
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.2);
+/// GELU: exact (erf), Keras's activation default; approximate = true is the tanh form
+/// (Keras's gelu(approximate=True), PyTorch's gelu(approximate="tanh")).
+Tensor gelu(const Tensor& x, bool approximate = false);
 Tensor silu(const Tensor& x);
-/// By Keras name: linear, relu, sigmoid, tanh, softmax, gelu, silu (swish).
+/// By Keras name: linear, exponential, relu, relu6, leaky_relu, sigmoid, tanh, gelu, silu
+/// (swish), softmax.
 /// Checks an activation name by table lookup (no op runs): mpt::Error listing the valid names.
 void check_activation(const std::string& name);
 Tensor activation(const Tensor& x, const std::string& name);

@@ -8,21 +8,19 @@
 #include <vector>
 
 #include "mpt/memory.hpp"
-#include "mpt/optim_ops.hpp"
 #include "mpt/tensor.hpp"
+#include "backend/common/unary_ops.hpp"  // UnaryOp, Activation: the table of elementwise ops
 
 namespace mpt {
+namespace ops {
+struct LossScaleRule;  // mpt/optim_ops.hpp: the parameters update_loss_scale takes (backends implementing it include that header)
+}  // namespace ops
 
-enum class UnaryOp : std::uint8_t {
-  Neg, Exp, Log, Sqrt, Square, Abs, Relu, Sigmoid, Tanh, Gelu, Silu, Sign
-};
 enum class BinaryOp : std::uint8_t {
   Add, Sub, Mul, Div, Pow, Maximum, Minimum, Equal, NotEqual, Less, LessEqual, Greater,
   GreaterEqual
 };
 enum class ReduceOp : std::uint8_t { Sum, Mean, Max, Min };
-/// Activations fused into dense/matmul epilogues and used by layers.
-enum class Activation : std::uint8_t { Linear, Relu, Sigmoid, Tanh, Gelu, Silu };
 
 /// Geometry of a 2-D convolution over NHWC activations with [kh, kw, Cin, Cout] kernels:
 /// explicit (possibly asymmetric) zero padding, strides and dilation (1 = dense).
@@ -69,10 +67,11 @@ class Backend {
   virtual void copy2d(Device device, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                       std::size_t row_bytes, std::size_t rows) = 0;
 
-  virtual void unary(UnaryOp op, const Tensor& x, Tensor& out) = 0;
+  /// out = op(x) with the op's parameter (common::unary_default_param for activations).
+  virtual void unary(UnaryOp op, const Tensor& x, Tensor& out, double param) = 0;
   /// dx = dy * f'(x); kernels use x or the forward output y, whichever is cheaper.
   virtual void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
-                              Tensor& dx) = 0;
+                              Tensor& dx, double param) = 0;
   /// Broadcasting binary op; out has the broadcast shape (bool for comparisons).
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
   /// out = cond ? a : b, all broadcast to out's shape.
@@ -84,7 +83,9 @@ class Backend {
   virtual void argmax(const Tensor& x, std::int64_t axis, Tensor& out) = 0;
 
   /// out = act(op(a) . op(b) + bias) where op transposes the last two axes when asked.
-  /// a: [batch.., M, K], b: [batch.. or none, K, N]; bias: undefined or [N].
+  /// a: [batch.., M, K], b: [batch.. or none, K, N]; bias: undefined or [N]. act is any
+  /// activation with its default parameter (ops pass only those whose gradient reads the
+  /// output); a backend without a native epilogue for it applies unary() to out.
   virtual void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
                       const Tensor& bias, Activation act, Tensor& out) = 0;
 
@@ -168,7 +169,7 @@ class Backend {
   // Convolution, pooling and normalization (conv.cpp, pool.cpp, batch_norm.cpp, layer_norm.cpp).
   // Activations are NHWC; outputs are pre-shaped by the ops (see mpt/nn_ops.hpp).
   /// out [N,OH,OW,Cout] = act(conv(x [N,H,W,Cin], w [kh,kw,Cin,Cout]) + bias [Cout] or undefined);
-  /// act is Linear, Relu, Sigmoid or Tanh.
+  /// act as in matmul.
   virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
                       Activation act, Tensor& out) = 0;
   /// Gradients of conv2d for the output gradient dy [N,OH,OW,Cout], each computed only when

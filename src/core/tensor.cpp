@@ -11,8 +11,7 @@
 
 #include "backend/backend.hpp"
 #include "core/convert.hpp"
-#include "mpt/autograd.hpp"
-#include "mpt/ops.hpp"
+#include "core/tensor_view.hpp"
 
 namespace mpt {
 namespace {
@@ -158,11 +157,10 @@ Tensor Tensor::detach() const {
 }
 
 // ---- views and copies ---------------------------------------------------------------------
-Tensor Tensor::reshape(const Shape& shape) const { return ops::reshape(*this, shape); }
-
-Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
-  const TensorImpl& t = checked();
-  MPT_CHECK(dim() >= 1, "Tensor::slice: needs at least 1 dimension, got shape ", to_string(t.shape));
+Tensor detail::row_view(const Tensor& x, std::int64_t begin, std::int64_t end) {
+  MPT_CHECK(x.defined(), "Tensor::slice: undefined tensor");
+  const TensorImpl& t = *x.impl();
+  MPT_CHECK(x.dim() >= 1, "Tensor::slice: needs at least 1 dimension, got shape ", to_string(t.shape));
   const std::int64_t n = t.shape[0];
   MPT_CHECK(0 <= begin && begin <= end && end <= n, "Tensor::slice: rows [", begin, ", ", end,
             ") out of range for shape ", to_string(t.shape));
@@ -170,19 +168,8 @@ Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
   s[0] = end - begin;
   const std::size_t row_bytes = static_cast<std::size_t>(numel_of(t.shape) / std::max<std::int64_t>(n, 1)) *
                                 itemsize(t.dtype);
-  Tensor out(view_impl(t, s, t.offset + static_cast<std::size_t>(begin) * row_bytes));
-  const Shape full = t.shape;
-  autograd::record("slice", {*this}, {&out}, [full, begin, end](const std::vector<Tensor>& g) {
-    // The gradient is the incoming one placed at rows [begin, end) of zeros.
-    Tensor dx = Tensor::zeros(full, g[0].dtype(), g[0].device());
-    Tensor rows = dx.slice(begin, end);
-    rows.assign(g[0]);
-    return std::vector<Tensor>{dx};
-  });
-  return out;
+  return Tensor(view_impl(t, s, t.offset + static_cast<std::size_t>(begin) * row_bytes));
 }
-
-Tensor Tensor::to(DType dtype) const { return dtype == this->dtype() ? *this : ops::cast(*this, dtype); }
 
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
@@ -260,24 +247,6 @@ std::string Tensor::str() const {
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 std::ostream& operator<<(std::ostream& os, DType dtype) { return os << to_string(dtype); }
 std::ostream& operator<<(std::ostream& os, const Device& device) { return os << device.str(); }
-
-// ---- operators ----------------------------------------------------------------------------
-namespace {
-Tensor like(const Tensor& t, double v) { return Tensor::scalar(v, t.dtype(), t.device()); }
-}  // namespace
-Tensor operator+(const Tensor& a, const Tensor& b) { return ops::add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return ops::sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return ops::mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return ops::div(a, b); }
-Tensor operator-(const Tensor& a) { return ops::neg(a); }
-Tensor operator+(const Tensor& a, double b) { return ops::add(a, like(a, b)); }
-Tensor operator-(const Tensor& a, double b) { return ops::sub(a, like(a, b)); }
-Tensor operator*(const Tensor& a, double b) { return ops::mul(a, like(a, b)); }
-Tensor operator/(const Tensor& a, double b) { return ops::div(a, like(a, b)); }
-Tensor operator+(double a, const Tensor& b) { return ops::add(like(b, a), b); }
-Tensor operator-(double a, const Tensor& b) { return ops::sub(like(b, a), b); }
-Tensor operator*(double a, const Tensor& b) { return ops::mul(like(b, a), b); }
-Tensor operator/(double a, const Tensor& b) { return ops::div(like(b, a), b); }
 
 void set_num_threads(int n) {
   MPT_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got ", n);

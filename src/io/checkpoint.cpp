@@ -7,7 +7,7 @@
 
 #include "io/checked_file.hpp"
 #include "io/checkpoint_access.hpp"
-#include "io/json_util.hpp"
+#include "core/json_util.hpp"
 #include "io/keras_zip.hpp"
 #include "io/model_config.hpp"
 #include "io/weights_io.hpp"

@@ -3,7 +3,7 @@
 #include <memory>
 #include <string>
 
-#include "io/json_util.hpp"
+#include "core/json_util.hpp"
 #include "mpt/model.hpp"
 
 namespace mpt::io {

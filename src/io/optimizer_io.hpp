@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "io/json_util.hpp"
+#include "core/json_util.hpp"
 #include "mpt/optimizers/optimizer.hpp"
 
 namespace mpt::io {

@@ -3,7 +3,7 @@
 #include <map>
 #include <mutex>
 
-#include "io/json_util.hpp"
+#include "core/json_util.hpp"
 #include "mpt/layers/core.hpp"
 
 namespace mpt {

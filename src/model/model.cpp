@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <future>
 #include <map>
 
 #include "mpt/autograd.hpp"
 #include "mpt/data/data.hpp"
 #include "mpt/log.hpp"
 #include "mpt/ops.hpp"
+#include "model/batch_stager.hpp"
 
 namespace mpt {
 
@@ -279,214 +279,7 @@ Tensor Model::test_step(const Tensor& x, const Tensor& y, std::vector<std::share
   return loss;
 }
 
-// ---- fit / evaluate / predict -------------------------------------------------------------
-namespace {
-
-/// Batches of (x, y) on the model's device, in order or by a shuffled order. When the data
-/// lives elsewhere (host data, a model on a GPU), the next batch is gathered and copied on a
-/// background thread while the current one trains; data already on the device is sliced or
-/// gathered in place, synchronously (a helper thread would only take a core from the kernels).
-class BatchStager {
- public:
-  /// Under a strategy each rank takes its share of every (global) batch.
-  BatchStager(Tensor x, Tensor y, std::int64_t batch_size, std::vector<std::int64_t> order, Device device,
-              const distributed::DataParallel* strategy = nullptr)
-      : x_(std::move(x)), y_(std::move(y)), batch_size_(batch_size), order_(std::move(order)), device_(device),
-        steps_(data::batch_count(x_.shape()[0], batch_size)), ahead_(x_.device() != device), strategy_(strategy) {}
-
-  /// Batch `step`; steps are asked for in order.
-  std::pair<Tensor, Tensor> get(std::int64_t step) {
-    std::pair<Tensor, Tensor> b = next_step_ == step ? next_.get() : make(step);
-    if (ahead_ && step + 1 < steps_) {
-      next_ = std::async(std::launch::async, [this, s = step + 1] { return make(s); });
-      next_step_ = step + 1;
-    }
-    return b;
-  }
-  /// Rows of batch `step` over all ranks.
-  std::int64_t global_rows(std::int64_t step) const {
-    const std::int64_t begin = step * batch_size_;  // step < steps_: no overflow
-    return std::min(x_.shape()[0] - begin, batch_size_);
-  }
-  /// This rank's rows of batch `step`: [begin, end) of the (shuffled) order.
-  std::pair<std::int64_t, std::int64_t> range(std::int64_t step) const {
-    const std::int64_t b = step * batch_size_;
-    if (!strategy_) return {b, b + global_rows(step)};
-    const auto [sb, se] = strategy_->shard(global_rows(step));
-    return {b + sb, b + se};
-  }
-  std::int64_t rows(std::int64_t step) const {
-    const auto r = range(step);
-    return r.second - r.first;
-  }
-
- private:
-  std::pair<Tensor, Tensor> make(std::int64_t step) const {
-    const auto [begin, end] = range(step);
-    if (begin == end) return {};
-    const std::int64_t b = begin, e = end;  // clang 14 lambdas cannot capture structured bindings
-    auto pick = [&](const Tensor& t) { return t.defined() ? data::rows_of(t, order_, b, e).to(device_) : Tensor(); };
-    return {pick(x_), pick(y_)};
-  }
-
-  Tensor x_, y_;
-  std::int64_t batch_size_;
-  std::vector<std::int64_t> order_;
-  Device device_;
-  std::int64_t steps_;
-  bool ahead_;
-  std::future<std::pair<Tensor, Tensor>> next_;
-  std::int64_t next_step_ = -1;
-  const distributed::DataParallel* strategy_;
-};
-
-}  // namespace
-
-History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
-  MPT_CHECK(compiled(), "fit: model '", name_, "' is not compiled; call compile() first");
-  check_fit_inputs("fit", x_all, y_all, o.batch_size);
-  MPT_CHECK(y_all.defined(), "fit: y is required");
-  MPT_CHECK(o.epochs >= 0 && o.initial_epoch >= 0, "fit: epochs and initial_epoch must be >= 0");
-  MPT_CHECK(o.validation_split >= 0.0 && o.validation_split < 1.0, "fit: validation_split must be in [0, 1), got ",
-            o.validation_split);
-  Tensor x = x_all, y = y_all, vx, vy;
-  if (o.validation_data) {
-    vx = o.validation_data->first, vy = o.validation_data->second;
-    check_fit_inputs("fit (validation_data)", vx, vy, o.batch_size);
-  } else if (o.validation_split > 0) {
-    // As Keras: the last fraction of the data, taken before any shuffling.
-    const std::int64_t n = x_all.shape()[0];
-    const auto split = static_cast<std::int64_t>(std::ceil(static_cast<double>(n) * (1.0 - o.validation_split)));
-    MPT_CHECK(split > 0 && split < n, "fit: validation_split ", o.validation_split, " leaves no training or no validation samples out of ", n);
-    x = x_all.slice(0, split), y = y_all.slice(0, split);
-    vx = x_all.slice(split, n), vy = y_all.slice(split, n);
-  }
-  const std::int64_t n = x.shape()[0];
-  MPT_CHECK(n > 0, "fit: no training samples");
-  check_targets("fit", x, y);
-  const std::int64_t steps = data::batch_count(n, o.batch_size);
-  const distributed::DataParallel* dp = distribution();
-  distributed::detail::ScopedStrategy scoped(dp);  // BatchNormalization's sync option sees it
-  const bool chief = !dp || dp->rank() == 0;
-  if (dp) {
-    // The same model and run on every rank, then rank 0's weights everywhere.
-    std::vector<std::string> lines;
-    for (const auto& v : variables())
-      lines.push_back(v.path() + " " + to_string(v.shape()) + " " + to_string(v.dtype()) +
-                      (v.trainable() ? "" : " non-trainable"));
-    lines.push_back("policy " + policy_.name());
-    lines.push_back("optimizer " + optimizer_->name());
-    lines.push_back("loss " + loss_->name());
-    lines.push_back("training samples " + std::to_string(n) + ", validation samples " +
-                    std::to_string(vx.defined() ? vx.shape()[0] : 0));
-    lines.push_back("batch_size " + std::to_string(o.batch_size) + ", epochs " + std::to_string(o.initial_epoch) +
-                    ".." + std::to_string(o.epochs) + ", shuffle " + std::to_string(o.shuffle) + ", seed " +
-                    std::to_string(o.seed ? *o.seed : seed_));
-    dp->check_same("models and fit arguments", lines);
-    // SyncBatchNorm reduces inside the forward pass: every rank needs rows in every batch.
-    MPT_CHECK(!dp->options().sync_batch_norm || n % o.batch_size == 0 || n % o.batch_size >= dp->size(),
-              "fit: with sync_batch_norm, the last batch's ", n % o.batch_size, " rows cannot be shared by ",
-              dp->size(), " ranks; choose a batch_size that leaves at least one row per rank");
-    dp->broadcast_variables(variables());
-  }
-
-  std::vector<std::shared_ptr<callbacks::Callback>> cbs;
-  for (std::size_t i = 0; i < o.callbacks.size(); ++i) {
-    MPT_CHECK(o.callbacks[i].get() != nullptr, "fit: callback ", i, " is a null pointer");
-    if (chief || !o.callbacks[i].get()->chief_only()) cbs.push_back(o.callbacks[i].get());
-  }
-  if (o.verbose > 0 && chief) cbs.push_back(std::make_shared<callbacks::ProgbarLogger>(o.verbose, steps, o.epochs));
-  for (auto& c : cbs) c->set_model(this);
-
-  History history;
-  stop_training = false;
-  auto* lso = loss_scale_optimizer();
-  const std::uint64_t seed = o.seed ? *o.seed : seed_;
-  const Device device = variables_device();
-  // The optimizer's slots before the first step (Keras builds the optimizer here too): created
-  // during the first step instead, they take the memory its temporaries just freed, and the
-  // second step's temporaries need new memory (on a GPU, a cudaMalloc after the first step).
-  optimizer_->build(trainable_variables());
-  try {
-  for (auto& c : cbs) c->on_train_begin({});
-  Logs logs;
-  // Batch logs are this rank's (the progress bar runs on rank 0); epoch logs are global.
-  auto epoch_logs = [&](const metrics::Mean& loss_mean, const distributed::DataParallel* strategy) {
-    const auto values = reduced_results(strategy, loss_mean, metrics_);
-    Logs l;
-    l["loss"] = values[0];
-    for (std::size_t i = 0; i < metrics_.size(); ++i) l[metrics_[i]->name()] = values[i + 1];
-    return l;
-  };
-  for (int epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) {
-    for (auto& c : cbs) c->on_epoch_begin(epoch, {});
-    for (auto& m : metrics_) m->reset_state();
-    metrics::Mean loss_mean("loss");
-    std::int64_t skipped = 0;
-    std::map<std::string, std::int64_t> nonfinite_layers;
-    BatchStager batches(x, y, o.batch_size,
-                        o.shuffle ? data::permutation(n, seed + static_cast<std::uint64_t>(epoch)) : std::vector<std::int64_t>{},
-                        device, dp);
-    for (std::int64_t step = 0; step < steps; ++step) {
-      auto [xb, yb] = batches.get(step);
-      for (auto& c : cbs) c->on_train_batch_begin(step, {});
-      bool keep_gradients = false;
-      for (auto& c : cbs) keep_gradients = c->wants_gradients(step) || keep_gradients;
-      const std::int64_t rows = batches.rows(step);
-      StepResult r = train_step(xb, yb, keep_gradients, dp,
-                                static_cast<double>(rows) / static_cast<double>(batches.global_rows(step)));
-      if (keep_gradients)
-        for (auto& c : cbs) c->on_train_batch_gradients(step, r.variables, r.gradients);
-      if (rows > 0) loss_mean.update(r.loss, static_cast<double>(rows));
-      skipped += !r.applied;
-      if (!r.nonfinite_variables.empty()) {
-        // Overflow diagnostics: the layers (a variable "<layer>/<weight>" names its layer).
-        std::vector<std::string> step_layers;
-        for (const auto& v : r.nonfinite_variables) {
-          std::string layer = v.substr(0, v.find('/'));
-          if (std::find(step_layers.begin(), step_layers.end(), layer) == step_layers.end()) step_layers.push_back(layer);
-        }
-        for (const auto& l : step_layers) ++nonfinite_layers[l];
-        if (o.verbose > 0) {
-          std::string layers_list, vars_list;
-          for (const auto& l : step_layers) layers_list += (layers_list.empty() ? "" : ", ") + l;
-          for (const auto& v : r.nonfinite_variables) vars_list += (vars_list.empty() ? "" : ", ") + v;
-          mpt::log(LogLevel::info, "epoch ", epoch + 1, " step ", step + 1, " skipped: inf/NaN gradients in ",
-                   step_layers.size() == 1 ? "layer " : "layers ", layers_list, " (", vars_list,
-                   "); loss scale now ", lso ? lso->loss_scale() : 1.0);
-        }
-      }
-      // Loss and metrics stay on the device unless a callback reads this batch's logs (the
-      // progress bar when it redraws).
-      bool wanted = false;
-      for (auto& c : cbs) wanted = c->wants_batch_logs(step) || wanted;
-      logs = wanted ? epoch_logs(loss_mean, nullptr) : Logs{};
-      for (auto& c : cbs) c->on_train_batch_end(step, logs);
-    }
-    logs = epoch_logs(loss_mean, dp);
-    if (vx.defined()) {
-      auto val = evaluate(vx, vy, {.batch_size = o.batch_size, .verbose = 0});
-      for (const auto& [k, v] : val) logs["val_" + k] = v;
-    }
-    logs["learning_rate"] = optimizer_->learning_rate();
-    logs["loss_scale"] = lso ? lso->loss_scale() : 1.0;
-    logs["skipped_steps"] = static_cast<double>(skipped);
-    epoch_ = epoch + 1;  // callbacks (ModelCheckpoint) save the epochs completed
-    for (auto& c : cbs) c->on_epoch_end(epoch, logs);
-    // A callback that stops on any rank (EarlyStopping sees the same logs everywhere) stops all.
-    if (dp) stop_training = dp->all_reduce({stop_training ? 1.0 : 0.0}, distributed::ReduceOp::max)[0] > 0;
-    for (const auto& [k, v] : logs) history.history[k].push_back(v);
-    history.epoch.push_back(epoch);
-    history.nonfinite_layers.push_back(std::move(nonfinite_layers));
-  }
-  for (auto& c : cbs) c->on_train_end(logs);
-  } catch (const std::exception& e) {
-    // The other ranks are waiting in a collective: tell them, so they stop at once.
-    if (dp) dp->communicator().signal_failure(e.what());
-    throw;
-  }
-  return history;
-}
+// ---- evaluate / predict (fit: fit.cpp) ----------------------------------------------------
 
 std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, EvaluateOptions o) {
   MPT_CHECK(compiled(), "evaluate: model '", name_, "' is not compiled; call compile() first");
@@ -502,7 +295,7 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, 
   const auto [begin, end] = dp ? dp->shard(n) : std::pair<std::int64_t, std::int64_t>{0, n};
   const std::int64_t batch_size = dp ? std::max<std::int64_t>(1, o.batch_size / dp->size()) : o.batch_size;
   if (end > begin) {
-    BatchStager batches(x.slice(begin, end), y.slice(begin, end), batch_size, {}, variables_device());
+    detail::BatchStager batches(x.slice(begin, end), y.slice(begin, end), batch_size, {}, variables_device());
     for (std::int64_t step = 0; step * batch_size < end - begin; ++step) {
       auto [xb, yb] = batches.get(step);
       loss_mean.update(test_step(xb, yb, val_metrics_), static_cast<double>(batches.rows(step)));
@@ -524,7 +317,7 @@ Tensor Model::predict(const Tensor& x, PredictOptions o) {
   const auto [begin, end] = dp ? dp->shard(n) : std::pair<std::int64_t, std::int64_t>{0, n};
   const std::int64_t batch_size = dp ? std::max<std::int64_t>(1, o.batch_size / dp->size()) : o.batch_size;
   std::vector<Tensor> parts;
-  BatchStager batches(end > begin ? x.slice(begin, end) : x.slice(0, 1), Tensor(), batch_size, {}, variables_device());
+  detail::BatchStager batches(end > begin ? x.slice(begin, end) : x.slice(0, 1), Tensor(), batch_size, {}, variables_device());
   for (std::int64_t step = 0; step * batch_size < std::max<std::int64_t>(end - begin, 1); ++step) {
     Tensor p = call(batches.get(step).first, false);
     parts.push_back(is_half(p.dtype()) ? p.to(float32) : p);

@@ -58,15 +58,14 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, Conv2dO
   const Activation act = activation_from_name(name, o.activation);
   Shape out_shape;
   const Conv2dGeometry g = conv_geometry(x, kernel, o, out_shape);
-  // As in dense: GELU/SiLU need the pre-activation for backward and run unfused.
-  const bool fuse = act == Activation::Linear || act == Activation::Relu || act == Activation::Sigmoid ||
-                    act == Activation::Tanh;
+  // As in dense: activations whose gradient needs the pre-activation run unfused.
+  const bool fuse = common::unary_grad_from_output(act);
   Tensor z = Tensor::empty(out_shape, x.dtype(), x.device());
   backend_of(x).conv2d(x, kernel, bias, g, fuse ? act : Activation::Linear, z);
   Tensor y = z;
   if (!fuse) {
     y = Tensor::empty(out_shape, x.dtype(), x.device());
-    backend_of(z).unary(unary_of(act), z, y);
+    apply_activation(act, z, y);
   }
   autograd::record(name, {x, kernel, bias}, {&y},
                    [x = x.detach(), w = kernel.detach(), bias_shape = bias.defined() ? bias.shape() : Shape{}, g, act,
@@ -77,7 +76,7 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, Conv2dO
                      Tensor dz = grads[0];
                      if (act != Activation::Linear) {
                        dz = Tensor::empty(yd.shape(), yd.dtype(), yd.device());
-                       be.unary_backward(unary_of(act), fuse ? yd : z, yd, grads[0], dz);
+                       activation_backward(act, fuse ? yd : z, yd, grads[0], dz);
                      }
                      Tensor dx = need_x ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
                      Tensor dw = need_w ? Tensor::empty(w.shape(), w.dtype(), w.device()) : Tensor();

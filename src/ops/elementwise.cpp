@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "ops/ops_common.hpp"
 
 namespace mpt::ops {
@@ -5,16 +7,17 @@ using namespace detail;
 
 namespace {
 
-Tensor unary(const char* name, UnaryOp op, const Tensor& x, bool floating_only = true) {
+Tensor unary(const char* name, UnaryOp op, const Tensor& x, bool floating_only = true,
+             double param = 0.0) {
   check_defined(name, x);
   if (floating_only) check_floating(name, x);
   else MPT_CHECK(x.dtype() != bool_ && x.dtype() != uint8, name, ": not defined for ", describe(x));
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  backend_of(x).unary(op, x, out);
+  backend_of(x).unary(op, x, out, param);
   // Saves x and a detached y (a handle to y itself would keep its own node alive).
-  autograd::record(name, {x}, {&out}, [op, x, y = out.detach()](const std::vector<Tensor>& g) {
+  autograd::record(name, {x}, {&out}, [op, param, x, y = out.detach()](const std::vector<Tensor>& g) {
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    backend_of(x).unary_backward(op, x, y, g[0], dx);
+    backend_of(x).unary_backward(op, x, y, g[0], dx, param);
     return std::vector<Tensor>{dx};
   });
   return out;
@@ -120,7 +123,14 @@ Tensor sign(const Tensor& x) { return unary("sign", UnaryOp::Sign, x, false); }
 Tensor relu(const Tensor& x) { return unary("relu", UnaryOp::Relu, x); }
 Tensor sigmoid(const Tensor& x) { return unary("sigmoid", UnaryOp::Sigmoid, x); }
 Tensor tanh(const Tensor& x) { return unary("tanh", UnaryOp::Tanh, x); }
-Tensor gelu(const Tensor& x) { return unary("gelu", UnaryOp::Gelu, x); }
+Tensor relu6(const Tensor& x) { return unary("relu6", UnaryOp::Relu6, x); }
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  MPT_CHECK(std::isfinite(negative_slope), "leaky_relu: negative_slope must be finite, got ", negative_slope);
+  return unary("leaky_relu", UnaryOp::LeakyRelu, x, true, negative_slope);
+}
+Tensor gelu(const Tensor& x, bool approximate) {
+  return approximate ? unary("gelu", UnaryOp::GeluTanh, x) : unary("gelu", UnaryOp::Gelu, x);
+}
 Tensor silu(const Tensor& x) { return unary("silu", UnaryOp::Silu, x); }
 
 void check_activation(const std::string& name) {
@@ -131,7 +141,7 @@ Tensor activation(const Tensor& x, const std::string& name) {
   if (name == "softmax") return softmax(x);
   Activation act = activation_from_name("activation", name);
   if (act == Activation::Linear) return x;
-  return unary(name.c_str(), unary_of(act), x);
+  return unary(name.c_str(), act, x, true, common::unary_default_param(act));
 }
 
 Tensor equal(const Tensor& a, const Tensor& b) { return compare("equal", BinaryOp::Equal, a, b); }

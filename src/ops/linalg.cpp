@@ -80,22 +80,21 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, const std::strin
   Shape out_shape = x.shape();
   out_shape.back() = units;
   Tensor x2 = Tensor(x.impl_ptr()).detach().reshape({x.numel() / std::max<std::int64_t>(in, 1), in});
-  // GELU/SiLU backward needs the pre-activation, so they run unfused; the others fuse into the
-  // GEMM epilogue and differentiate from the output.
-  const bool fuse = act == Activation::Linear || act == Activation::Relu || act == Activation::Sigmoid ||
-                    act == Activation::Tanh;
+  // Activations whose gradient reads only the output fuse into the GEMM epilogue and
+  // differentiate from it; the others (GELU, SiLU) need the pre-activation and run unfused.
+  const bool fuse = common::unary_grad_from_output(act);
   Tensor z = Tensor::empty({x2.shape()[0], units}, x.dtype(), x.device());
   if (in == 0) {
     backend_of(x).fill(z, 0.0);
     if (b.defined()) z = add(z, b.detach());
-    if (fuse && act != Activation::Linear) backend_of(z).unary(unary_of(act), z, z);  // elementwise, in place
+    if (fuse && act != Activation::Linear) apply_activation(act, z, z);  // elementwise, in place
   } else {
     backend_of(x).matmul(x2, w, false, false, b, fuse ? act : Activation::Linear, z);
   }
   Tensor y = z;
   if (!fuse) {
     y = Tensor::empty(z.shape(), z.dtype(), z.device());
-    backend_of(z).unary(unary_of(act), z, y);
+    apply_activation(act, z, y);
   }
   Tensor out = Tensor(y.impl_ptr()).reshape(out_shape);
   autograd::record("dense", {x, w, b}, {&out},
@@ -108,7 +107,7 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, const std::strin
                      if (act != Activation::Linear) {
                        dz = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
                        // Fused activations are differentiated from y (x unused); the rest from z.
-                       backend_of(dy).unary_backward(unary_of(act), fuse ? y : z, y, dy, dz);
+                       activation_backward(act, fuse ? y : z, y, dy, dz);
                      }
                      Tensor dx = need_x ? matmul(dz, w, false, true).reshape(xs) : Tensor();
                      Tensor dw = need_w ? matmul(x2, dz, true, false) : Tensor();

@@ -46,38 +46,21 @@ std::int64_t normalize_axis(const char* op, std::int64_t axis, std::int64_t ndim
 
 Activation activation_from_name(const char* op, const std::string& name) {
   // "" is no name (Keras's activations.get("") fails too); "linear" is the identity.
-  MPT_CHECK(!name.empty(), op, ": empty activation name; valid: linear, relu, sigmoid, tanh, softmax, gelu, silu");
-  if (name == "linear") return Activation::Linear;
-  if (name == "relu") return Activation::Relu;
-  if (name == "sigmoid") return Activation::Sigmoid;
-  if (name == "tanh") return Activation::Tanh;
-  if (name == "gelu") return Activation::Gelu;
-  if (name == "silu" || name == "swish") return Activation::Silu;
-  fail(op, ": unknown activation '", name, "'; valid: linear, relu, sigmoid, tanh, softmax, gelu, silu");
+  MPT_CHECK(!name.empty(), op, ": empty activation name; valid: ", common::activation_names(), ", softmax");
+  Activation act = Activation::Linear;
+  MPT_CHECK(common::activation_of_name(name, act), op, ": unknown activation '", name,
+            "'; valid: ", common::activation_names(), ", softmax");
+  return act;
 }
 
-const char* activation_name(Activation act) {
-  switch (act) {
-    case Activation::Linear: return "linear";
-    case Activation::Relu: return "relu";
-    case Activation::Sigmoid: return "sigmoid";
-    case Activation::Tanh: return "tanh";
-    case Activation::Gelu: return "gelu";
-    case Activation::Silu: return "silu";
-  }
-  return "?";
+const char* activation_name(Activation act) { return common::unary_info(act).keras; }
+
+void apply_activation(Activation act, const Tensor& z, Tensor& out) {
+  backend_of(z).unary(act, z, out, common::unary_default_param(act));
 }
 
-UnaryOp unary_of(Activation act) {
-  switch (act) {
-    case Activation::Relu: return UnaryOp::Relu;
-    case Activation::Sigmoid: return UnaryOp::Sigmoid;
-    case Activation::Tanh: return UnaryOp::Tanh;
-    case Activation::Gelu: return UnaryOp::Gelu;
-    case Activation::Silu: return UnaryOp::Silu;
-    case Activation::Linear: break;
-  }
-  fail("activation: linear has no elementwise op");
+void activation_backward(Activation act, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  backend_of(dy).unary_backward(act, x, y, dy, dx, common::unary_default_param(act));
 }
 
 }  // namespace mpt::ops::detail

@@ -17,10 +17,13 @@ void check_floating(const char* op, const Tensor& t);
 Shape broadcast_shape(const char* op, const Shape& a, const Shape& b);
 std::int64_t normalize_axis(const char* op, std::int64_t axis, std::int64_t ndim);
 inline Backend& backend_of(const Tensor& t) { return mpt::detail::backend(t.device()); }
+/// The activation of a Keras name (the table in backend/common/unary_ops.hpp); an error naming
+/// `op` and listing the valid names otherwise. "softmax" is not elementwise: layers handle it.
 Activation activation_from_name(const char* op, const std::string& name);
 /// Keras's name of an activation: what activation_from_name reads back.
 const char* activation_name(Activation act);
-/// The elementwise op behind an activation (Linear has none).
-UnaryOp unary_of(Activation act);
+/// out = act(z) and its backward, with the activation's default parameter.
+void apply_activation(Activation act, const Tensor& z, Tensor& out);
+void activation_backward(Activation act, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
 
 }  // namespace mpt::ops::detail

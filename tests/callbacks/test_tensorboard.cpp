@@ -7,8 +7,8 @@
 #include <fstream>
 #include <numeric>
 
-#include "src/model/tensorboard/event.pb.h"
-#include "model/tensorboard/event_file.hpp"
+#include "src/callbacks/tensorboard/event.pb.h"
+#include "callbacks/tensorboard/event_file.hpp"
 #include "test_util.hpp"
 
 using namespace mpt;

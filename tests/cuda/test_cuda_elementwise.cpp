@@ -203,6 +203,7 @@ TEST_CASE("cuda elementwise: cast matches detail::convert for every pair, NaN, i
 // ---- unary ----------------------------------------------------------------------------------------
 
 using common::for_each_unary_op;
+constexpr double kParam = 0.3;  // LeakyReLU's slope, not its default; the other ops ignore it
 
 TEST_CASE("cuda elementwise: unary matches the CPU for every op and dtype, NaN and inf included") {
   auto run = [](auto tag) {
@@ -214,9 +215,9 @@ TEST_CASE("cuda elementwise: unary matches the CPU for every op and dtype, NaN a
           const Vec<T> x = values<T>(n, 3 + n, -6, 6);
           Tensor xt = host_tensor(x, {n});
           Tensor want = Tensor::empty({n}, dtype_of_storage<T>(), Device::cpu());
-          cpu().unary(Op, xt, want);
+          cpu().unary(Op, xt, want, kParam);
           Vec<T> got(static_cast<std::size_t>(n));
-          emulate(kGrid, kBlock, [&](const Thread& t) { unary_body<Op>(t, x.data(), got.data(), n); });
+          emulate(kGrid, kBlock, [&](const Thread& t) { unary_body<Op>(t, x.data(), got.data(), n, kParam); });
           // Exact NaNs for the ops that only move or negate them (relu included).
           constexpr bool exact_nan = unary_on_integers(Op);
           expect_bits(got, want, std::string("unary ") + common::unary_name(Op) + " " + name<T>() + " n=" + std::to_string(n),
@@ -241,15 +242,16 @@ TEST_CASE("cuda elementwise: unary_backward matches the CPU for every op and flo
         std::reverse(dy.begin(), dy.end());
         Tensor xt = host_tensor(x, {n}), dyt = host_tensor(dy, {n});
         Tensor yt = Tensor::empty({n}, dtype_of_storage<T>(), Device::cpu());
-        cpu().unary(Op, xt, yt);
+        cpu().unary(Op, xt, yt, kParam);
         const Vec<T> y = tensor_values<T>(yt);
         Tensor want = Tensor::empty({n}, dtype_of_storage<T>(), Device::cpu());
-        cpu().unary_backward(Op, xt, yt, dyt, want);
+        cpu().unary_backward(Op, xt, yt, dyt, want, kParam);
         Vec<T> got(static_cast<std::size_t>(n));
-        emulate(kGrid, kBlock,
-                [&](const Thread& t) { unary_backward_body<Op>(t, x.data(), y.data(), dy.data(), got.data(), n); });
+        emulate(kGrid, kBlock, [&](const Thread& t) {
+          unary_backward_body<Op>(t, x.data(), y.data(), dy.data(), got.data(), n, kParam);
+        });
         constexpr bool exact_nan = Op == UnaryOp::Relu || Op == UnaryOp::Neg || Op == UnaryOp::Sign;
-        expect_bits(got, want, "unary_backward " + std::to_string(static_cast<int>(Op)) + " " + name<T>() + " n=" +
+        expect_bits(got, want, std::string("unary_backward ") + common::unary_name(Op) + " " + name<T>() + " n=" +
                                    std::to_string(n), !exact_nan);
       }
     });

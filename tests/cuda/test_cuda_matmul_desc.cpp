@@ -35,19 +35,17 @@ const DtypeCase kDtypes[] = {{float32, false, "float32"},
                              {float16, false, "float16"},
                              {bfloat16, false, "bfloat16"},
                              {float64, false, "float64"}};
-const Activation kActs[] = {Activation::Linear, Activation::Relu, Activation::Sigmoid,
-                            Activation::Tanh,   Activation::Gelu, Activation::Silu};
-
-double activate(UnaryOp op, double v) {  // the CPU backend's formulas (GELU with erf)
-  switch (op) {
-    case UnaryOp::Relu: return v > 0 ? v : 0;
-    case UnaryOp::Sigmoid: return 1 / (1 + std::exp(-v));
-    case UnaryOp::Tanh: return std::tanh(v);
-    case UnaryOp::Gelu: return 0.5 * v * (1 + std::erf(v * M_SQRT1_2));
-    case UnaryOp::Silu: return v / (1 + std::exp(-v));
-    default: return std::numeric_limits<double>::quiet_NaN();
-  }
+/// Every activation of the op table (the ones a Keras name selects).
+std::vector<Activation> all_activations() {
+  std::vector<Activation> acts;
+  for (int i = 0; i < common::kUnaryOpCount; ++i)
+    if (common::kUnaryInfo[i].keras != nullptr) acts.push_back(static_cast<Activation>(i));
+  return acts;
 }
+const std::vector<Activation> kActs = all_activations();
+
+/// The shared formulas (the plans' layout is under test here, not the formulas).
+double activate(UnaryOp op, double v) { return common::activate(op, v); }
 
 /// Runs the plan as cuBLASLt would: D = op(A) . op(B) column-major with the plan's transposes,
 /// leading dimensions and batch strides, A = `lt_a` (mpt's b), B = `lt_b` (mpt's a); then the
@@ -276,7 +274,7 @@ TEST_CASE("plan_matmul fuses bias and ReLU, and leaves GELU (erf on the CPU), si
         CHECK(p.epilogue_bias == has_bias);
         CHECK_FALSE(p.add_bias_after);
         CHECK(p.unary_after == (act != Activation::Linear && !relu));
-        if (p.unary_after) CHECK(p.post_op == unary_of(act));
+        if (p.unary_after) CHECK(p.post_op == act);
         CHECK(p.epilogue != CUBLASLT_EPILOGUE_GELU);
         CHECK(p.epilogue != CUBLASLT_EPILOGUE_GELU_BIAS);
 

@@ -1,6 +1,7 @@
 // The test device's backend: CpuBackend's kernels, memory from a protected arena. See
 // protected_device.hpp.
 #include "device/protected_device.hpp"
+#include "mpt/optim_ops.hpp"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -88,13 +89,14 @@ class TestBackend final : public Backend {
     Call c(*this);
     cpu_.copy2d(Device::cpu(), dst, dst_pitch, src, src_pitch, row_bytes, rows);
   }
-  void unary(UnaryOp op, const Tensor& x, Tensor& out) override {
+  void unary(UnaryOp op, const Tensor& x, Tensor& out, double param) override {
     Call c(*this);
-    cpu_.unary(op, x, out);
+    cpu_.unary(op, x, out, param);
   }
-  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                      double param) override {
     Call c(*this);
-    cpu_.unary_backward(op, x, y, dy, dx);
+    cpu_.unary_backward(op, x, y, dy, dx, param);
   }
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
     Call c(*this);

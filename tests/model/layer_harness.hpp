@@ -1,7 +1,9 @@
 #pragma once
 // The layer harness every layer goes through (as Keras's run_layer_test): output shape, output
-// dtype = compute dtype under each policy, float32 variables under mixed policies, and the
-// gradients w.r.t. input and every variable against central finite differences in float64.
+// dtype = compute dtype under each policy, float32 variables under mixed policies, the config
+// round trip (layer_from_config of its config(), given the same weights, computes the same
+// output: the registration load_model uses), and the gradients w.r.t. input and every variable
+// against central finite differences in float64.
 #include <functional>
 
 #include "test_util.hpp"
@@ -16,6 +18,7 @@ struct LayerCase {
   double lo = -1.5, hi = 1.5;      ///< input range (keep away from kinks)
   bool training = false;
   bool check_grads = true;
+  bool check_config = true;  ///< the config round trip (needs the class registered for load_model)
 };
 
 inline void run_layer_test(const LayerCase& c) {
@@ -33,6 +36,16 @@ inline void run_layer_test(const LayerCase& c) {
     for (const auto& v : layer->variables())
       CHECK_MESSAGE(v.dtype() == p.variable_dtype(), c.what, ": variable ", v.path(), " is ", to_string(v.dtype()));
     CHECK(layer->output_shape() == y.shape());
+    if (!c.training && c.check_config) {
+      LayerRef back = layer_from_config(
+          {layer->class_name(), layer->name(), p, layer->trainable(), layer->config()});
+      back(x);  // build
+      auto from = layer->variables(), to = back->variables();
+      REQUIRE_MESSAGE(from.size() == to.size(), c.what, ": config round trip changed the variables");
+      for (std::size_t i = 0; i < from.size(); ++i) to[i].assign(from[i].value());
+      CHECK_MESSAGE(ops::cast(back(x), float64).to_vector<double>() == ops::cast(y, float64).to_vector<double>(),
+                    c.what, ": the layer rebuilt from its config computes something else");
+    }
     // Gradients reach every trainable variable in its own (float32 under mixed) dtype.
     GradientTape tape;
     Tensor out = layer(x, {.training = c.training});

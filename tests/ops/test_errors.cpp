@@ -109,7 +109,7 @@ TEST_CASE("dense: kernel and bias shapes, dtypes, unknown activations") {
     CHECK_MPT_ERROR(ops::dense(x, w, Tensor::ones({1, 4}, float32, dev)), "dense", "bias", "(1, 4)");
     CHECK_MPT_ERROR(ops::dense(x, w, Tensor::ones({4}, float16, dev)), "dense", "float32", "float16");
     CHECK_MPT_ERROR(ops::dense(x, Tensor::ones({3, 4}, bfloat16, dev)), "dense", "float32", "bfloat16");
-    CHECK_MPT_ERROR(ops::dense(x, w, b, "relu6"), "dense", "relu6", "relu", "gelu");
+    CHECK_MPT_ERROR(ops::dense(x, w, b, "relu7"), "dense", "relu7", "relu6", "gelu");
     CHECK_MPT_ERROR(ops::dense(x, w, b, "ReLU"), "dense", "ReLU");
     CHECK_MPT_ERROR(ops::activation(x, "leaky"), "activation", "leaky");
   });

@@ -1,4 +1,5 @@
-// Every differentiable op's gradient against central finite differences in float64.
+// Every differentiable op's gradient against central finite differences in float64 (the
+// elementwise unary ops and activations: test_op_table.cpp).
 #include "test_util.hpp"
 
 using namespace mpt;
@@ -17,25 +18,6 @@ Tensor weigh(const Tensor& y) {
   return ops::mul(y, w);
 }
 }  // namespace
-
-TEST_CASE("gradients of unary ops") {
-  struct Case { const char* name; Tensor (*op)(const Tensor&); double lo, hi; };
-  const std::vector<Case> cases = {
-      {"neg", ops::neg, -2, 2},         {"exp", ops::exp, -2, 2},         {"log", ops::log, 0.2, 3},
-      {"sqrt", ops::sqrt, 0.2, 3},      {"square", ops::square, -2, 2},   {"abs", ops::abs, 0.1, 2},
-      {"relu", ops::relu, 0.1, 2},      {"sigmoid", ops::sigmoid, -3, 3}, {"tanh", ops::tanh, -2, 2},
-      {"gelu", ops::gelu, -3, 3},       {"silu", ops::silu, -3, 3}};
-  for_each_device([&](Device dev) {
-    for (const auto& c : cases) {
-      check_gradients(c.name, [&](const std::vector<Tensor>& in) { return weigh(c.op(in[0])); },
-                      {r64({3, 4}, dev, 1, c.lo, c.hi)});
-    }
-    // relu and abs on both sides of zero (points away from the kink)
-    Tensor mixed = Tensor::from_vector<double>({-1.5, -0.3, 0.4, 2.0}, {4}, dev);
-    check_gradients("relu +-", [](const std::vector<Tensor>& in) { return weigh(ops::relu(in[0])); }, {mixed});
-    check_gradients("abs +-", [](const std::vector<Tensor>& in) { return weigh(ops::abs(in[0])); }, {mixed});
-  });
-}
 
 TEST_CASE("gradients of binary ops with broadcasting") {
   struct Case { const char* name; Tensor (*op)(const Tensor&, const Tensor&); double lo, hi; };
@@ -84,11 +66,7 @@ TEST_CASE("gradients of matmul and dense") {
                     {r64({2, 3, 4}, dev, 11), r64({2, 4, 5}, dev, 12)});
     check_gradients("broadcast matmul", [](const std::vector<Tensor>& in) { return weigh(ops::matmul(in[0], in[1], false, true)); },
                     {r64({2, 3, 4}, dev, 13), r64({5, 4}, dev, 14)});
-    for (const char* act : {"linear", "relu", "sigmoid", "tanh", "gelu", "silu"}) {
-      check_gradients(std::string("dense ") + act,
-                      [&](const std::vector<Tensor>& in) { return weigh(ops::dense(in[0], in[1], in[2], act)); },
-                      {r64({2, 3, 4}, dev, 15), r64({4, 5}, dev, 16, -1, 1), r64({5}, dev, 17)});
-    }
+    // dense with each activation: test_op_table.cpp
     check_gradients("dense no bias", [](const std::vector<Tensor>& in) { return weigh(ops::dense(in[0], in[1])); },
                     {r64({3, 4}, dev, 18), r64({4, 2}, dev, 19)});
   });

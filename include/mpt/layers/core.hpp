@@ -36,7 +36,8 @@ struct LayerOptions {
   PolicyArg dtype = std::nullopt;
   std::string name = "";
 };
-/// linear, relu, sigmoid, tanh, softmax, gelu, silu.
+/// By Keras name: linear, exponential, relu, relu6, leaky_relu, sigmoid, tanh, gelu, silu
+/// (swish), softmax.
 LayerRef Activation(const std::string& activation, LayerOptions options = {});
 
 struct SoftmaxOptions {
@@ -46,6 +47,14 @@ struct SoftmaxOptions {
 };
 LayerRef Softmax(SoftmaxOptions options = {});
 LayerRef ReLU(LayerOptions options = {});
+
+struct LeakyReLUOptions {
+  double negative_slope = 0.3;  ///< Keras's default (the leaky_relu activation's is 0.2); >= 0
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+/// x where x >= 0, else negative_slope * x.
+LayerRef LeakyReLU(LeakyReLUOptions options = {});
 LayerRef Flatten(LayerOptions options = {});
 /// target_shape: per-example (no batch dimension); one entry may be -1.
 LayerRef Reshape(const Shape& target_shape, LayerOptions options = {});

@@ -11,15 +11,6 @@ namespace {
 using tag = dnnl::memory::format_tag;
 using dims = dnnl::memory::dims;
 
-dnnl::algorithm eltwise_of(Activation act) {
-  switch (act) {
-    case Activation::Relu: return dnnl::algorithm::eltwise_relu;
-    case Activation::Sigmoid: return dnnl::algorithm::eltwise_logistic;
-    case Activation::Tanh: return dnnl::algorithm::eltwise_tanh;
-    default: return dnnl::algorithm::undef;
-  }
-}
-
 /// The oneDNN view of one convolution problem (shapes in oneDNN's N, C, H, W order).
 struct ConvDescs {
   md_t src, dst, weights_any, user_weights;
@@ -54,12 +45,7 @@ std::string conv_key(const char* kind, const ConvShape& s, const Conv2dGeometry&
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvDescs& d, const md_t& bias, Activation act) {
-  dnnl::primitive_attr attr;
-  if (act != Activation::Linear) {
-    dnnl::post_ops po;
-    po.append_eltwise(1.f, eltwise_of(act), 0.f, 0.f);
-    attr.set_post_ops(po);
-  }
+  const dnnl::primitive_attr attr = activation_attr(act);
   const auto prop = dnnl::prop_kind::forward_training;
   const auto alg = dnnl::algorithm::convolution_direct;
   auto desc = bias.is_zero() ? dnnl::convolution_forward::desc(prop, alg, d.src, d.weights_any, d.dst, d.strides,

@@ -185,12 +185,13 @@ MPT_VECTOR_CLONES void forward_block(const float* __restrict x, const Dims& d, s
   }
 }
 
-/// Sigmoid and tanh of float32 outputs (linear and ReLU are done in the kernel).
+/// The activation of float32 outputs (linear and ReLU are done in the kernel).
 void activate(Activation act, float* y, std::int64_t n) {
-  if (act == Activation::Sigmoid)
-    for (std::int64_t i = 0; i < n; ++i) y[i] = common::unary_apply<UnaryOp::Sigmoid>(y[i]);
-  else if (act == Activation::Tanh)
-    for (std::int64_t i = 0; i < n; ++i) y[i] = common::unary_apply<UnaryOp::Tanh>(y[i]);
+  if (act == Activation::Linear || act == Activation::Relu) return;
+  common::with_unary_op(act, [&](auto o) {
+    const float p = static_cast<float>(common::unary_default_param(act));
+    for (std::int64_t i = 0; i < n; ++i) y[i] = common::unary_apply<decltype(o)::value>(y[i], p);
+  });
 }
 
 void forward(const Tensor& x, const Dims& d, const Conv2dGeometry& g, const float* w, const float* bias, Activation act,

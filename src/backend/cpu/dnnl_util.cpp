@@ -111,6 +111,33 @@ dnnl::stream& dnnl_stream() {
   return stream;
 }
 
+dnnl::primitive_attr activation_attr(Activation act) {
+  using alg = dnnl::algorithm;
+  const float p = static_cast<float>(common::unary_default_param(act));
+  alg a = alg::undef;
+  float alpha = 0.f, beta = 0.f;
+  switch (act) {
+    case UnaryOp::Linear: return {};
+    case UnaryOp::Exp: a = alg::eltwise_exp; break;
+    case UnaryOp::Relu: a = alg::eltwise_relu; break;
+    case UnaryOp::Relu6: a = alg::eltwise_clip_v2, beta = 6.f; break;
+    case UnaryOp::LeakyRelu: a = alg::eltwise_relu, alpha = p; break;
+    case UnaryOp::Sigmoid: a = alg::eltwise_logistic; break;
+    case UnaryOp::Tanh: a = alg::eltwise_tanh; break;
+    case UnaryOp::Gelu: a = alg::eltwise_gelu_erf; break;
+    case UnaryOp::GeluTanh: a = alg::eltwise_gelu_tanh; break;
+    case UnaryOp::Silu: a = alg::eltwise_swish, alpha = 1.f; break;
+    case UnaryOp::Neg: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Square: case UnaryOp::Abs:
+    case UnaryOp::Sign:
+      fail("oneDNN epilogue: ", common::unary_name(act), " is not an activation");
+  }
+  dnnl::post_ops po;
+  po.append_eltwise(1.f, a, alpha, beta);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  return attr;
+}
+
 dnnl::memory::data_type dnnl_type(DType d) {
   using dt = dnnl::memory::data_type;
   switch (d) {

@@ -8,6 +8,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backend/common/unary_ops.hpp"
 #include "mpt/error.hpp"
 #include "mpt/tensor.hpp"
 
@@ -26,6 +27,9 @@ bool dnnl_has_bf16();
 /// where it issues at half the rate (101 against 216 GFLOP/s per core on the Xeon, AMX off).
 bool bf16_dot_full_rate();
 dnnl::memory::data_type dnnl_type(DType d);
+/// Primitive attributes applying `act` (with its default parameter) as an eltwise post-op;
+/// none for Linear. Every activation has its oneDNN algorithm.
+dnnl::primitive_attr activation_attr(Activation act);
 
 /// Primitives created once per key (shape, dtypes, attributes) and reused.
 template <class Prim>

@@ -155,7 +155,7 @@ void CpuBackend::copy2d(Device, void* dst, std::size_t dst_pitch, const void* sr
                 static_cast<const char*>(src) + r * src_pitch, row_bytes);
 }
 
-void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out) {
+void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double param) {
   // The formulas are backend/common/unary_ops.hpp's, the CUDA kernels' too.
   common::with_unary_op(op, [&](auto o) {
     using OpT = decltype(o);  // a type, so the loops below need no capture
@@ -163,7 +163,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out) {
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
       if constexpr (std::is_floating_point_v<C> || common::unary_on_integers(Op))
-        map1<C>(x, out, [](C v) { return common::unary_apply<OpT::value>(v); });
+        map1<C>(x, out, [p = C(param)](C v) { return common::unary_apply<OpT::value>(v, p); });
       else
         fail("unary op ", common::unary_name(Op), ": not defined for ", to_string(x.dtype()));
     });
@@ -171,7 +171,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out) {
 }
 
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
-                                Tensor& dx) {
+                                Tensor& dx, double param) {
   if (op == UnaryOp::Relu && is_half(x.dtype())) {
     const auto* px = static_cast<const std::uint16_t*>(x.data_ptr());
     const auto* pd = static_cast<const std::uint16_t*>(dy.data_ptr());
@@ -188,7 +188,7 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
       if constexpr (std::is_floating_point_v<C>)
-        map3<C>(x, y, dy, dx, [](C a, C out, C d) { return common::unary_grad<OpT::value>(a, out, d); });
+        map3<C>(x, y, dy, dx, [p = C(param)](C a, C out, C d) { return common::unary_grad<OpT::value>(a, out, d, p); });
       else
         fail("unary backward: not defined for ", to_string(x.dtype()));
     });

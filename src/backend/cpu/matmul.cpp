@@ -33,18 +33,6 @@ GemmShape gemm_shape(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   return g;
 }
 
-dnnl::algorithm eltwise_of(Activation act) {
-  switch (act) {
-    case Activation::Relu: return dnnl::algorithm::eltwise_relu;
-    case Activation::Sigmoid: return dnnl::algorithm::eltwise_logistic;
-    case Activation::Tanh: return dnnl::algorithm::eltwise_tanh;
-    case Activation::Gelu: return dnnl::algorithm::eltwise_gelu_erf;
-    case Activation::Silu: return dnnl::algorithm::eltwise_swish;
-    case Activation::Linear: break;
-  }
-  return dnnl::algorithm::undef;
-}
-
 PrimitiveCache<dnnl::matmul>& matmul_cache() {
   static PrimitiveCache<dnnl::matmul> cache;
   return cache;
@@ -77,12 +65,7 @@ void dnnl_matmul(const GemmShape& g, const Tensor& a, const Tensor& b, bool ta, 
   if (bias.defined()) bias_md = dnnl::memory::desc({1, 1, g.n}, dnnl_type(bias_dt), dims{g.n, g.n, 1});
   dnnl_call("matmul", [&] {
     dnnl::matmul& prim = matmul_cache().get(key, [&] {
-      dnnl::primitive_attr attr;
-      if (act != Activation::Linear) {
-        dnnl::post_ops po;
-        po.append_eltwise(1.f, eltwise_of(act), act == Activation::Silu ? 1.f : 0.f, 0.f);
-        attr.set_post_ops(po);
-      }
+      const dnnl::primitive_attr attr = activation_attr(act);
       auto desc = bias.defined() ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
                                  : dnnl::matmul::desc(a_md, b_md, c_md);
       return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, dnnl_engine()));

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/common/loss_scale.hpp"
+#include "mpt/optim_ops.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/vector_types.hpp"

@@ -25,7 +25,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "mpt/device.hpp"
 #include "mpt/error.hpp"
-#include "ops/ops_common.hpp"
+#include "backend/backend.hpp"
 
 namespace mpt::cuda {
 namespace {
@@ -138,22 +138,28 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
   const Tensor wk = krsc_copy(*this, w);
   ConvKey k = key_of(ConvPass::Forward, x.shape(), w.shape(), out.shape(), g, x.dtype());
   k.alignment = alignment_of({x.data_ptr(), wk.data_ptr(), out.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr});
-  if (bias.defined() || act != Activation::Linear) {
+  cudnnPointwiseMode_t mode{};
+  const Activation fused_act = cudnn_pointwise(act, mode) ? act : Activation::Linear;
+  const auto activate_after = [&] {
+    if (act != fused_act) unary(act, out, out, common::unary_default_param(act));
+  };
+  if (bias.defined() || fused_act != Activation::Linear) {
     ConvKey f = k;
     f.bias = bias.defined();
     if (f.bias) f.bias_dtype = bias.dtype();
-    f.act = act;
+    f.act = fused_act;
     if (const ConvPlan* p = plan_for(f, idx)) {
       std::vector<std::int64_t> uids{kUidX, kUidW, kUidY};
       std::vector<void*> ptrs{x.data_ptr(), wk.data_ptr(), out.data_ptr()};
       if (f.bias) uids.push_back(kUidBias), ptrs.push_back(bias.data_ptr());
-      return execute(*p, idx, uids, ptrs, out.device(), "conv2d");
+      execute(*p, idx, uids, ptrs, out.device(), "conv2d");
+      return activate_after();
     }
   }
   const ConvPlan& p = require_plan(k, idx);
   execute(p, idx, {kUidX, kUidW, kUidY}, {x.data_ptr(), wk.data_ptr(), out.data_ptr()}, out.device(), "conv2d");
   if (bias.defined()) binary(BinaryOp::Add, out, bias, out);  // bias [Cout] broadcasts over N, OH, OW
-  if (act != Activation::Linear) unary(ops::detail::unary_of(act), out, out);
+  if (act != Activation::Linear) unary(act, out, out, common::unary_default_param(act));
 }
 
 void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGeometry& g,

@@ -10,6 +10,21 @@
 #include "mpt/log.hpp"
 
 namespace mpt::cuda::conv {
+bool cudnn_pointwise(Activation act, cudnnPointwiseMode_t& mode) {
+  switch (act) {
+    case UnaryOp::Relu: mode = CUDNN_POINTWISE_RELU_FWD; return true;
+    case UnaryOp::Sigmoid: mode = CUDNN_POINTWISE_SIGMOID_FWD; return true;
+    case UnaryOp::Tanh: mode = CUDNN_POINTWISE_TANH_FWD; return true;
+    // The others run as unary() after the graph: cuDNN's GELU/ELU/SWISH modes round differently
+    // from the shared formulas and its clipped/leaky ReLU attributes are not set here.
+    case UnaryOp::Linear: case UnaryOp::Neg: case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt:
+    case UnaryOp::Square: case UnaryOp::Abs: case UnaryOp::Sign: case UnaryOp::Relu6: case UnaryOp::LeakyRelu:
+    case UnaryOp::Gelu: case UnaryOp::GeluTanh: case UnaryOp::Silu:
+      return false;
+  }
+  return false;
+}
+
 namespace {
 
 std::string what(const char* op, const char* step) { return std::string(op) + ": " + step; }
@@ -94,12 +109,9 @@ Descriptor pointwise_op(cudnnPointwiseMode_t mode, const Descriptor& x, const De
 }
 
 cudnnPointwiseMode_t pointwise_mode(Activation act, const char* op) {
-  switch (act) {
-    case Activation::Relu: return CUDNN_POINTWISE_RELU_FWD;
-    case Activation::Sigmoid: return CUDNN_POINTWISE_SIGMOID_FWD;
-    case Activation::Tanh: return CUDNN_POINTWISE_TANH_FWD;
-    default: fail(op, ": no fused cuDNN activation for activation ", static_cast<int>(act));
-  }
+  cudnnPointwiseMode_t mode{};
+  MPT_CHECK(cudnn_pointwise(act, mode), op, ": no fused cuDNN pointwise mode for ", common::unary_name(act));
+  return mode;
 }
 
 }  // namespace
@@ -344,9 +356,7 @@ std::string describe(const ConvKey& k) {
   std::string s = buf;
   if (k.pass == ConvPass::BackwardFilter && k.dw_dtype != k.dtype) s += " dw " + to_string(k.dw_dtype);
   if (k.bias) s += " +bias";
-  if (k.act == Activation::Relu) s += " relu";
-  if (k.act == Activation::Sigmoid) s += " sigmoid";
-  if (k.act == Activation::Tanh) s += " tanh";
+  if (k.act != Activation::Linear) s += std::string(" ") + common::unary_name(k.act);
   if (k.allow_tf32) s += " tf32";
   if (!k.deterministic) s += " nondeterministic";
   return s;

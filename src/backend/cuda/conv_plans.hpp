@@ -39,7 +39,7 @@ struct ConvKey {
   DType dw_dtype = DType::Float32; ///< backward filter: dw's dtype (float32 for 16-bit x allowed)
   bool bias = false;               ///< forward: bias add fused into the graph
   DType bias_dtype = DType::Float32;
-  Activation act = Activation::Linear;  ///< forward: Relu/Sigmoid/Tanh fused into the graph
+  Activation act = Activation::Linear;  ///< forward: an activation cudnn_pointwise maps, fused into the graph
   bool allow_tf32 = false;         ///< float32: tensor-core (TF32) engines allowed
   /// Only engines without cuDNN's CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC (mpt::cuda::cudnn_deterministic()).
   bool deterministic = true;
@@ -51,6 +51,9 @@ ConvKey conv_key(ConvPass pass, const Shape& x, const Shape& w, const Shape& y, 
                  DType dtype);
 /// "fprop bfloat16 x[128,32,32,3] w[3,3,3,32] y[...] s1,1 d1,1 p1,1,1,1 +bias relu" for messages.
 std::string describe(const ConvKey& k);
+/// cuDNN's pointwise mode for an activation fused into a forward graph; false where cuDNN has
+/// none the backend uses (conv2d then applies unary() after the graph).
+bool cudnn_pointwise(Activation act, cudnnPointwiseMode_t& mode);
 std::size_t hash_of(const ConvKey& k);
 struct ConvKeyHash {
   std::size_t operator()(const ConvKey& k) const { return hash_of(k); }

@@ -23,9 +23,9 @@ class CudaBackend final : public Backend {
   void cast(const Tensor& x, Tensor& out) override;
   void copy2d(Device device, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
               std::size_t row_bytes, std::size_t rows) override;
-  void unary(UnaryOp op, const Tensor& x, Tensor& out) override;
+  void unary(UnaryOp op, const Tensor& x, Tensor& out, double param) override;
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
-                      Tensor& dx) override;
+                      Tensor& dx, double param) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
   void reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor& out) override;

@@ -31,13 +31,13 @@ __global__ void cast_kernel(const S* x, D* out, std::int64_t n) {
 }
 
 template <UnaryOp Op, class T>
-__global__ void unary_kernel(const T* x, T* out, std::int64_t n) {
-  unary_body<Op>(this_thread(), x, out, n);
+__global__ void unary_kernel(const T* x, T* out, std::int64_t n, double param) {
+  unary_body<Op>(this_thread(), x, out, n, param);
 }
 
 template <UnaryOp Op, class T>
-__global__ void unary_backward_kernel(const T* x, const T* y, const T* dy, T* dx, std::int64_t n) {
-  unary_backward_body<Op>(this_thread(), x, y, dy, dx, n);
+__global__ void unary_backward_kernel(const T* x, const T* y, const T* dy, T* dx, std::int64_t n, double param) {
+  unary_backward_body<Op>(this_thread(), x, y, dy, dx, n, param);
 }
 
 template <BinaryOp Op, class T, class O>
@@ -145,7 +145,7 @@ void CudaBackend::copy2d(Device device, void* dst, std::size_t dst_pitch, const 
              "copy2d: cudaMemcpy2DAsync");
 }
 
-void CudaBackend::unary(UnaryOp op, const Tensor& x, Tensor& out) {
+void CudaBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double param) {
   const std::int64_t n = x.numel();
   DeviceGuard g(out.device().index);
   dispatch(x.dtype(), [&](auto tag) {
@@ -154,16 +154,17 @@ void CudaBackend::unary(UnaryOp op, const Tensor& x, Tensor& out) {
       constexpr UnaryOp Op = decltype(opc)::value;
       if constexpr (std::is_floating_point_v<compute_t<T>> || unary_on_integers(Op)) {
         if (n == 0) return;
-        unary_kernel<Op, T><<<blocks_for(n, kThreads), kThreads, 0, stream(g.index())>>>(in<T>(x), out_of<T>(out), n);
+        unary_kernel<Op, T><<<blocks_for(n, kThreads), kThreads, 0, stream(g.index())>>>(in<T>(x), out_of<T>(out), n, param);
         check_launch("unary");
       } else {
-        fail("unary op ", static_cast<int>(op), ": not defined for ", to_string(x.dtype()));
+        fail("unary op ", common::unary_name(op), ": not defined for ", to_string(x.dtype()));
       }
     });
   });
 }
 
-void CudaBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+void CudaBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                                 double param) {
   const std::int64_t n = dx.numel();
   DeviceGuard g(dx.device().index);
   dispatch_float(x.dtype(), "unary backward", [&](auto tag) {
@@ -172,7 +173,7 @@ void CudaBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, c
       constexpr UnaryOp Op = decltype(opc)::value;
       if (n == 0) return;
       unary_backward_kernel<Op, T><<<blocks_for(n, kThreads), kThreads, 0, stream(g.index())>>>(
-          in<T>(x), in<T>(y), in<T>(dy), out_of<T>(dx), n);
+          in<T>(x), in<T>(y), in<T>(dy), out_of<T>(dx), n, param);
       check_launch("unary backward");
     });
   });

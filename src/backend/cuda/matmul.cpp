@@ -108,7 +108,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, con
   if (s.k == 0) {  // empty sum: cuBLASLt needs K >= 1
     fill(out, 0.0);
     if (bias.defined()) binary(BinaryOp::Add, out, bias, out);
-    if (act != Activation::Linear) unary(unary_of(act), out, out);
+    if (act != Activation::Linear) unary(act, out, out, common::unary_default_param(act));
     return;
   }
   if (dt == float16 || dt == bfloat16) hint_tensor_core_shape("matmul", static_cast<int>(dt), {s.m, s.n, s.k});
@@ -211,7 +211,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, con
   }
   const MatmulPlan& plan = c.plan;
   if (plan.add_bias_after) binary(BinaryOp::Add, out, bias, out);
-  if (plan.unary_after) unary(plan.post_op, out, out);
+  if (plan.unary_after) unary(plan.post_op, out, out, common::unary_default_param(plan.post_op));
 }
 
 }  // namespace mpt::cuda

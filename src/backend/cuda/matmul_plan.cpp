@@ -142,7 +142,7 @@ MatmulPlan plan_matmul(const MatmulShape& s, DType dtype, bool has_bias, Activat
   p.bias_type = type;
   p.add_bias_after = has_bias && !fuse_bias;
   p.unary_after = act != Activation::Linear && !fuse_relu;
-  if (p.unary_after) p.post_op = unary_of(act);
+  if (p.unary_after) p.post_op = act;
 
   p.align_a = address_alignment(addresses.b);
   p.align_b = address_alignment(addresses.a);
@@ -339,7 +339,7 @@ std::string matmul_failure_message(const MatmulRequest& r, const std::vector<Att
   std::string msg = mpt::detail::cat(
       "matmul on cuda:", r.device, ": cuBLASLt ran none of ", history.size(), history.size() == 1 ? " plan" : " plans",
       " for ", to_string(r.dtype), " operands (compute ", compute, ", bias ",
-      r.has_bias ? to_string(r.bias_dtype) : std::string("none"), ", activation ", ops::detail::activation_name(r.act),
+      r.has_bias ? to_string(r.bias_dtype) : std::string("none"), ", activation ", common::unary_name(r.act),
       ") of batch ", std::max(s.batch_a, s.batch_b), " (a ", s.batch_a, ", b ", s.batch_b, "), M=", s.m, " N=", s.n,
       " K=", s.k, ", transpose_a=", s.transpose_a ? "true" : "false", " transpose_b=", s.transpose_b ? "true" : "false",
       " (addresses a ", address_alignment(r.addresses.a), ", b ", address_alignment(r.addresses.b), ", out ",

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "ops/ops_common.hpp"
+#include "backend/backend.hpp"
 
 namespace mpt::cuda {
 
@@ -74,9 +74,6 @@ struct PlanOptions {
   /// Bias dtype when it differs from the operands' (the epilogue then cannot take it).
   bool bias_dtype_matches = true;
 };
-
-/// The elementwise op of an activation (mpt::Error for Linear, which has none): the ops' one.
-using ops::detail::unary_of;
 
 /// cuBLASLt's data type for an mpt floating dtype; mpt::Error for the others.
 cudaDataType_t cuda_data_type(DType dtype);

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/kernels/optim.hpp"
+#include "mpt/optim_ops.hpp"
 #include "mpt/error.hpp"
 
 namespace mpt::cuda {

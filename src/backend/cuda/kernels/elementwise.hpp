@@ -163,17 +163,22 @@ using common::unary_apply;
 using common::unary_grad;
 using common::unary_on_integers;
 
+/// param: the op's parameter (LeakyReLU's slope), converted to the compute type as the CPU does.
 template <UnaryOp Op, class T>
-MPT_HOST_DEVICE void unary_body(const Thread& t, const T* x, T* out, std::int64_t n) {
+MPT_HOST_DEVICE void unary_body(const Thread& t, const T* x, T* out, std::int64_t n, double param) {
+  using C = decltype(load_exact(*x));
+  const C p = static_cast<C>(param);
   for (std::int64_t i = t.global(); i < n; i += t.stride())
-    out[i] = store_exact<T>(unary_apply<Op>(load_exact(x[i])));
+    out[i] = store_exact<T>(unary_apply<Op>(load_exact(x[i]), p));
 }
 
 template <UnaryOp Op, class T>
 MPT_HOST_DEVICE void unary_backward_body(const Thread& t, const T* x, const T* y, const T* dy, T* dx,
-                                         std::int64_t n) {
+                                         std::int64_t n, double param) {
+  using C = decltype(load_exact(*x));
+  const C p = static_cast<C>(param);
   for (std::int64_t i = t.global(); i < n; i += t.stride())
-    dx[i] = store_exact<T>(unary_grad<Op>(load_exact(x[i]), load_exact(y[i]), load_exact(dy[i])));
+    dx[i] = store_exact<T>(unary_grad<Op>(load_exact(x[i]), load_exact(y[i]), load_exact(dy[i]), p));
 }
 
 // ---- broadcasting -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #include <filesystem>
 
-#include "model/tensorboard/event_file.hpp"
+#include "callbacks/tensorboard/event_file.hpp"
 #include "mpt/callbacks.hpp"
 #include "mpt/model.hpp"
 

@@ -1,4 +1,4 @@
-#include "model/tensorboard/event_file.hpp"
+#include "callbacks/tensorboard/event_file.hpp"
 
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "src/model/tensorboard/event.pb.h"
+#include "src/callbacks/tensorboard/event.pb.h"
 #include "mpt/error.hpp"
 
 namespace mpt::tensorboard {

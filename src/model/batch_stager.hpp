@@ -1,0 +1,45 @@
+#pragma once
+// Batches of (x, y) for fit, evaluate and predict, on the model's device.
+#include <cstdint>
+#include <future>
+#include <utility>
+#include <vector>
+
+#include "mpt/distributed.hpp"
+#include "mpt/tensor.hpp"
+
+namespace mpt::detail {
+
+/// Batches of (x, y) on the model's device, in order or by a shuffled order. When the data
+/// lives elsewhere (host data, a model on a GPU), the next batch is gathered and copied on a
+/// background thread while the current one trains; data already on the device is sliced or
+/// gathered in place, synchronously (a helper thread would only take a core from the kernels).
+class BatchStager {
+ public:
+  /// Under a strategy each rank takes its share of every (global) batch.
+  BatchStager(Tensor x, Tensor y, std::int64_t batch_size, std::vector<std::int64_t> order, Device device,
+              const distributed::DataParallel* strategy = nullptr);
+
+  /// Batch `step`; steps are asked for in order.
+  std::pair<Tensor, Tensor> get(std::int64_t step);
+  /// Rows of batch `step` over all ranks.
+  std::int64_t global_rows(std::int64_t step) const;
+  /// This rank's rows of batch `step`: [begin, end) of the (shuffled) order.
+  std::pair<std::int64_t, std::int64_t> range(std::int64_t step) const;
+  std::int64_t rows(std::int64_t step) const;
+
+ private:
+  std::pair<Tensor, Tensor> make(std::int64_t step) const;
+
+  Tensor x_, y_;
+  std::int64_t batch_size_;
+  std::vector<std::int64_t> order_;
+  Device device_;
+  std::int64_t steps_;
+  bool ahead_;
+  std::future<std::pair<Tensor, Tensor>> next_;
+  std::int64_t next_step_ = -1;
+  const distributed::DataParallel* strategy_;
+};
+
+}  // namespace mpt::detail

@@ -1,0 +1,249 @@
+// The one table of elementwise ops and activations, in the spirit of ggml's test-backend-ops:
+// every op of backend/common/unary_ops.hpp runs forward and backward, in every dtype, on every
+// device for_each_device gives (CPU, test device, cuda:0 where present), against float64:
+//   - forward: against the row's float64 reference, written here independently of the shared
+//     formulas (so a broken formula fails on every backend);
+//   - backward: in float64 against central finite differences, and in every dtype against the
+//     CPU's float64 backward on the same inputs;
+//   - activations (a Keras name): fused into dense and conv2d, forward and gradient.
+// The CUDA kernel bodies run the same ops on the host in tests/cuda/test_cuda_elementwise.cpp
+// (bit for bit against the CPU, looping over the same op table).
+//
+// Which test covers an op: its row below. A new op of the table fails "has a row" until it has one.
+#include <cmath>
+#include <set>
+
+#include "backend/common/unary_ops.hpp"
+#include "test_util.hpp"
+
+using namespace mpt;
+using mpt::test::check_close;
+using mpt::test::check_gradients;
+using mpt::test::for_each_device;
+using mpt::test::random;
+using mpt::test::tolerance;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+struct UnaryRow {
+  UnaryOp op;
+  std::function<Tensor(const Tensor&)> call;  ///< the public op
+  std::function<double(double)> ref;          ///< float64 reference (the op's definition)
+  double lo, hi;                              ///< input range (kinks inside are fine)
+  bool integers = false;                      ///< the public op takes int32/int64 too
+};
+
+double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+
+const std::vector<UnaryRow>& rows() {
+  static const std::vector<UnaryRow> r = {
+      {UnaryOp::Linear, [](const Tensor& x) { return ops::activation(x, "linear"); }, [](double x) { return x; }, -3, 3},
+      {UnaryOp::Neg, ops::neg, [](double x) { return -x; }, -3, 3, true},
+      {UnaryOp::Exp, ops::exp, [](double x) { return std::exp(x); }, -3, 3},
+      {UnaryOp::Log, ops::log, [](double x) { return std::log(x); }, 0.1, 5},
+      {UnaryOp::Sqrt, ops::sqrt, [](double x) { return std::sqrt(x); }, 0.01, 9},
+      {UnaryOp::Square, ops::square, [](double x) { return x * x; }, -3, 3, true},
+      {UnaryOp::Abs, ops::abs, [](double x) { return std::abs(x); }, -3, 3, true},
+      {UnaryOp::Sign, ops::sign, [](double x) { return double((x > 0) - (x < 0)); }, -3, 3, true},
+      {UnaryOp::Relu, ops::relu, [](double x) { return x > 0 ? x : 0; }, -3, 3},
+      {UnaryOp::Relu6, ops::relu6, [](double x) { return std::min(std::max(x, 0.0), 6.0); }, -3, 9},
+      // A slope other than the default 0.2, so the parameter is seen to reach every backend.
+      {UnaryOp::LeakyRelu, [](const Tensor& x) { return ops::leaky_relu(x, 0.3); },
+       [](double x) { return x >= 0 ? x : 0.3 * x; }, -3, 3},
+      {UnaryOp::Sigmoid, ops::sigmoid, sigmoid_ref, -6, 6},
+      {UnaryOp::Tanh, ops::tanh, [](double x) { return std::tanh(x); }, -3, 3},
+      {UnaryOp::Gelu, [](const Tensor& x) { return ops::gelu(x); },
+       [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4},
+      {UnaryOp::GeluTanh, [](const Tensor& x) { return ops::gelu(x, /*approximate=*/true); },
+       [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, -4, 4},
+      {UnaryOp::Silu, ops::silu, [](double x) { return x * sigmoid_ref(x); }, -6, 6},
+  };
+  return r;
+}
+
+/// The activations by Keras name, with the reference of their default parameter.
+struct ActivationRow {
+  std::string name;
+  std::function<double(double)> ref;
+};
+std::vector<ActivationRow> activation_rows() {
+  std::vector<ActivationRow> acts;
+  for (const UnaryRow& r : rows()) {
+    const char* keras = common::unary_info(r.op).keras;
+    if (keras == nullptr) continue;
+    auto ref = r.ref;
+    if (r.op == UnaryOp::LeakyRelu) ref = [](double x) { return x >= 0 ? x : 0.2 * x; };  // Keras's default slope
+    acts.push_back({keras, ref});
+  }
+  return acts;
+}
+
+/// Weights the output so the checked scalar depends on every element differently.
+Tensor weigh(const Tensor& y) {
+  return ops::mul(y, Tensor::random_uniform(y.shape(), 0.5, 1.5, 99, y.dtype(), y.device()));
+}
+
+/// |actual - expected| within the dtype's tolerance of a result computed from pre-activations z
+/// known to within atol_z: the activation's slope at z (by central difference) scales atol_z.
+void check_activation(const Tensor& actual, const Vec& z, double atol_z, DType dt,
+                      const std::function<double(double)>& f, const std::string& what) {
+  const Vec got = actual.to_vector<double>();
+  REQUIRE(got.size() == z.size());
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    const double e = f(z[i]), h = 1e-4;
+    const double slope = std::abs(f(z[i] + h) - f(z[i] - h)) / (2 * h);
+    const double tol = tolerance(dt).atol + tolerance(dt).rtol * std::abs(e) + atol_z * std::max(1.0, slope);
+    if (!(std::abs(got[i] - e) <= tol) && bad++ == 0) first = i;
+  }
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", z.size(), " differ; first at ", first, ": got ",
+                bad ? got[first] : 0.0, ", expected ", bad ? f(z[first]) : 0.0);
+}
+
+}  // namespace
+
+TEST_CASE("op table: every op of the shared table has exactly one row") {
+  std::multiset<int> seen;
+  for (const UnaryRow& r : rows()) seen.insert(static_cast<int>(r.op));
+  common::for_each_unary_op([&](auto o) {
+    CHECK_MESSAGE(seen.count(static_cast<int>(o.value)) == 1, "op '", common::unary_name(o), "' has ",
+                  seen.count(static_cast<int>(o.value)), " rows in tests/ops/test_op_table.cpp");
+  });
+  CHECK(rows().size() == static_cast<std::size_t>(common::kUnaryOpCount));
+}
+
+TEST_CASE("op table: forward against float64 references, every op, dtype and device") {
+  for_each_device([](Device dev) {
+    for (const UnaryRow& r : rows()) {
+      const std::string name = common::unary_name(r.op);
+      for (DType dt : test::float_dtypes())
+        for (const Shape& shape : {Shape{3, 1500}, Shape{7}, Shape{}, Shape{0, 4}}) {  // > one block; odd; scalar; empty
+          Tensor x = random(shape, dt, dev, 11, r.lo, r.hi);
+          Tensor y = r.call(x);
+          REQUIRE(y.dtype() == dt);
+          REQUIRE(y.shape() == shape);
+          Vec ref = x.to_vector<double>();
+          for (double& v : ref) v = r.ref(v);
+          check_close(y, ref, tolerance(dt), name + " " + to_string(dt) + " " + to_string(shape));
+        }
+      if (r.integers)
+        for (DType dt : {int32, int64}) {
+          Tensor x = Tensor::from_vector<double>({-7, -1, 0, 2, 5, 40000}, {6}).to(dt).to(dev);
+          Vec ref = x.to_vector<double>();
+          for (double& v : ref) v = r.ref(v);
+          Tensor y = r.call(x);
+          CHECK(y.dtype() == dt);
+          CHECK_MESSAGE(y.to_vector<double>() == ref, name, " ", to_string(dt));
+        }
+    }
+  });
+}
+
+TEST_CASE("op table: backward against finite differences and the CPU's float64, every op, dtype and device") {
+  for_each_device([](Device dev) {
+    for (const UnaryRow& r : rows()) {
+      const std::string name = common::unary_name(r.op);
+      check_gradients(name, [&](const std::vector<Tensor>& in) { return weigh(r.call(in[0])); },
+                      {random({3, 4}, float64, dev, 1, r.lo, r.hi)});
+      for (DType dt : test::float_dtypes()) {
+        Tensor x = random({2, 700}, dt, dev, 2, r.lo, r.hi), dy = random({2, 700}, dt, dev, 3, -2, 2);
+        Tensor dx;
+        {
+          GradientTape tape;
+          tape.watch(x);
+          Tensor y = r.call(x);
+          dx = tape.gradient(ops::sum(ops::mul(y, dy)), {x})[0];
+        }
+        REQUIRE(dx.dtype() == dt);
+        Tensor x64 = x.to(float64).to(Device::cpu()), dy64 = dy.to(float64).to(Device::cpu()), want;
+        {
+          GradientTape tape;
+          tape.watch(x64);
+          want = tape.gradient(ops::sum(ops::mul(r.call(x64), dy64)), {x64})[0];
+        }
+        // Gradients read from a rounded output (sigmoid: dy·y·(1 - y)) lose |dy|·ulp to the
+        // rounding of y near 1: an absolute allowance of the dtype's rtol times max |dy| = 2.
+        const test::Tolerance tol{tolerance(dt).rtol, tolerance(dt).atol + 2 * tolerance(dt).rtol};
+        check_close(dx, want.to_vector<double>(), tol, name + " backward " + to_string(dt));
+      }
+    }
+  });
+}
+
+TEST_CASE("op table: every activation fused into dense, forward and gradient") {
+  const std::int64_t rows_n = 33, in = 40, units = 24;
+  for_each_device([&](Device dev) {
+    for (const ActivationRow& a : activation_rows()) {
+      for (DType dt : test::float_dtypes())
+        for (bool bias : {true, false}) {
+          Tensor x = random({rows_n, in}, dt, dev, 1, -1, 1), w = random({in, units}, dt, dev, 2, -0.5, 0.5);
+          Tensor b = bias ? random({units}, dt, dev, 3) : Tensor();
+          Tensor y = ops::dense(x, w, b, a.name);
+          REQUIRE(y.shape() == Shape{rows_n, units});
+          CHECK(y.dtype() == dt);
+          const Vec xv = x.to_vector<double>(), wv = w.to_vector<double>();
+          const Vec bv = bias ? b.to_vector<double>() : Vec(units, 0);
+          Vec z(rows_n * units);
+          double scale = 0;
+          for (std::int64_t i = 0; i < rows_n; ++i)
+            for (std::int64_t j = 0; j < units; ++j) {
+              double s = bv[j], mag = std::abs(bv[j]);
+              for (std::int64_t p = 0; p < in; ++p) s += xv[i * in + p] * wv[p * units + j], mag += std::abs(xv[i * in + p] * wv[p * units + j]);
+              z[i * units + j] = s, scale = std::max(scale, mag);
+            }
+          check_activation(y, z, tolerance(dt).rtol * (scale + 2), dt, a.ref,
+                           "dense " + a.name + " " + to_string(dt) + (bias ? " bias" : ""));
+        }
+      check_gradients("dense " + a.name,
+                      [&](const std::vector<Tensor>& in) { return weigh(ops::dense(in[0], in[1], in[2], a.name)); },
+                      {random({2, 3, 4}, float64, dev, 15), random({4, 5}, float64, dev, 16, -1, 1),
+                       random({5}, float64, dev, 17)});
+    }
+  });
+}
+
+TEST_CASE("op table: every activation fused into conv2d, forward and gradient") {
+  for_each_device([&](Device dev) {
+    for (const ActivationRow& a : activation_rows()) {
+      // 3 and 16 input channels: the CPU's small-channel direct kernels and oneDNN.
+      for (std::int64_t cin : {3, 16})
+        for (DType dt : test::float_dtypes()) {
+          Tensor x = random({2, 9, 9, cin}, dt, dev, 4, -1, 1), w = random({3, 3, cin, 8}, dt, dev, 5, -0.5, 0.5);
+          Tensor b = random({8}, dt, dev, 6);
+          Tensor y = ops::conv2d(x, w, b, {.padding = "same", .activation = a.name});
+          // The float64 CPU convolution without activation, and its magnitude for the tolerance.
+          auto cpu64 = [](const Tensor& t) { return t.to(float64).to(Device::cpu()); };
+          const Vec z = ops::conv2d(cpu64(x), cpu64(w), cpu64(b), {.padding = "same"}).to_vector<double>();
+          const Vec mag = ops::conv2d(ops::abs(cpu64(x)), ops::abs(cpu64(w)), ops::abs(cpu64(b)), {.padding = "same"})
+                              .to_vector<double>();
+          const double scale = *std::max_element(mag.begin(), mag.end());
+          check_activation(y, z, tolerance(dt).rtol * (scale + 2), dt, a.ref,
+                           "conv2d " + a.name + " cin " + std::to_string(cin) + " " + to_string(dt));
+        }
+      check_gradients("conv2d " + a.name,
+                      [&](const std::vector<Tensor>& in) {
+                        return weigh(ops::conv2d(in[0], in[1], in[2], {.padding = "same", .activation = a.name}));
+                      },
+                      {random({1, 4, 4, 2}, float64, dev, 7), random({3, 3, 2, 3}, float64, dev, 8, -1, 1),
+                       random({3}, float64, dev, 9)});
+    }
+  });
+}
+
+TEST_CASE("op table: activation names and their errors come from the table") {
+  for (const ActivationRow& a : activation_rows()) CHECK_NOTHROW(ops::check_activation(a.name));
+  CHECK_NOTHROW(ops::check_activation("swish"));
+  CHECK_NOTHROW(ops::check_activation("softmax"));
+  try {
+    ops::check_activation("relu7");
+    FAIL("relu7 accepted");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("relu7") != std::string::npos);
+    for (const ActivationRow& a : activation_rows()) CHECK_MESSAGE(msg.find(a.name) != std::string::npos, msg);
+  }
+  Tensor x = Tensor::ones({2});
+  CHECK_THROWS_AS(ops::leaky_relu(x, std::nan("")), Error);
+}
