@@ -22,6 +22,61 @@
 
 namespace layers = mpt::layers;
 
+namespace {
+
+/// The device allocator's new segments (a cudaMalloc each) once the first step has run and at
+/// each epoch's end, with the steps before which the later ones happened.
+class ReservationLog {
+ public:
+  explicit ReservationLog(mpt::Device device) : device_(device) {}
+
+  std::shared_ptr<mpt::callbacks::LambdaCallback> callback() {
+    auto cb = std::make_shared<mpt::callbacks::LambdaCallback>();
+    cb->epoch_begin = [this](int e, const mpt::Logs&) { epoch_ = e; };
+    cb->batch_begin = [this](std::int64_t batch, const mpt::Logs&) {
+      const std::size_t now = count();
+      if (batch == 1 && !first_step_seen_) first_step_seen_ = true, after_first_step_ = now;
+      else if (first_step_seen_ && now > last_)
+        where_ += " +" + std::to_string(now - last_) + " in epoch " + std::to_string(epoch_ + 1) + " step " +
+                  std::to_string(batch);
+      last_ = now;
+    };
+    cb->epoch_end = [this](int e, const mpt::Logs&) {
+      const std::size_t now = count();
+      if (now > last_) where_ += " +" + std::to_string(now - last_) + " in epoch " + std::to_string(e + 1) + "'s last step";
+      last_ = now;
+      at_epoch_end_.push_back(now);
+    };
+    return cb;
+  }
+
+  /// "device memory: peak ... MiB; N cudaMalloc in the first step, M after it (per epoch: ...)".
+  void report() const {
+    if (!first_step_seen_ || at_epoch_end_.empty()) return;
+    std::string per_epoch;
+    for (std::size_t e = 0; e < at_epoch_end_.size(); ++e)
+      per_epoch += (e ? ", " : "") + std::to_string(at_epoch_end_[e] - (e ? at_epoch_end_[e - 1] : after_first_step_));
+    std::printf("device memory: peak %.1f MiB; %zu cudaMalloc in the first step, %zu after it (per epoch: %s)%s\n",
+                static_cast<double>(mpt::memory_stats(device_).peak_bytes) / (1 << 20), after_first_step_,
+                at_epoch_end_.back() - after_first_step_, per_epoch.c_str(), where_.empty() ? "" : (":" + where_).c_str());
+  }
+
+ private:
+  std::size_t count() const {
+    const mpt::MemoryStats m = mpt::memory_stats(device_);
+    return m.allocations - m.cache_hits;
+  }
+
+  mpt::Device device_;
+  std::size_t after_first_step_ = 0, last_ = 0;
+  std::vector<std::size_t> at_epoch_end_;
+  std::string where_;  // the steps before which later reservations happened
+  bool first_step_seen_ = false;
+  int epoch_ = 0;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   bool distributed = false;
   std::string policy = "mixed_float16", checkpoint = "fashion_cnn.weights.h5", tensorboard, csv_log;
@@ -69,49 +124,17 @@ int main(int argc, char** argv) {
     if (!tensorboard.empty())
       callbacks.emplace_back(mpt::callbacks::TensorBoard({.log_dir = tensorboard, .update_freq = 20, .histogram_freq = 1}));
     if (!csv_log.empty()) callbacks.emplace_back(mpt::callbacks::CSVLogger(csv_log));
-    // The allocator's counts once the first step has run, and when training ends.
     const mpt::Device device = mpt::default_device();  // where the model was built
-    // Blocks that needed a new segment (a cudaMalloc): after the first step, and at each epoch's end.
-    const auto reservations = [&] {
-      const mpt::MemoryStats m = mpt::memory_stats(device);
-      return m.allocations - m.cache_hits;
-    };
-    std::size_t after_first_step = 0, last = 0;
-    std::vector<std::size_t> at_epoch_end;
-    std::string where;  // the steps before which later reservations happened
-    bool first_step_seen = false;
-    int epoch = 0;
-    auto memory = std::make_shared<mpt::callbacks::LambdaCallback>();
-    memory->epoch_begin = [&](int e, const mpt::Logs&) { epoch = e; };
-    memory->batch_begin = [&](std::int64_t batch, const mpt::Logs&) {
-      const std::size_t now = reservations();
-      if (batch == 1 && !first_step_seen) first_step_seen = true, after_first_step = now;
-      else if (first_step_seen && now > last)
-        where += " +" + std::to_string(now - last) + " in epoch " + std::to_string(epoch + 1) + " step " + std::to_string(batch);
-      last = now;
-    };
-    memory->epoch_end = [&](int e, const mpt::Logs&) {
-      const std::size_t now = reservations();
-      if (now > last) where += " +" + std::to_string(now - last) + " in epoch " + std::to_string(e + 1) + "'s last step";
-      last = now;
-      at_epoch_end.push_back(now);
-    };
+    ReservationLog reservations(device);
     if (!device.is_cpu()) {
       mpt::reset_peak_memory(device);
-      callbacks.emplace_back(memory);
+      callbacks.emplace_back(reservations.callback());
     }
     mpt::History h = model.fit(data.x_train, data.y_train,
                                {.batch_size = batch_size, .epochs = epochs, .callbacks = callbacks,
                                 .validation_split = validation_split});
     if (chief) std::printf("trained on %s\n", device.str().c_str());
-    if (chief && first_step_seen && !at_epoch_end.empty()) {
-      std::string per_epoch;
-      for (std::size_t e = 0; e < at_epoch_end.size(); ++e)
-        per_epoch += (e ? ", " : "") + std::to_string(at_epoch_end[e] - (e ? at_epoch_end[e - 1] : after_first_step));
-      std::printf("device memory: peak %.1f MiB; %zu cudaMalloc in the first step, %zu after it (per epoch: %s)%s\n",
-                  static_cast<double>(mpt::memory_stats(device).peak_bytes) / (1 << 20), after_first_step,
-                  at_epoch_end.back() - after_first_step, per_epoch.c_str(), where.empty() ? "" : (":" + where).c_str());
-    }
+    if (chief) reservations.report();
     auto scores = model.evaluate(data.x_test, data.y_test, {.batch_size = 512});
     if (!checkpoint.empty()) {
       model.save_weights(checkpoint);

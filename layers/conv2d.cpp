@@ -1,4 +1,4 @@
-#include "config_text.hpp"
+#include "config_values.hpp"
 #include "mpt/layers/conv.hpp"
 #include "mpt/nn_ops.hpp"
 #include "mpt/ops.hpp"
@@ -34,9 +34,9 @@ class Conv2DLayer : public Layer {
       error("expected ", kernel_.shape()[2], " input channels (the last axis), got input shape ", to_string(x.shape()));
     const bool softmax = o_.activation == "softmax";
     Tensor y = ops::conv2d(x, read(kernel_), o_.use_bias ? read(bias_) : Tensor(),
-                           {.strides = o_.strides.array(),
+                           {.strides = o_.strides,
                             .padding = o_.padding,
-                            .dilation = o_.dilation_rate.array(),
+                            .dilation = o_.dilation_rate,
                             .activation = softmax ? "linear" : o_.activation});
     return softmax ? ops::softmax(y) : y;
   }

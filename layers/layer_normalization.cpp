@@ -1,5 +1,5 @@
-#include "config_text.hpp"
-#include "mpt/layers/conv.hpp"
+#include "config_values.hpp"
+#include "mpt/layers/normalization.hpp"
 #include "mpt/nn_ops.hpp"
 
 namespace mpt::layers {

@@ -1,4 +1,4 @@
-#include "config_text.hpp"
+#include "config_values.hpp"
 #include "mpt/layers/merge.hpp"
 #include "mpt/ops.hpp"
 

@@ -1,5 +1,5 @@
-#include "config_text.hpp"
-#include "mpt/layers/conv.hpp"
+#include "config_values.hpp"
+#include "mpt/layers/pooling.hpp"
 #include "mpt/nn_ops.hpp"
 
 namespace mpt::layers {
@@ -24,8 +24,8 @@ class Pooling2DLayer : public Layer {
     if (padding_ == "valid" && (pool_.h > s[1] || pool_.w > s[2]))
       error("pool_size ", text(pool_), " is larger than the input image ", s[1], "x", s[2],
             " with padding 'valid' (input shape ", to_string(s), ")");
-    ops::Pool2dOptions o{.strides = strides_.array(), .padding = padding_};
-    return max_ ? ops::max_pool2d(x, pool_.array(), o) : ops::avg_pool2d(x, pool_.array(), o);
+    ops::Pool2dOptions o{.strides = strides_, .padding = padding_};
+    return max_ ? ops::max_pool2d(x, pool_, o) : ops::avg_pool2d(x, pool_, o);
   }
 
   nlohmann::json config() const override {

@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "config_text.hpp"
+#include "config_values.hpp"
 #include "mpt/layers/conv.hpp"
 #include "mpt/nn_ops.hpp"
 

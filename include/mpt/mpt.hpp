@@ -25,6 +25,8 @@
 #include "mpt/layers/layer.hpp"
 #include "mpt/layers/core.hpp"
 #include "mpt/layers/conv.hpp"
+#include "mpt/layers/normalization.hpp"
+#include "mpt/layers/pooling.hpp"
 #include "mpt/layers/merge.hpp"
 #include "mpt/functional.hpp"
 #include "mpt/model.hpp"

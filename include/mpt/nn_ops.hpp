@@ -16,17 +16,30 @@
 
 #include "mpt/tensor.hpp"
 
+namespace mpt {
+
+/// A (height, width) pair: kernel and pool sizes, strides, dilation rates, given as {h, w} or
+/// as one number for both (Keras's int-or-tuple). The one such type of the ops and the layers.
+struct IntPair {
+  std::int64_t h = 1, w = 1;
+  IntPair() = default;
+  IntPair(std::int64_t both) : h(both), w(both) {}  // NOLINT: Conv2D(32, 3) as in Keras
+  IntPair(std::int64_t height, std::int64_t width) : h(height), w(width) {}
+  std::int64_t& operator[](int i) { return i == 0 ? h : w; }
+  std::int64_t operator[](int i) const { return i == 0 ? h : w; }
+  bool operator==(const IntPair&) const = default;
+};
+
+}  // namespace mpt
+
 namespace mpt::ops {
 
-/// (height, width) pairs: kernel and pool sizes, strides, dilation rates.
-using Size2 = std::array<std::int64_t, 2>;
-
 struct Conv2dOptions {
-  Size2 strides = {1, 1};
+  IntPair strides = {1, 1};
   /// "valid" (no padding) or "same" (output = ceil(input / stride); Keras/TensorFlow padding,
   /// the odd extra row/column at the bottom/right).
   std::string padding = "valid";
-  Size2 dilation = {1, 1};
+  IntPair dilation = {1, 1};
   /// Fused activation: linear, relu, sigmoid, tanh, gelu, silu (as ops::dense).
   std::string activation = "linear";
 };
@@ -35,13 +48,13 @@ struct Conv2dOptions {
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias = {}, Conv2dOptions options = {});
 
 struct Pool2dOptions {
-  std::optional<Size2> strides = std::nullopt;  ///< default: the pool size (as Keras)
+  std::optional<IntPair> strides = std::nullopt;  ///< default: the pool size (as Keras)
   std::string padding = "valid";                ///< "valid" or "same"
 };
 /// Max over each window (padding never wins).
-Tensor max_pool2d(const Tensor& x, Size2 pool_size = {2, 2}, Pool2dOptions options = {});
+Tensor max_pool2d(const Tensor& x, IntPair pool_size = {2, 2}, Pool2dOptions options = {});
 /// Mean over each window; with "same" padding the padded positions are left out of the mean.
-Tensor avg_pool2d(const Tensor& x, Size2 pool_size = {2, 2}, Pool2dOptions options = {});
+Tensor avg_pool2d(const Tensor& x, IntPair pool_size = {2, 2}, Pool2dOptions options = {});
 /// Mean over height and width: [N, H, W, C] -> [N, C] ([N, 1, 1, C] with keepdims).
 Tensor global_avg_pool2d(const Tensor& x, bool keepdims = false);
 /// Zeros around the image: [N, H, W, C] -> [N, top + H + bottom, left + W + right, C].

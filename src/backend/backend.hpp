@@ -9,17 +9,14 @@
 
 #include "mpt/memory.hpp"
 #include "mpt/tensor.hpp"
-#include "backend/common/unary_ops.hpp"  // UnaryOp, Activation: the table of elementwise ops
+#include "backend/common/binary_ops.hpp"  // BinaryOp: the table of binary ops
+#include "backend/common/unary_ops.hpp"   // UnaryOp, Activation: the table of unary ops and activations
 
 namespace mpt {
 namespace ops {
 struct LossScaleRule;  // mpt/optim_ops.hpp: the parameters update_loss_scale takes (backends implementing it include that header)
 }  // namespace ops
 
-enum class BinaryOp : std::uint8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Equal, NotEqual, Less, LessEqual, Greater,
-  GreaterEqual
-};
 enum class ReduceOp : std::uint8_t { Sum, Mean, Max, Min };
 
 /// Geometry of a 2-D convolution over NHWC activations with [kh, kw, Cin, Cout] kernels:
@@ -189,7 +186,7 @@ class Backend {
   virtual void batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) = 0;
   /// y = act((x - mean) / sqrt(var + eps) * gamma + beta) over x [rows, C]; gamma/beta/mean/var
   /// are [C] float32 (float64 for float64), gamma/beta undefined meaning 1/0; act Linear or Relu.
-  virtual void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var,
+  virtual void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var,
                                   const Tensor& gamma, const Tensor& beta, double eps,
                                   Activation act, Tensor& y) = 0;
   /// dx, and when defined dgamma/dbeta [C], for dy. batch_stats: mean/var were computed from x

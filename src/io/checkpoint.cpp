@@ -10,7 +10,7 @@
 #include "core/json_util.hpp"
 #include "io/keras_zip.hpp"
 #include "io/model_config.hpp"
-#include "io/weights_io.hpp"
+#include "io/weights_h5.hpp"
 
 namespace mpt {
 

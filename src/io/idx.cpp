@@ -130,7 +130,10 @@ const char* idx_type_name(std::uint8_t type) {
   }
 }
 
-IdxFile read_idx_file(const std::string& path) {
+namespace {
+
+/// The size of a regular file (an error naming it for anything else).
+std::uint64_t regular_file_size(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
@@ -139,15 +142,64 @@ IdxFile read_idx_file(const std::string& path) {
   if (!fs::is_regular_file(st)) bad(path, "is not a regular file");
   const std::uint64_t file_size = fs::file_size(path, ec);
   if (ec) bad(path, "cannot read its size: ", ec.message());
+  return file_size;
+}
 
-  bool gzip = false;
-  {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) bad(path, "cannot open: ", std::strerror(errno));
-    unsigned char magic[2] = {0, 0};
-    gzip = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-    std::fclose(f);
+/// True when the file starts with gzip's magic bytes.
+bool is_gzip(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) bad(path, "cannot open: ", std::strerror(errno));
+  unsigned char magic[2] = {0, 0};
+  const bool gzip = std::fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  std::fclose(f);
+  return gzip;
+}
+
+/// The payload's bytes from the header's big-endian dimensions (appended to dims); too_big when
+/// they pass kMaxPayloadBytes (checked before anything is multiplied past it). Any zero
+/// dimension makes an empty payload.
+std::uint64_t payload_bytes(const unsigned char* dim_bytes, int ndims, std::size_t esize,
+                            std::vector<std::int64_t>& dims, bool& too_big) {
+  std::uint64_t bytes = esize;
+  too_big = false;
+  for (int i = 0; i < ndims; ++i) {
+    const unsigned char* b = dim_bytes + 4 * i;
+    const std::uint64_t d = (std::uint64_t{b[0]} << 24) | (std::uint64_t{b[1]} << 16) |
+                            (std::uint64_t{b[2]} << 8) | std::uint64_t{b[3]};
+    dims.push_back(static_cast<std::int64_t>(d));
+    if (d != 0 && bytes > kMaxPayloadBytes / d) too_big = true;
+    else bytes *= d;
   }
+  for (auto d : dims)
+    if (d == 0) too_big = false, bytes = 0;
+  return bytes;
+}
+
+/// Reads up to `bytes` of payload: a plain file's size was checked already; a gzip stream grows
+/// the buffer as data arrives, so memory follows what the stream really holds, not what the
+/// header claims. Returns the bytes read.
+std::size_t read_payload(Source& src, bool gzip, std::uint64_t bytes, std::vector<unsigned char>& payload) {
+  if (!gzip) {
+    payload.resize(bytes);
+    return src.read(payload.data(), bytes);
+  }
+  std::size_t got = 0;
+  while (got < bytes) {
+    const std::size_t next =
+        std::min<std::uint64_t>(bytes, std::max<std::uint64_t>(2 * payload.size(), std::uint64_t{1} << 20));
+    payload.resize(next);
+    const std::size_t r = src.read(payload.data() + got, next - got);
+    got += r;
+    if (got < next) break;
+  }
+  return got;
+}
+
+}  // namespace
+
+IdxFile read_idx_file(const std::string& path) {
+  const std::uint64_t file_size = regular_file_size(path);
+  const bool gzip = is_gzip(path);
   const char* kind = gzip ? "decompressed data" : "file";
   Source src(path, gzip);
   auto truncation = [&](std::uint64_t need, std::uint64_t got, const char* what) {
@@ -176,20 +228,8 @@ IdxFile read_idx_file(const std::string& path) {
   const std::size_t header_bytes = 4 + 4 * static_cast<std::size_t>(ndims);
   got = src.read(dim_bytes, 4 * static_cast<std::size_t>(ndims));
   if (got < 4 * static_cast<std::size_t>(ndims)) truncation(header_bytes, 4 + got, "the header's dimensions");
-
-  // Element count, checked against the limit before anything is multiplied past it.
-  std::uint64_t bytes = esize;
   bool too_big = false;
-  for (int i = 0; i < ndims; ++i) {
-    const unsigned char* b = dim_bytes + 4 * i;
-    const std::uint64_t d = (std::uint64_t{b[0]} << 24) | (std::uint64_t{b[1]} << 16) |
-                            (std::uint64_t{b[2]} << 8) | std::uint64_t{b[3]};
-    out.dims.push_back(static_cast<std::int64_t>(d));
-    if (d != 0 && bytes > kMaxPayloadBytes / d) too_big = true;
-    else bytes *= d;
-  }
-  for (auto d : out.dims)
-    if (d == 0) too_big = false, bytes = 0;
+  const std::uint64_t bytes = payload_bytes(dim_bytes, ndims, esize, out.dims, too_big);
   const std::string declared = std::string(idx_type_name(out.type)) + " [" + dims_str(out.dims) + "]";
   if (too_big)
     bad(path, "the header declares ", declared, ", more than the ", kMaxPayloadBytes >> 30,
@@ -204,22 +244,7 @@ IdxFile read_idx_file(const std::string& path) {
     bad(path, "the header declares ", declared, " (", bytes, " bytes), more than a ", file_size,
         "-byte gzip file can hold (truncated file or corrupt header)");
 
-  // A plain file's size was checked above; a gzip stream grows the buffer as data arrives,
-  // so memory follows what the stream really holds, not what the header claims.
-  if (!gzip) {
-    out.payload.resize(bytes);
-    got = src.read(out.payload.data(), bytes);
-  } else {
-    got = 0;
-    while (got < bytes) {
-      const std::size_t next = std::min<std::uint64_t>(
-          bytes, std::max<std::uint64_t>(2 * out.payload.size(), std::uint64_t{1} << 20));
-      out.payload.resize(next);
-      const std::size_t r = src.read(out.payload.data() + got, next - got);
-      got += r;
-      if (got < next) break;
-    }
-  }
+  got = read_payload(src, gzip, bytes, out.payload);
   if (got < bytes) truncation(bytes, got, ("the data of " + declared).c_str());
   unsigned char extra;
   if (src.read(&extra, 1) != 0)

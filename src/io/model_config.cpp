@@ -2,6 +2,7 @@
 // config layout (module / class_name / config; functional models as Keras's layers with
 // inbound_nodes): Keras's load_model reads what mpt writes, and mpt reads the config.json Keras
 // writes for Sequential and functional models.
+#include <functional>
 #include <map>
 #include <set>
 #include <typeinfo>
@@ -177,6 +178,22 @@ Json sequential_config(const Sequential& s, bool keras_view) {
 /// __keras_tensor__ entries whose keras_history is [layer, node index, tensor index]), InputLayers
 /// included, then input_layers and output_layers as [name, node index, 0] (a list of them when
 /// there are several).
+/// A functional model's InputLayer entry, as Keras writes it.
+Json input_layer_json(const Shape& per_example_shape, DType dtype, const std::string& name) {
+  return {{"module", "keras.layers"},
+          {"class_name", "InputLayer"},
+          {"config",
+           {{"batch_shape", shape_json(per_example_shape)},
+            {"dtype", to_string(dtype)},
+            {"sparse", false},
+            {"ragged", false},
+            {"name", name},
+            {"optional", false}}},
+          {"registered_name", nullptr},
+          {"name", name},
+          {"inbound_nodes", Json::array()}};
+}
+
 Json functional_config(const Model& m, bool keras_view) {
   const auto& nodes = Access::nodes(m);
   const auto& inputs = Access::inputs(m);
@@ -193,18 +210,7 @@ Json functional_config(const Model& m, bool keras_view) {
     for (int i = 1; used.count(name); ++i) name = n.input_name + "_" + std::to_string(i);
     used.insert(name);
     history[&n] = {name, 0};
-    layers.push_back({{"module", "keras.layers"},
-                      {"class_name", "InputLayer"},
-                      {"config",
-                       {{"batch_shape", shape_json(n.input_shape)},
-                        {"dtype", to_string(in.dtype())},
-                        {"sparse", false},
-                        {"ragged", false},
-                        {"name", name},
-                        {"optional", false}}},
-                      {"registered_name", nullptr},
-                      {"name", name},
-                      {"inbound_nodes", Json::array()}});
+    layers.push_back(input_layer_json(n.input_shape, in.dtype(), name));
   }
   std::map<const Layer*, Json> entries;
   for (const auto& l : ls) {
@@ -274,52 +280,21 @@ std::vector<const Json*> tensor_refs(const Json& v, const std::string& w) {
   return out;
 }
 
-std::unique_ptr<Model> functional_from(const Json& c, const std::string& name, const std::string& w) {
-  struct Pending {
-    LayerRef layer;
-    std::string name;
-    const Json* nodes;
-    std::size_t next = 0;
-    std::string where;
-  };
-  std::map<std::string, std::vector<KerasTensor>> produced;  // layer name -> its calls' outputs
-  std::set<std::string> names;
-  std::vector<Pending> pending;
-  const Json& list = as_array(at(c, "layers", w), w + ", layers");
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    const std::string wi = w + ", layer " + std::to_string(i);
-    const Json& e = list[i];
-    const std::string& cls = as_string(at(e, "class_name", wi), wi + ", class_name");
-    const Json& cfg = at(e, "config", wi);
-    const Json* n = find(e, "name");
-    const std::string lname = as_string(n ? *n : at(cfg, "name", wi), wi + ", name");
-    MPT_CHECK(names.insert(lname).second, wi, ": two layers are named '", lname, "'");
-    if (cls == "InputLayer") {
-      const Json* shape = find(cfg, "batch_shape");
-      if (!shape) shape = &at(cfg, "batch_input_shape", wi);  // Keras 2's key
-      DType dtype = float32;
-      if (const Json* d = find(cfg, "dtype"); d && !d->is_null())
-        dtype = d->is_string() ? dtype_from_string(d->get<std::string>()) : policy_from(*d, wi).variable_dtype();
-      produced[lname] = {Input(per_example_shape(*shape, wi + ", batch_shape"), {.dtype = dtype, .name = lname})};
-      continue;
-    }
-    LayerConfig lc = layer_config_from(e, wi);
-    MPT_CHECK(lc.name == lname, wi, ": name '", lname, "' differs from its config's '", lc.name, "'");
-    pending.push_back({layer_from_config(lc), lname, &as_array(at(e, "inbound_nodes", wi), wi + ", inbound_nodes"), 0,
-                       wi + " ('" + lname + "')"});
-  }
-  // Calls in any order, as Keras's functional_from_config: a call waits until its inputs exist.
-  auto ready = [&](const Json& t, const std::string& wn) -> const KerasTensor* {
-    const std::string wt = wn + ", keras_history";
-    const Json& h = as_array(at(at(t, "config", wn), "keras_history", wn), wt);
-    MPT_CHECK(h.size() == 3, wt, ": expected [layer, node index, tensor index]");
-    const std::string& from = as_string(h[0], wt);
-    const std::uint64_t node = as_uint(h[1], wt), index = as_uint(h[2], wt);
-    MPT_CHECK(names.count(from), wt, ": no layer named '", from, "'");
-    MPT_CHECK(index == 0, wt, ": tensor index ", index, " (mpt's layers have one output)");
-    auto it = produced.find(from);
-    return it != produced.end() && node < it->second.size() ? &it->second[node] : nullptr;
-  };
+/// A layer of a functional config and its calls (inbound nodes) still to make.
+struct PendingLayer {
+  LayerRef layer;
+  std::string name;
+  const Json* nodes;
+  std::size_t next = 0;
+  std::string where;
+};
+/// The tensor a call argument names, or null while its producer has not been called.
+using ReadyTensor = std::function<const KerasTensor*(const Json& arg, const std::string& where)>;
+
+/// Makes the layers' calls in any order, as Keras's functional_from_config: a call waits until
+/// its inputs exist; an error names a call that never can (a cycle or a missing call).
+void call_layers(std::vector<PendingLayer>& pending, const ReadyTensor& ready,
+                 std::map<std::string, std::vector<KerasTensor>>& produced) {
   for (bool progress = true; progress;) {
     progress = false;
     for (auto& p : pending)
@@ -347,6 +322,47 @@ std::unique_ptr<Model> functional_from(const Json& c, const std::string& name, c
   for (const auto& p : pending)
     MPT_CHECK(p.next == p.nodes->size(), p.where, ": inbound node ", p.next,
               " waits on a tensor that no layer call produces (a cycle or a missing call)");
+}
+
+std::unique_ptr<Model> functional_from(const Json& c, const std::string& name, const std::string& w) {
+  std::map<std::string, std::vector<KerasTensor>> produced;  // layer name -> its calls' outputs
+  std::set<std::string> names;
+  std::vector<PendingLayer> pending;
+  const Json& list = as_array(at(c, "layers", w), w + ", layers");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string wi = w + ", layer " + std::to_string(i);
+    const Json& e = list[i];
+    const std::string& cls = as_string(at(e, "class_name", wi), wi + ", class_name");
+    const Json& cfg = at(e, "config", wi);
+    const Json* n = find(e, "name");
+    const std::string lname = as_string(n ? *n : at(cfg, "name", wi), wi + ", name");
+    MPT_CHECK(names.insert(lname).second, wi, ": two layers are named '", lname, "'");
+    if (cls == "InputLayer") {
+      const Json* shape = find(cfg, "batch_shape");
+      if (!shape) shape = &at(cfg, "batch_input_shape", wi);  // Keras 2's key
+      DType dtype = float32;
+      if (const Json* d = find(cfg, "dtype"); d && !d->is_null())
+        dtype = d->is_string() ? dtype_from_string(d->get<std::string>()) : policy_from(*d, wi).variable_dtype();
+      produced[lname] = {Input(per_example_shape(*shape, wi + ", batch_shape"), {.dtype = dtype, .name = lname})};
+      continue;
+    }
+    LayerConfig lc = layer_config_from(e, wi);
+    MPT_CHECK(lc.name == lname, wi, ": name '", lname, "' differs from its config's '", lc.name, "'");
+    pending.push_back({layer_from_config(lc), lname, &as_array(at(e, "inbound_nodes", wi), wi + ", inbound_nodes"), 0,
+                       wi + " ('" + lname + "')"});
+  }
+  const ReadyTensor ready = [&](const Json& t, const std::string& wn) -> const KerasTensor* {
+    const std::string wt = wn + ", keras_history";
+    const Json& h = as_array(at(at(t, "config", wn), "keras_history", wn), wt);
+    MPT_CHECK(h.size() == 3, wt, ": expected [layer, node index, tensor index]");
+    const std::string& from = as_string(h[0], wt);
+    const std::uint64_t node = as_uint(h[1], wt), index = as_uint(h[2], wt);
+    MPT_CHECK(names.count(from), wt, ": no layer named '", from, "'");
+    MPT_CHECK(index == 0, wt, ": tensor index ", index, " (mpt's layers have one output)");
+    auto it = produced.find(from);
+    return it != produced.end() && node < it->second.size() ? &it->second[node] : nullptr;
+  };
+  call_layers(pending, ready, produced);
   auto resolve = [&](const Json& v, const std::string& wr) {
     std::vector<KerasTensor> out;
     for (const Json* r : tensor_refs(v, wr)) {

@@ -5,7 +5,7 @@
 
 #include "io/checked_file.hpp"
 #include "io/optimizer_io.hpp"
-#include "io/weights_io.hpp"
+#include "io/weights_h5.hpp"
 
 #include "mpt/log.hpp"
 

@@ -7,7 +7,7 @@ using namespace detail;
 
 namespace {
 
-std::string size2(const Size2& s) { return std::to_string(s[0]) + "x" + std::to_string(s[1]); }
+std::string size2(const IntPair& s) { return std::to_string(s[0]) + "x" + std::to_string(s[1]); }
 
 Conv2dGeometry conv_geometry(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Shape& out) {
   const char* name = "conv2d";
@@ -18,14 +18,14 @@ Conv2dGeometry conv_geometry(const Tensor& x, const Tensor& w, const Conv2dOptio
   }
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
-  Size2 eff;
+  IntPair eff;
   for (int i = 0; i < 2; ++i)
     MPT_CHECK(!__builtin_mul_overflow(ws[i] - 1, o.dilation[i], &eff[i]) && eff[i] < INT64_MAX, name,
               ": dilation_rate ", size2(o.dilation), " makes the ", size2({ws[0], ws[1]}),
               " kernel span more than 2^63 pixels");
   eff[0] += 1, eff[1] += 1;
   MPT_CHECK(same || (eff[0] <= xs[1] && eff[1] <= xs[2]), name, ": kernel ", size2({ws[0], ws[1]}),
-            (o.dilation == Size2{1, 1} ? std::string() : " (" + size2(eff) + " dilated)"), " is larger than the input ",
+            (o.dilation == IntPair{1, 1} ? std::string() : " (" + size2(eff) + " dilated)"), " is larger than the input ",
             size2({xs[1], xs[2]}), " with 'valid' padding (input ", describe(x), ", kernel ", describe(w), ")");
   const SpatialAxis h = spatial_axis(xs[1], eff[0], o.strides[0], same);
   const SpatialAxis v = spatial_axis(xs[2], eff[1], o.strides[1], same);

@@ -47,7 +47,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma_in, const Tensor
     var = param(name, "variance", var_in, x, ch, pd).detach();
   }
   Tensor y2 = Tensor::empty({rows, ch}, x.dtype(), x.device());
-  be.batch_norm_forward(x2, mean, var, gamma, beta, o.epsilon, act, y2);
+  be.batch_norm(x2, mean, var, gamma, beta, o.epsilon, act, y2);
   Tensor y = y2.reshape(x.shape());
   autograd::record(name, {x, gamma, beta}, {&y},
                    [x2, mean, var, g = gamma.defined() ? gamma.detach() : Tensor(),

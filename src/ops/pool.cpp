@@ -7,7 +7,7 @@ using namespace detail;
 
 namespace {
 
-std::string size2(const Size2& s) { return std::to_string(s[0]) + "x" + std::to_string(s[1]); }
+std::string size2(const IntPair& s) { return std::to_string(s[0]) + "x" + std::to_string(s[1]); }
 
 /// The smallest window and leading padding that cover the same input pixels for every output
 /// (padding never counts: max ignores it, avg leaves it out), so huge 'same' windows cost
@@ -21,10 +21,10 @@ void tighten(std::int64_t n, std::int64_t m, std::int64_t stride, std::int64_t& 
   pool = std::min(pool, n + pad_lo);  // windows never reach past the input's end
 }
 
-Tensor pool(const char* name, PoolKind kind, const Tensor& x, Size2 size, const Pool2dOptions& o) {
+Tensor pool(const char* name, PoolKind kind, const Tensor& x, IntPair size, const Pool2dOptions& o) {
   check_floating(name, x);
   MPT_CHECK(x.dim() == 4, name, ": input must be 4-d [batch, height, width, channels], got ", describe(x));
-  const Size2 strides = o.strides.value_or(size);
+  const IntPair strides = o.strides.value_or(size);
   MPT_CHECK(size[0] >= 1 && size[1] >= 1, name, ": pool size must be positive, got ", size2(size));
   MPT_CHECK(strides[0] >= 1 && strides[1] >= 1, name, ": strides must be positive, got ", size2(strides));
   const bool same = parse_padding(name, o.padding);
@@ -59,11 +59,11 @@ Tensor pool(const char* name, PoolKind kind, const Tensor& x, Size2 size, const 
 
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x, Size2 pool_size, Pool2dOptions o) {
+Tensor max_pool2d(const Tensor& x, IntPair pool_size, Pool2dOptions o) {
   return pool("max_pool2d", PoolKind::Max, x, pool_size, o);
 }
 
-Tensor avg_pool2d(const Tensor& x, Size2 pool_size, Pool2dOptions o) {
+Tensor avg_pool2d(const Tensor& x, IntPair pool_size, Pool2dOptions o) {
   return pool("avg_pool2d", PoolKind::Avg, x, pool_size, o);
 }
 

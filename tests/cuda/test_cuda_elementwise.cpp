@@ -287,17 +287,7 @@ Shape broadcast(const Shape& a, const Shape& b) {
   return o;
 }
 
-template <class F>
-void for_binary_ops(F&& f) {
-  using B = BinaryOp;
-  f(std::integral_constant<B, B::Add>{}), f(std::integral_constant<B, B::Sub>{}),
-      f(std::integral_constant<B, B::Mul>{}), f(std::integral_constant<B, B::Div>{}),
-      f(std::integral_constant<B, B::Pow>{}), f(std::integral_constant<B, B::Maximum>{}),
-      f(std::integral_constant<B, B::Minimum>{}), f(std::integral_constant<B, B::Equal>{}),
-      f(std::integral_constant<B, B::NotEqual>{}), f(std::integral_constant<B, B::Less>{}),
-      f(std::integral_constant<B, B::LessEqual>{}), f(std::integral_constant<B, B::Greater>{}),
-      f(std::integral_constant<B, B::GreaterEqual>{});
-}
+using common::for_each_binary_op;
 
 template <BinaryOp Op, class T>
 void check_binary(const Shape& sa, const Shape& sb) {
@@ -314,7 +304,7 @@ void check_binary(const Shape& sa, const Shape& sb) {
   const BroadcastGeom<2> g = make_broadcast<2>(so, {&sa, &sb});
   Vec<O> got(static_cast<std::size_t>(numel_of(so)));
   emulate(kGrid, kBlock, [&](const Thread& t) { binary_body<Op>(t, a.data(), b.data(), got.data(), g); });
-  expect_bits(got, want, "binary " + std::to_string(static_cast<int>(Op)) + " " + name<T>() + " " + to_string(sa) +
+  expect_bits(got, want, std::string("binary ") + common::binary_name(Op) + " " + name<T>() + " " + to_string(sa) +
                              " " + to_string(sb) + (g.contiguous ? " (contiguous)" : ""),
               Op < BinaryOp::Maximum);  // arithmetic may meet two NaNs; selections are exact
 }
@@ -322,7 +312,7 @@ void check_binary(const Shape& sa, const Shape& sb) {
 TEST_CASE("cuda elementwise: binary matches the CPU for every op, dtype and broadcast") {
   auto run = [](auto tag) {
     using T = typename decltype(tag)::type;
-    for_binary_ops([](auto opc) {
+    for_each_binary_op([](auto opc) {
       for (const auto& [sa, sb] : shape_pairs()) check_binary<decltype(opc)::value, T>(sa, sb);
     });
   };

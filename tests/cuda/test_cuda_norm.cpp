@@ -213,7 +213,7 @@ const double kEps = 1e-3;
 
 }  // namespace
 
-TEST_CASE("cuda batch_norm_forward kernels match the CPU, with and without gamma/beta and ReLU") {
+TEST_CASE("cuda batch_norm kernels match the CPU, with and without gamma/beta and ReLU") {
   for (DType d : {float32, float16, bfloat16, float64})
     dispatch_float(d, "test", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -229,7 +229,7 @@ TEST_CASE("cuda batch_norm_forward kernels match the CPU, with and without gamma
                 if (affine == 2) p.beta = Tensor();
                 Tensor y = Tensor::empty({rows, cols}, d, Device::cpu());
                 const Activation act = relu ? Activation::Relu : Activation::Linear;
-                cpu().batch_norm_forward(x, p.mean, p.var, p.gamma, p.beta, kEps, act, y);
+                cpu().batch_norm(x, p.mean, p.var, p.gamma, p.beta, kEps, act, y);
 
                 const Vec<T> hx = tensor_values<T>(x);
                 const auto k = coefficients<C>(p, kEps, cols);

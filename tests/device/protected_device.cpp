@@ -195,9 +195,9 @@ class TestBackend final : public Backend {
     Call c(*this);
     cpu_.batch_norm_stats(x, mean, var);
   }
-  void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma, const Tensor& beta, double eps, Activation act, Tensor& y) override {
+  void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma, const Tensor& beta, double eps, Activation act, Tensor& y) override {
     Call c(*this);
-    cpu_.batch_norm_forward(x, mean, var, gamma, beta, eps, act, y);
+    cpu_.batch_norm(x, mean, var, gamma, beta, eps, act, y);
   }
   void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& var, const Tensor& gamma, const Tensor& beta, double eps, bool batch_stats, Activation act, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
     Call c(*this);

@@ -18,7 +18,6 @@
 using namespace mpt;
 using namespace mpt::test;
 namespace fs = std::filesystem;
-using ops::Size2;
 
 namespace {
 
@@ -98,8 +97,8 @@ TEST_CASE("'same' padding with a huge stride or window gives one output pixel (d
   CHECK(ops::conv2d(x, Tensor::ones({3, 3, 2, 4}), Tensor(), {.strides = {huge, huge}, .padding = "same"}).shape() ==
         Shape{1, 1, 1, 4});
   CHECK(ops::max_pool2d(x, {huge, huge}, {.padding = "same"}).shape() == Shape{1, 1, 1, 2});
-  CHECK(ops::avg_pool2d(x, {2, 2}, {.strides = Size2{huge, huge}, .padding = "same"}).shape() == Shape{1, 1, 1, 2});
-  CHECK(ops::max_pool2d(x, {2, 2}, {.strides = Size2{INT64_MAX, 1}, .padding = "same"}).shape() == Shape{1, 1, 5, 2});
+  CHECK(ops::avg_pool2d(x, {2, 2}, {.strides = IntPair{huge, huge}, .padding = "same"}).shape() == Shape{1, 1, 1, 2});
+  CHECK(ops::max_pool2d(x, {2, 2}, {.strides = IntPair{INT64_MAX, 1}, .padding = "same"}).shape() == Shape{1, 1, 5, 2});
 }
 
 TEST_CASE("overflowing geometry and ranges name the cause, not 'negative dimension' (defect 10)") {
@@ -218,10 +217,10 @@ TEST_CASE("pool windows larger than the image cover the same pixels as the image
   for_each_device([](Device dev) {
     Tensor x = Tensor::random_uniform({2, 5, 7, 3}, -1, 1, 4, float32, dev);
     for (bool max : {true, false}) {
-      auto pool = [&](const Tensor& t, Size2 size) {
+      auto pool = [&](const Tensor& t, IntPair size) {
         return max ? ops::max_pool2d(t, size, {.padding = "same"}) : ops::avg_pool2d(t, size, {.padding = "same"});
       };
-      auto grad = [&](Size2 size) {
+      auto grad = [&](IntPair size) {
         GradientTape tape;
         Tensor xv = x.detach();
         tape.watch(xv);
@@ -236,7 +235,7 @@ TEST_CASE("pool windows larger than the image cover the same pixels as the image
       CHECK(g_huge == g_img);
     }
     Tensor big = Tensor::zeros({1, 300, 300, 1}, float32, dev);
-    CHECK(contains(error_of([&] { ops::max_pool2d(big, {300, 300}, {.strides = Size2{1, 1}, .padding = "same"}); }),
+    CHECK(contains(error_of([&] { ops::max_pool2d(big, {300, 300}, {.strides = IntPair{1, 1}, .padding = "same"}); }),
                    "65536"));
   });
 }

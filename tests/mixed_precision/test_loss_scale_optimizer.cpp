@@ -13,11 +13,7 @@
 
 using namespace mpt;
 using mpt::mixed_precision::LossScaleOptimizer;
-using mpt::test::check_close;
-using mpt::test::for_each_device;
-using mpt::test::tolerance;
-using mpt::test::contains;
-using mpt::test::error_of;
+using namespace mpt::test;  // check_close, for_each_device, random, tolerance, ...
 namespace opt = mpt::optimizers;
 
 namespace {

@@ -9,12 +9,7 @@
 #include "test_util.hpp"
 
 using namespace mpt;
-using mpt::test::check_close;
-using mpt::test::check_gradients;
-using mpt::test::for_each_device;
-using mpt::test::random;
-using mpt::test::tolerance;
-using Size2 = ops::Size2;
+using namespace mpt::test;  // check_close, for_each_device, random, tolerance, ...
 
 namespace {
 
@@ -39,7 +34,7 @@ struct ConvRef {
   double scale = 0;  // largest sum of |terms| of one output
 };
 
-ConvRef conv_ref(const Tensor& xt, const Tensor& wt, const Tensor& bt, Size2 s, bool same, Size2 d) {
+ConvRef conv_ref(const Tensor& xt, const Tensor& wt, const Tensor& bt, IntPair s, bool same, IntPair d) {
   const Vec x = xt.to_vector<double>(), w = wt.to_vector<double>();
   const Vec b = bt.defined() ? bt.to_vector<double>() : Vec();
   const Shape& xs = xt.shape();
@@ -71,7 +66,7 @@ ConvRef conv_ref(const Tensor& xt, const Tensor& wt, const Tensor& bt, Size2 s, 
   return r;
 }
 
-Vec pool_ref(const Tensor& xt, Size2 k, Size2 s, bool same, bool max, Shape& shape) {
+Vec pool_ref(const Tensor& xt, IntPair k, IntPair s, bool same, bool max, Shape& shape) {
   const Vec x = xt.to_vector<double>();
   const Shape& xs = xt.shape();
   const std::int64_t N = xs[0], H = xs[1], W = xs[2], C = xs[3];
@@ -133,11 +128,11 @@ void check_message(const std::function<void()>& f, std::initializer_list<std::st
 TEST_CASE("conv2d matches the float64 reference: strides, padding, dilation, odd sizes, every dtype") {
   struct Case {
     Shape x;
-    Size2 k;
+    IntPair k;
     std::int64_t filters;
-    Size2 strides;
+    IntPair strides;
     const char* padding;
-    Size2 dilation;
+    IntPair dilation;
   };
   const std::vector<Case> cases = {
       {{2, 7, 9, 3}, {3, 3}, 5, {1, 1}, "valid", {1, 1}},  {{2, 7, 9, 3}, {3, 3}, 5, {1, 1}, "same", {1, 1}},
@@ -193,7 +188,7 @@ TEST_CASE("conv2d fuses bias and activation, and works without a bias") {
 TEST_CASE("max and average pooling match the reference; 'same' averages leave padding out") {
   struct Case {
     Shape x;
-    Size2 k, s;
+    IntPair k, s;
     const char* padding;
   };
   const std::vector<Case> cases = {{{2, 6, 6, 3}, {2, 2}, {2, 2}, "valid"}, {{2, 7, 5, 3}, {2, 2}, {2, 2}, "valid"},
@@ -328,11 +323,11 @@ TEST_CASE("batch_norm and layer_norm compute float32 statistics and match the re
 TEST_CASE("gradients of conv2d w.r.t. input, kernel and bias") {
   struct Case {
     Shape x;
-    Size2 k;
+    IntPair k;
     std::int64_t filters;
-    Size2 strides;
+    IntPair strides;
     const char* padding;
-    Size2 dilation;
+    IntPair dilation;
     const char* activation;
   };
   const std::vector<Case> cases = {{{2, 5, 6, 3}, {3, 3}, 4, {1, 1}, "valid", {1, 1}, "linear"},
@@ -369,12 +364,12 @@ TEST_CASE("gradients of pooling, padding, batch_norm and layer_norm") {
                       {random({2, 5, 5, 3}, float64, dev, 30)});
       check_gradients("max_pool2d 3x3/2 " + p,
                       [&](const std::vector<Tensor>& in) {
-                        return weigh(ops::max_pool2d(in[0], {3, 3}, {.strides = Size2{2, 2}, .padding = padding}));
+                        return weigh(ops::max_pool2d(in[0], {3, 3}, {.strides = IntPair{2, 2}, .padding = padding}));
                       },
                       {random({1, 6, 7, 2}, float64, dev, 31)});
       check_gradients("avg_pool2d " + p,
                       [&](const std::vector<Tensor>& in) {
-                        return weigh(ops::avg_pool2d(in[0], {3, 2}, {.strides = Size2{2, 1}, .padding = padding}));
+                        return weigh(ops::avg_pool2d(in[0], {3, 2}, {.strides = IntPair{2, 1}, .padding = padding}));
                       },
                       {random({2, 5, 4, 3}, float64, dev, 32)});
     }
@@ -478,7 +473,7 @@ TEST_CASE("16-bit max pooling and relu gradients: NaN, inf, signed zeros and tie
     };
     struct Case {
       Shape x;
-      Size2 k, s;
+      IntPair k, s;
       const char* padding;
     };
     for (const Case& c : {Case{{2, 8, 6, 37}, {2, 2}, {2, 2}, "valid"}, Case{{2, 7, 5, 3}, {2, 2}, {2, 2}, "same"},
@@ -548,10 +543,10 @@ TEST_CASE("bfloat16 convolutions: every pass's path agrees with float32 compute"
   struct Case {
     Shape x;
     std::int64_t filters;
-    Size2 strides;
+    IntPair strides;
     const char* padding;
-    Size2 dilation;
-    Size2 kernel = {3, 3};
+    IntPair dilation;
+    IntPair kernel = {3, 3};
   };
   // Strided cases also cover backward-data by stride phases: odd sizes with 'same' padding on
   // both sides, stride 3, a 2x2 kernel under stride 3 (no tap reaches one phase), and a 4x4
@@ -605,10 +600,10 @@ TEST_CASE("bfloat16 kernel gradients (AMX tiles where the CPU has them) match fl
   struct Case {
     Shape x;
     std::int64_t filters;
-    Size2 kernel;
+    IntPair kernel;
     const char* padding;
-    Size2 dilation;
-    Size2 strides = {1, 1};
+    IntPair dilation;
+    IntPair strides = {1, 1};
   };
   const std::vector<Case> cases = {{{2, 5, 7, 16}, 16, {3, 3}, "same", {1, 1}},
                                    {{12, 13, 13, 32}, 64, {3, 3}, "valid", {1, 1}},
@@ -657,9 +652,9 @@ TEST_CASE("first-layer convolutions (1 to 4 input channels) match float64, forwa
   struct Case {
     Shape x;
     std::int64_t filters;
-    Size2 strides;
+    IntPair strides;
     const char* padding;
-    Size2 dilation;
+    IntPair dilation;
     const char* activation;
   };
   const std::vector<Case> cases = {{{4, 9, 8, 3}, 16, {1, 1}, "same", {1, 1}, "relu"},

@@ -1,11 +1,13 @@
 // The one table of elementwise ops and activations, in the spirit of ggml's test-backend-ops:
-// every op of backend/common/unary_ops.hpp runs forward and backward, in every dtype, on every
-// device for_each_device gives (CPU, test device, cuda:0 where present), against float64:
+// every op of backend/common/unary_ops.hpp and binary_ops.hpp runs forward and backward, in
+// every dtype, on every device for_each_device gives (CPU, test device, cuda:0 where present),
+// against float64:
 //   - forward: against the row's float64 reference, written here independently of the shared
 //     formulas (so a broken formula fails on every backend);
 //   - backward: in float64 against central finite differences, and in every dtype against the
 //     CPU's float64 backward on the same inputs;
-//   - activations (a Keras name): fused into dense and conv2d, forward and gradient.
+//   - activations (a Keras name): fused into dense and conv2d, forward and gradient;
+//   - binary ops: over broadcasting shape pairs, comparisons giving bool.
 // The CUDA kernel bodies run the same ops on the host in tests/cuda/test_cuda_elementwise.cpp
 // (bit for bit against the CPU, looping over the same op table).
 //
@@ -13,15 +15,12 @@
 #include <cmath>
 #include <set>
 
+#include "backend/common/binary_ops.hpp"
 #include "backend/common/unary_ops.hpp"
 #include "test_util.hpp"
 
 using namespace mpt;
-using mpt::test::check_close;
-using mpt::test::check_gradients;
-using mpt::test::for_each_device;
-using mpt::test::random;
-using mpt::test::tolerance;
+using namespace mpt::test;  // check_close, for_each_device, random, tolerance, ...
 
 namespace {
 
@@ -80,6 +79,78 @@ std::vector<ActivationRow> activation_rows() {
   return acts;
 }
 
+struct BinaryRow {
+  BinaryOp op;
+  std::function<Tensor(const Tensor&, const Tensor&)> call;
+  std::function<double(double, double)> ref;  ///< comparisons: 1 or 0
+  double lo, hi;                              ///< range of both operands
+};
+
+const std::vector<BinaryRow>& binary_rows() {
+  using T = const Tensor&;
+  static const std::vector<BinaryRow> r = {
+      {BinaryOp::Add, ops::add, std::plus<double>(), -3, 3},
+      {BinaryOp::Sub, ops::sub, std::minus<double>(), -3, 3},
+      {BinaryOp::Mul, ops::mul, std::multiplies<double>(), -3, 3},
+      {BinaryOp::Div, ops::div, std::divides<double>(), 0.5, 3},
+      {BinaryOp::Pow, [](T a, T b) { return ops::pow(a, b); }, [](double a, double b) { return std::pow(a, b); }, 0.5, 2},
+      {BinaryOp::Maximum, ops::maximum, [](double a, double b) { return std::max(a, b); }, -3, 3},
+      {BinaryOp::Minimum, ops::minimum, [](double a, double b) { return std::min(a, b); }, -3, 3},
+      {BinaryOp::Equal, ops::equal, [](double a, double b) { return double(a == b); }, -1, 1},
+      {BinaryOp::NotEqual, ops::not_equal, [](double a, double b) { return double(a != b); }, -1, 1},
+      {BinaryOp::Less, ops::less, [](double a, double b) { return double(a < b); }, -1, 1},
+      {BinaryOp::LessEqual, ops::less_equal, [](double a, double b) { return double(a <= b); }, -1, 1},
+      {BinaryOp::Greater, ops::greater, [](double a, double b) { return double(a > b); }, -1, 1},
+      {BinaryOp::GreaterEqual, ops::greater_equal, [](double a, double b) { return double(a >= b); }, -1, 1},
+  };
+  return r;
+}
+
+/// Shape pairs: equal, broadcast each way, scalars, size-1 axes on both sides.
+const std::vector<std::pair<Shape, Shape>> kShapePairs = {
+    {{4, 700}, {4, 700}}, {{4, 700}, {700}}, {{2, 1, 5}, {3, 1}}, {{3, 4}, {}}, {{}, {3, 4}}, {{5, 1}, {1, 6}}};
+
+Shape broadcast(const Shape& a, const Shape& b) {
+  Shape o(std::max(a.size(), b.size()), 1);
+  for (std::size_t i = 0; i < o.size(); ++i) {
+    const std::int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1, db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    o[o.size() - 1 - i] = da == 1 ? db : da;
+  }
+  return o;
+}
+
+/// The float64 reference of a broadcasting binary op.
+Vec broadcast_ref(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f) {
+  const Shape o = broadcast(a.shape(), b.shape());
+  const Vec av = a.to_vector<double>(), bv = b.to_vector<double>();
+  Vec r(static_cast<std::size_t>(numel_of(o)));
+  auto index = [&](const Shape& s, std::int64_t flat) {  // flat index of o -> index into s
+    std::int64_t idx = 0, stride = 1;
+    for (std::size_t d = 0; d < o.size(); ++d) {
+      const std::size_t od = o.size() - 1 - d;
+      const std::int64_t coord = flat % o[od];
+      flat /= o[od];
+      if (d < s.size()) {
+        const std::int64_t sd = s[s.size() - 1 - d];
+        idx += (sd == 1 ? 0 : coord) * stride;
+        stride *= sd;
+      }
+    }
+    return idx;
+  };
+  for (std::int64_t i = 0; i < numel_of(o); ++i) r[i] = f(av[index(a.shape(), i)], bv[index(b.shape(), i)]);
+  return r;
+}
+
+/// Values on a grid of 1/8 steps in [lo, hi] (exact in every dtype; comparisons meet equal pairs).
+Tensor grid_values(const Shape& s, DType dt, Device dev, std::uint64_t seed, double lo, double hi) {
+  Tensor u = random(s, float64, Device::cpu(), seed, 0, 1);
+  Vec v = u.to_vector<double>();
+  const double steps = std::floor((hi - lo) * 8);
+  for (double& x : v) x = lo + std::floor(x * (steps + 1)) / 8;
+  return Tensor::from_vector(v, s).to(dt).to(dev);
+}
+
 /// Weights the output so the checked scalar depends on every element differently.
 Tensor weigh(const Tensor& y) {
   return ops::mul(y, Tensor::random_uniform(y.shape(), 0.5, 1.5, 99, y.dtype(), y.device()));
@@ -118,7 +189,7 @@ TEST_CASE("op table: forward against float64 references, every op, dtype and dev
   for_each_device([](Device dev) {
     for (const UnaryRow& r : rows()) {
       const std::string name = common::unary_name(r.op);
-      for (DType dt : test::float_dtypes())
+      for (DType dt : float_dtypes())
         for (const Shape& shape : {Shape{3, 1500}, Shape{7}, Shape{}, Shape{0, 4}}) {  // > one block; odd; scalar; empty
           Tensor x = random(shape, dt, dev, 11, r.lo, r.hi);
           Tensor y = r.call(x);
@@ -147,7 +218,7 @@ TEST_CASE("op table: backward against finite differences and the CPU's float64, 
       const std::string name = common::unary_name(r.op);
       check_gradients(name, [&](const std::vector<Tensor>& in) { return weigh(r.call(in[0])); },
                       {random({3, 4}, float64, dev, 1, r.lo, r.hi)});
-      for (DType dt : test::float_dtypes()) {
+      for (DType dt : float_dtypes()) {
         Tensor x = random({2, 700}, dt, dev, 2, r.lo, r.hi), dy = random({2, 700}, dt, dev, 3, -2, 2);
         Tensor dx;
         {
@@ -165,7 +236,7 @@ TEST_CASE("op table: backward against finite differences and the CPU's float64, 
         }
         // Gradients read from a rounded output (sigmoid: dy·y·(1 - y)) lose |dy|·ulp to the
         // rounding of y near 1: an absolute allowance of the dtype's rtol times max |dy| = 2.
-        const test::Tolerance tol{tolerance(dt).rtol, tolerance(dt).atol + 2 * tolerance(dt).rtol};
+        const Tolerance tol{tolerance(dt).rtol, tolerance(dt).atol + 2 * tolerance(dt).rtol};
         check_close(dx, want.to_vector<double>(), tol, name + " backward " + to_string(dt));
       }
     }
@@ -176,7 +247,7 @@ TEST_CASE("op table: every activation fused into dense, forward and gradient") {
   const std::int64_t rows_n = 33, in = 40, units = 24;
   for_each_device([&](Device dev) {
     for (const ActivationRow& a : activation_rows()) {
-      for (DType dt : test::float_dtypes())
+      for (DType dt : float_dtypes())
         for (bool bias : {true, false}) {
           Tensor x = random({rows_n, in}, dt, dev, 1, -1, 1), w = random({in, units}, dt, dev, 2, -0.5, 0.5);
           Tensor b = bias ? random({units}, dt, dev, 3) : Tensor();
@@ -209,7 +280,7 @@ TEST_CASE("op table: every activation fused into conv2d, forward and gradient") 
     for (const ActivationRow& a : activation_rows()) {
       // 3 and 16 input channels: the CPU's small-channel direct kernels and oneDNN.
       for (std::int64_t cin : {3, 16})
-        for (DType dt : test::float_dtypes()) {
+        for (DType dt : float_dtypes()) {
           Tensor x = random({2, 9, 9, cin}, dt, dev, 4, -1, 1), w = random({3, 3, cin, 8}, dt, dev, 5, -0.5, 0.5);
           Tensor b = random({8}, dt, dev, 6);
           Tensor y = ops::conv2d(x, w, b, {.padding = "same", .activation = a.name});
@@ -246,4 +317,65 @@ TEST_CASE("op table: activation names and their errors come from the table") {
   }
   Tensor x = Tensor::ones({2});
   CHECK_THROWS_AS(ops::leaky_relu(x, std::nan("")), Error);
+}
+
+TEST_CASE("op table: every binary op of the shared table has exactly one row") {
+  std::multiset<int> seen;
+  for (const BinaryRow& r : binary_rows()) seen.insert(static_cast<int>(r.op));
+  common::for_each_binary_op([&](auto o) {
+    CHECK_MESSAGE(seen.count(static_cast<int>(o.value)) == 1, "binary op '", common::binary_name(o), "' has ",
+                  seen.count(static_cast<int>(o.value)), " rows in tests/ops/test_op_table.cpp");
+  });
+}
+
+TEST_CASE("op table: binary ops forward, broadcasting, every dtype and device") {
+  for_each_device([](Device dev) {
+    for (const BinaryRow& r : binary_rows()) {
+      const bool cmp = common::is_comparison(r.op);
+      for (DType dt : float_dtypes())
+        for (const auto& [sa, sb] : kShapePairs) {
+          const std::string what = std::string(common::binary_name(r.op)) + " " + to_string(dt) + " " +
+                                   to_string(sa) + " with " + to_string(sb);
+          Tensor a = grid_values(sa, dt, dev, 1, r.lo, r.hi), b = grid_values(sb, dt, dev, 2, r.lo, r.hi);
+          Tensor y = r.call(a, b);
+          REQUIRE_MESSAGE(y.shape() == broadcast(sa, sb), what);
+          CHECK_MESSAGE(y.dtype() == (cmp ? bool_ : dt), what);
+          check_close(y.to(float64), broadcast_ref(a, b, r.ref), cmp ? Tolerance{0, 0} : tolerance(dt), what);
+        }
+    }
+  });
+}
+
+TEST_CASE("op table: binary ops backward against finite differences and the CPU's float64") {
+  for_each_device([](Device dev) {
+    for (const BinaryRow& r : binary_rows()) {
+      if (common::is_comparison(r.op)) continue;  // no gradient
+      const std::string name = common::binary_name(r.op);
+      for (const auto& [sa, sb] : {std::pair<Shape, Shape>{{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{2, 1, 3}, {4, 1}}, {{3}, {}}})
+        check_gradients(name + " " + to_string(sa) + " " + to_string(sb),
+                        [&](const std::vector<Tensor>& in) { return weigh(r.call(in[0], in[1])); },
+                        {random(sa, float64, dev, 2, r.lo, r.hi), random(sb, float64, dev, 3, r.lo, r.hi)});
+      for (DType dt : float_dtypes()) {
+        Tensor a = random({4, 300}, dt, dev, 4, r.lo, r.hi), b = random({300}, dt, dev, 5, r.lo, r.hi);
+        Tensor dy = random({4, 300}, dt, dev, 6, -2, 2);
+        std::vector<Tensor> got, want;
+        {
+          GradientTape tape;
+          tape.watch(a), tape.watch(b);
+          got = tape.gradient(ops::sum(ops::mul(r.call(a, b), dy)), {a, b});
+        }
+        auto cpu64 = [](const Tensor& t) { return t.to(float64).to(Device::cpu()); };
+        Tensor a64 = cpu64(a), b64 = cpu64(b), dy64 = cpu64(dy);
+        {
+          GradientTape tape;
+          tape.watch(a64), tape.watch(b64);
+          want = tape.gradient(ops::sum(ops::mul(r.call(a64, b64), dy64)), {a64, b64});
+        }
+        // b's gradient sums 4 rows: its error grows with the sum's magnitude.
+        const Tolerance tol{tolerance(dt).rtol, tolerance(dt).atol + 8 * tolerance(dt).rtol};
+        check_close(got[0], want[0].to_vector<double>(), tol, name + " backward da " + to_string(dt));
+        check_close(got[1], want[1].to_vector<double>(), tol, name + " backward db " + to_string(dt));
+      }
+    }
+  });
 }

@@ -11,11 +11,7 @@
 #include "test_util.hpp"
 
 using namespace mpt;
-using mpt::test::check_close;
-using mpt::test::contains;
-using mpt::test::error_of;
-using mpt::test::for_each_device;
-using mpt::test::tolerance;
+using namespace mpt::test;  // check_close, for_each_device, random, tolerance, ...
 namespace opt = mpt::optimizers;
 namespace sched = mpt::optimizers::schedules;
 

@@ -1,5 +1,6 @@
 #pragma once
-/// Convolutional and normalization layers, as Keras's (channels-last images [batch, h, w, c]):
+/// Convolution and zero padding layers, as Keras's (channels-last images [batch, h, w, c]);
+/// pooling in pooling.hpp, normalization in normalization.hpp:
 ///
 ///   namespace layers = mpt::layers;
 ///   mpt::Sequential model({layers::Input({28, 28, 1}),
@@ -11,25 +12,16 @@
 ///                          layers::GlobalAveragePooling2D(),
 ///                          layers::Dense(10, {.activation = "softmax"})});
 ///
-/// BatchNormalization's moving statistics follow the applied optimizer steps only: a training
-/// call computes them, Model::train_step commits them after the optimizer step and drops them
-/// when a loss-scale overflow skipped it (custom loops call model.finish_step(applied)).
 #include <array>
 #include <optional>
 #include <string>
 
 #include "mpt/layers/core.hpp"
+#include "mpt/nn_ops.hpp"
 
 namespace mpt::layers {
 
-/// A (height, width) pair, given as {h, w} or as one number for both (Keras's int-or-tuple).
-struct IntPair {
-  std::int64_t h = 1, w = 1;
-  IntPair(std::int64_t both) : h(both), w(both) {}  // NOLINT: Conv2D(32, 3) as in Keras
-  IntPair(std::int64_t height, std::int64_t width) : h(height), w(width) {}
-  std::array<std::int64_t, 2> array() const { return {h, w}; }
-  bool operator==(const IntPair&) const = default;
-};
+using mpt::IntPair;  // mpt/nn_ops.hpp: one (height, width) type for layers and ops
 
 struct Conv2DOptions {
   IntPair strides = 1;
@@ -44,55 +36,6 @@ struct Conv2DOptions {
 };
 /// 2-D convolution with `filters` output channels; kernel [kh, kw, in_channels, filters].
 LayerRef Conv2D(std::int64_t filters, IntPair kernel_size, Conv2DOptions options = {});
-
-struct Pooling2DOptions {
-  std::optional<IntPair> strides = std::nullopt;  ///< default: pool_size
-  std::string padding = "valid";
-  PolicyArg dtype = std::nullopt;
-  std::string name = "";
-};
-LayerRef MaxPooling2D(IntPair pool_size = {2, 2}, Pooling2DOptions options = {});
-/// With "same" padding the padded positions are left out of each average (as Keras).
-LayerRef AveragePooling2D(IntPair pool_size = {2, 2}, Pooling2DOptions options = {});
-
-struct GlobalPooling2DOptions {
-  bool keepdims = false;
-  PolicyArg dtype = std::nullopt;
-  std::string name = "";
-};
-/// Mean over height and width: [batch, h, w, c] -> [batch, c].
-LayerRef GlobalAveragePooling2D(GlobalPooling2DOptions options = {});
-
-struct BatchNormalizationOptions {
-  std::int64_t axis = -1;  ///< the channel axis; mpt supports the last one
-  double momentum = 0.99;
-  double epsilon = 1e-3;
-  bool center = true;  ///< learn beta
-  bool scale = true;   ///< learn gamma
-  std::string beta_initializer = "zeros";
-  std::string gamma_initializer = "ones";
-  std::string moving_mean_initializer = "zeros";
-  std::string moving_variance_initializer = "ones";
-  PolicyArg dtype = std::nullopt;
-  std::string name = "";
-};
-/// Training (and trainable): normalizes with the batch's mean and biased variance and moves
-/// moving_mean / moving_variance toward them by (1 - momentum) once the step is applied.
-/// Otherwise normalizes with the moving statistics. Statistics and normalization run in float32
-/// under every policy; the output is in the compute dtype.
-LayerRef BatchNormalization(BatchNormalizationOptions options = {});
-
-struct LayerNormalizationOptions {
-  std::int64_t axis = -1;  ///< mpt supports the last axis
-  double epsilon = 1e-3;
-  bool center = true;
-  bool scale = true;
-  std::string beta_initializer = "zeros";
-  std::string gamma_initializer = "ones";
-  PolicyArg dtype = std::nullopt;
-  std::string name = "";
-};
-LayerRef LayerNormalization(LayerNormalizationOptions options = {});
 
 /// Zero padding of ZeroPadding2D: one number for all sides, {h, w} (symmetric), or
 /// {{top, bottom}, {left, right}}.

@@ -8,7 +8,7 @@
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
-#include "backend/cpu/rows.hpp"
+#include "backend/cpu/row_chunks.hpp"
 #include "backend/cpu/vector_types.hpp"
 
 namespace mpt::cpu {
@@ -227,7 +227,7 @@ void CpuBackend::batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) {
   with_vector_types(x.dtype(), [&](auto t, auto c) { stats<decltype(t), decltype(c)>(x, mean, var); });
 }
 
-void CpuBackend::batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma,
+void CpuBackend::batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma,
                                     const Tensor& beta, double eps, Activation act, Tensor& y) {
   if (x.numel() == 0) return;
   with_vector_types(x.dtype(), [&](auto t, auto c) {

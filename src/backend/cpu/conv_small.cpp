@@ -21,7 +21,7 @@
 
 #include "backend/common/unary_ops.hpp"
 #include "backend/cpu/cpu_common.hpp"
-#include "backend/cpu/rows.hpp"
+#include "backend/cpu/row_chunks.hpp"
 #include "backend/cpu/vector_types.hpp"
 
 namespace mpt::cpu {

@@ -60,7 +60,7 @@ class CpuBackend final : public Backend {
   void pool2d_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace,
                        const Pool2dGeometry& g, Tensor& dx) override;
   void batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) override;
-  void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var,
+  void batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var,
                           const Tensor& gamma, const Tensor& beta, double eps, Activation act,
                           Tensor& y) override;
   void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean,

@@ -203,24 +203,11 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
         binary_loop<C>(p, s, m, o, f);
       });
     };
-    switch (op) {
-      case BinaryOp::Add: return run([](C x, C y) { return C(x + y); });
-      case BinaryOp::Sub: return run([](C x, C y) { return C(x - y); });
-      case BinaryOp::Mul: return run([](C x, C y) { return C(x * y); });
-      case BinaryOp::Div:
-        if constexpr (std::is_floating_point_v<C>) return run([](C x, C y) { return x / y; });
-        else return run([](C x, C y) { return y == 0 ? C(0) : C(x / y); });  // ops checks zeros
-      case BinaryOp::Pow: return run([](C x, C y) { return C(std::pow(x, y)); });
-      case BinaryOp::Maximum:
-        return run([](C x, C y) { return (x > y || x != x) ? x : y; });  // NaN propagates
-      case BinaryOp::Minimum: return run([](C x, C y) { return (x < y || x != x) ? x : y; });
-      case BinaryOp::Equal: return run([](C x, C y) { return C(x == y); });
-      case BinaryOp::NotEqual: return run([](C x, C y) { return C(x != y); });
-      case BinaryOp::Less: return run([](C x, C y) { return C(x < y); });
-      case BinaryOp::LessEqual: return run([](C x, C y) { return C(x <= y); });
-      case BinaryOp::Greater: return run([](C x, C y) { return C(x > y); });
-      case BinaryOp::GreaterEqual: return run([](C x, C y) { return C(x >= y); });
-    }
+    // The formulas are backend/common/binary_ops.hpp's, the CUDA kernels' too.
+    common::with_binary_op(op, [&](auto o) {
+      using OpT = decltype(o);  // a type, so the loop body needs no capture
+      run([](C x, C y) { return common::binary_apply<OpT::value>(x, y); });
+    });
   });
 }
 

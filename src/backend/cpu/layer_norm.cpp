@@ -4,7 +4,7 @@
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
-#include "backend/cpu/rows.hpp"
+#include "backend/cpu/row_chunks.hpp"
 
 namespace mpt::cpu {
 namespace {

@@ -74,10 +74,10 @@ void CudaBackend::batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) {
   });
 }
 
-void CudaBackend::batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma,
+void CudaBackend::batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& gamma,
                                      const Tensor& beta, double eps, Activation act, Tensor& y) {
   if (x.numel() == 0) return;
-  const char* op = "batch_norm_forward";
+  const char* op = "batch_norm";
   const std::int64_t cols = x.shape().back(), rows = x.numel() / cols;
   DeviceGuard g(y.device().index);
   const cudaStream_t s = stream(g.index());

@@ -132,18 +132,10 @@ struct ConvGraph {
 namespace {
 
 /// Builds k's operation graph into out; false when cuDNN supports no such graph at all.
-bool build_graph(const ConvKey& k, const PlanTarget& target, ConvGraph& out, const char* op) {
-  const cudnnDataType_t io = data_type(k.dtype, op);
-  const bool dbl = k.dtype == DType::Float64;
-  const cudnnDataType_t comp = dbl ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  const std::int64_t a = k.alignment;
-  auto keep = [&](Descriptor d) -> const Descriptor& {
-    out.parts.push_back(std::move(d));
-    return out.parts.back();
-  };
-
+/// The cuDNN convolution descriptor of a key (Keras's convolution is a cross-correlation).
+Descriptor convolution_descriptor(const ConvKey& k, cudnnDataType_t comp, const char* op) {
   Descriptor conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, what(op, "convolution descriptor").c_str());
-  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;  // Keras's convolution is a correlation
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   set(conv.get(), CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, op, "convolution compute type");
   set(conv.get(), CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, op, "convolution mode");
   set_i64(conv.get(), CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, {2}, op, "convolution spatial dims");
@@ -153,71 +145,103 @@ bool build_graph(const ConvKey& k, const PlanTarget& target, ConvGraph& out, con
   set_i64(conv.get(), CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {k.pad_bottom, k.pad_right}, op,
           "convolution post-paddings");
   finalize(conv, op, "convolution finalize");
-  const Descriptor& cd = keep(std::move(conv));
+  return conv;
+}
 
-  // alpha/beta in the compute type: 1 and 0 (the outputs are overwritten).
+/// The attributes of one of the three convolution operations: its activation-like, filter-like
+/// and output-like tensors (fprop x, w, y; dgrad dx, w, dy; wgrad x, dw, dy).
+struct ConvOperation {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+  const char* name;
+};
+constexpr ConvOperation kFprop{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                               "fprop"};
+constexpr ConvOperation kDgrad{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+                               "dgrad"};
+constexpr ConvOperation kWgrad{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                               CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+                               "wgrad"};
+
+/// One convolution operation over x, w and y with alpha 1 and beta 0 (outputs are overwritten),
+/// in the compute type (double for float64 keys).
+Descriptor conv_operation(const ConvOperation& t, const Descriptor& x, const Descriptor& w, const Descriptor& y,
+                          const Descriptor& conv, bool dbl, const char* op) {
+  const std::string n = t.name;
   const float one_f = 1.f, zero_f = 0.f;
   const double one_d = 1.0, zero_d = 0.0;
   const cudnnBackendAttributeType_t st = dbl ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT;
-  const void* one = dbl ? static_cast<const void*>(&one_d) : &one_f;
-  const void* zero = dbl ? static_cast<const void*>(&zero_d) : &zero_f;
+  Descriptor d(t.type, what(op, (n + " operation").c_str()).c_str());
+  set_desc(d.get(), t.x, x, op, (n + " x").c_str());
+  set_desc(d.get(), t.w, w, op, (n + " w").c_str());
+  set_desc(d.get(), t.y, y, op, (n + " y").c_str());
+  set_desc(d.get(), t.conv, conv, op, (n + " convolution").c_str());
+  set(d.get(), t.alpha, st, 1, dbl ? static_cast<const void*>(&one_d) : &one_f, op, (n + " alpha").c_str());
+  set(d.get(), t.beta, st, 1, dbl ? static_cast<const void*>(&zero_d) : &zero_f, op, (n + " beta").c_str());
+  finalize(d, op, (n + " finalize").c_str());
+  return d;
+}
+
+bool build_graph(const ConvKey& k, const PlanTarget& target, ConvGraph& out, const char* op) {
+  const cudnnDataType_t io = data_type(k.dtype, op);
+  const bool dbl = k.dtype == DType::Float64;
+  const std::int64_t a = k.alignment;
+  auto keep = [&](Descriptor d) -> const Descriptor& {
+    out.parts.push_back(std::move(d));
+    return out.parts.back();
+  };
+  const Descriptor& cd = keep(convolution_descriptor(k, dbl ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT, op));
+  auto y_tensor = [&] { return nhwc(kUidY, io, k.n, k.oh, k.ow, k.cout, false, a, op); };
 
   std::vector<cudnnBackendDescriptor_t> ops;
   const Descriptor& x = keep(nhwc(kUidX, io, k.n, k.h, k.w, k.cin, false, a, op));
   if (k.pass == ConvPass::Forward) {
-    const Descriptor& w = keep(filter(k, io, a, op));
+    // conv -> (+ bias) -> (activation), the intermediates virtual float32 tensors.
     const bool epilogue = k.bias || k.act != Activation::Linear;
     constexpr std::int64_t kConvOut = 101, kBiasOut = 102;
+    const Descriptor& w = keep(filter(k, io, a, op));
     const Descriptor& y = keep(epilogue ? nhwc(kConvOut, CUDNN_DATA_FLOAT, k.n, k.oh, k.ow, k.cout, true, a, op)
-                                        : nhwc(kUidY, io, k.n, k.oh, k.ow, k.cout, false, a, op));
-    Descriptor f(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, what(op, "fprop operation").c_str());
-    set_desc(f.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x, op, "fprop x");
-    set_desc(f.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w, op, "fprop w");
-    set_desc(f.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y, op, "fprop y");
-    set_desc(f.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, cd, op, "fprop convolution");
-    set(f.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, st, 1, one, op, "fprop alpha");
-    set(f.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, st, 1, zero, op, "fprop beta");
-    finalize(f, op, "fprop finalize");
-    ops.push_back(keep(std::move(f)).get());
+                                        : y_tensor());
+    ops.push_back(keep(conv_operation(kFprop, x, w, y, cd, dbl, op)).get());
     const Descriptor* last = &y;
     if (k.bias) {
       const Descriptor& b = keep(tensor(kUidBias, data_type(k.bias_dtype, op), {1, k.cout, 1, 1},
                                         {k.cout, 1, k.cout, k.cout}, false, a, op));
       const bool more = k.act != Activation::Linear;
       const Descriptor& s = keep(more ? nhwc(kBiasOut, CUDNN_DATA_FLOAT, k.n, k.oh, k.ow, k.cout, true, a, op)
-                                      : nhwc(kUidY, io, k.n, k.oh, k.ow, k.cout, false, a, op));
+                                      : y_tensor());
       ops.push_back(keep(pointwise_op(CUDNN_POINTWISE_ADD, *last, &b, s, op)).get());
       last = &s;
     }
     if (k.act != Activation::Linear) {
-      const Descriptor& out_y = keep(nhwc(kUidY, io, k.n, k.oh, k.ow, k.cout, false, a, op));
+      const Descriptor& out_y = keep(y_tensor());
       ops.push_back(keep(pointwise_op(pointwise_mode(k.act, op), *last, nullptr, out_y, op)).get());
     }
   } else if (k.pass == ConvPass::BackwardData) {
     const Descriptor& w = keep(filter(k, io, a, op));
-    const Descriptor& dy = keep(nhwc(kUidY, io, k.n, k.oh, k.ow, k.cout, false, a, op));
-    Descriptor d(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, what(op, "dgrad operation").c_str());
-    set_desc(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x, op, "dgrad dx");
-    set_desc(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w, op, "dgrad w");
-    set_desc(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, dy, op, "dgrad dy");
-    set_desc(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, cd, op, "dgrad convolution");
-    set(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, st, 1, one, op, "dgrad alpha");
-    set(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, st, 1, zero, op, "dgrad beta");
-    finalize(d, op, "dgrad finalize");
-    ops.push_back(keep(std::move(d)).get());
+    const Descriptor& dy = keep(y_tensor());
+    ops.push_back(keep(conv_operation(kDgrad, x, w, dy, cd, dbl, op)).get());
   } else {
     const Descriptor& dw = keep(filter(k, data_type(k.dw_dtype, op), a, op));
-    const Descriptor& dy = keep(nhwc(kUidY, io, k.n, k.oh, k.ow, k.cout, false, a, op));
-    Descriptor d(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-                 what(op, "wgrad operation").c_str());
-    set_desc(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x, op, "wgrad x");
-    set_desc(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, dw, op, "wgrad dw");
-    set_desc(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, dy, op, "wgrad dy");
-    set_desc(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, cd, op, "wgrad convolution");
-    set(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, st, 1, one, op, "wgrad alpha");
-    set(d.get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, st, 1, zero, op, "wgrad beta");
-    finalize(d, op, "wgrad finalize");
-    ops.push_back(keep(std::move(d)).get());
+    const Descriptor& dy = keep(y_tensor());
+    ops.push_back(keep(conv_operation(kWgrad, x, dw, dy, cd, dbl, op)).get());
   }
 
   out.graph = Descriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, what(op, "operation graph").c_str());

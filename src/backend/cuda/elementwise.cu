@@ -63,26 +63,7 @@ __global__ void one_hot_kernel(const I* indices, O* out, std::int64_t total, std
 /// Calls f(std::integral_constant<UnaryOp, op>{}): one kernel per op, no switch per element.
 using common::with_unary_op;
 
-template <class F>
-void with_binary_op(BinaryOp op, F&& f) {
-  using B = BinaryOp;
-  switch (op) {
-    case B::Add: return f(std::integral_constant<B, B::Add>{});
-    case B::Sub: return f(std::integral_constant<B, B::Sub>{});
-    case B::Mul: return f(std::integral_constant<B, B::Mul>{});
-    case B::Div: return f(std::integral_constant<B, B::Div>{});
-    case B::Pow: return f(std::integral_constant<B, B::Pow>{});
-    case B::Maximum: return f(std::integral_constant<B, B::Maximum>{});
-    case B::Minimum: return f(std::integral_constant<B, B::Minimum>{});
-    case B::Equal: return f(std::integral_constant<B, B::Equal>{});
-    case B::NotEqual: return f(std::integral_constant<B, B::NotEqual>{});
-    case B::Less: return f(std::integral_constant<B, B::Less>{});
-    case B::LessEqual: return f(std::integral_constant<B, B::LessEqual>{});
-    case B::Greater: return f(std::integral_constant<B, B::Greater>{});
-    case B::GreaterEqual: return f(std::integral_constant<B, B::GreaterEqual>{});
-  }
-  fail("binary: unknown op ", static_cast<int>(op));
-}
+using common::with_binary_op;
 
 template <class T>
 const T* in(const Tensor& t) {

@@ -21,7 +21,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels/launch.hpp"
-#include "backend/cuda/kernels/types.hpp"
+#include "backend/cuda/kernels/element_types.hpp"
 
 namespace mpt::kernels {
 

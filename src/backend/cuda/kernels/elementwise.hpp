@@ -25,7 +25,7 @@
 #include "backend/backend.hpp"
 #include "backend/common/shape.hpp"
 #include "backend/cuda/kernels/launch.hpp"
-#include "backend/cuda/kernels/types.hpp"
+#include "backend/cuda/kernels/element_types.hpp"
 
 namespace mpt::kernels {
 
@@ -85,15 +85,7 @@ MPT_HOST_DEVICE inline float f64_to_f32_round_odd(double v) {
 
 /// double -> integer as x86-64's truncating conversion: NaN and values out of int32 (int64)
 /// range give INT32_MIN (INT64_MIN); uint8 keeps the low byte of the int32 conversion.
-template <class D>
-MPT_HOST_DEVICE inline D trunc_to_int(double v) {
-  if constexpr (std::is_same_v<D, std::int64_t>) {
-    return (v >= -0x1p63 && v < 0x1p63) ? static_cast<std::int64_t>(v) : INT64_MIN;
-  } else {
-    const std::int32_t r = (v > -2147483649.0 && v < 2147483648.0) ? static_cast<std::int32_t>(v) : INT32_MIN;
-    return static_cast<D>(r);
-  }
-}
+using common::trunc_to_int;
 
 template <class S>
 MPT_HOST_DEVICE inline double to_double(S v) {
@@ -228,33 +220,9 @@ BroadcastGeom<K> make_broadcast(const Shape& out, const std::array<const Shape*,
 }
 
 // ---- binary and where ------------------------------------------------------------------------
-constexpr bool is_comparison(BinaryOp op) {
-  return op == BinaryOp::Equal || op == BinaryOp::NotEqual || op == BinaryOp::Less ||
-         op == BinaryOp::LessEqual || op == BinaryOp::Greater || op == BinaryOp::GreaterEqual;
-}
-
-/// The CPU's binary formulas in compute type C (comparisons give C(0) or C(1)).
-template <BinaryOp Op, class C>
-MPT_HOST_DEVICE inline C binary_apply(C x, C y) {
-  if constexpr (Op == BinaryOp::Add) return ew::add(x, y);
-  else if constexpr (Op == BinaryOp::Sub) return ew::sub(x, y);
-  else if constexpr (Op == BinaryOp::Mul) return ew::mul(x, y);
-  else if constexpr (Op == BinaryOp::Div) {
-    if constexpr (std::is_floating_point_v<C>) return ew::div(x, y);
-    else return y == 0 ? C(0) : C(x / y);
-  } else if constexpr (Op == BinaryOp::Pow) {
-    if constexpr (std::is_floating_point_v<C>) return ew::pow_(x, y);
-    else return ew::trunc_to_int<C>(ew::pow_(static_cast<double>(x), static_cast<double>(y)));
-  }
-  else if constexpr (Op == BinaryOp::Maximum) return (x > y || x != x) ? x : y;  // NaN propagates
-  else if constexpr (Op == BinaryOp::Minimum) return (x < y || x != x) ? x : y;
-  else if constexpr (Op == BinaryOp::Equal) return C(x == y);
-  else if constexpr (Op == BinaryOp::NotEqual) return C(x != y);
-  else if constexpr (Op == BinaryOp::Less) return C(x < y);
-  else if constexpr (Op == BinaryOp::LessEqual) return C(x <= y);
-  else if constexpr (Op == BinaryOp::Greater) return C(x > y);
-  else return C(x >= y);  // GreaterEqual
-}
+// The formulas are backend/common/binary_ops.hpp's, shared with the CPU.
+using common::binary_apply;
+using common::is_comparison;
 
 /// out = a op b broadcast (O: T, or bool for comparisons).
 template <BinaryOp Op, class T, class O>

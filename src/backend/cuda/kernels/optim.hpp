@@ -12,7 +12,7 @@
 
 #include "backend/common/loss_scale.hpp"
 #include "backend/cuda/kernels/launch.hpp"
-#include "backend/cuda/kernels/types.hpp"
+#include "backend/cuda/kernels/element_types.hpp"
 
 namespace mpt::kernels {
 

@@ -19,7 +19,7 @@
 #include <cstring>
 
 #include "backend/cuda/kernels/launch.hpp"
-#include "backend/cuda/kernels/types.hpp"
+#include "backend/cuda/kernels/element_types.hpp"
 
 namespace mpt::kernels {
 

@@ -9,7 +9,7 @@
 
 #include "backend/common/random.hpp"
 #include "backend/cuda/kernels/launch.hpp"
-#include "backend/cuda/kernels/types.hpp"
+#include "backend/cuda/kernels/element_types.hpp"
 
 namespace mpt::kernels {
 

@@ -17,7 +17,7 @@
 #include "backend/backend.hpp"
 #include "backend/common/shape.hpp"
 #include "backend/cuda/kernels/launch.hpp"
-#include "backend/cuda/kernels/types.hpp"
+#include "backend/cuda/kernels/element_types.hpp"
 
 namespace mpt::kernels {
 

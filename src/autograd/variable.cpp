@@ -4,7 +4,6 @@
 #include <mutex>
 
 #include "mpt/autograd.hpp"
-#include "mpt/ops.hpp"
 
 namespace mpt {
 

@@ -1,0 +1,45 @@
+#pragma once
+/// Normalization layers, as Keras's: BatchNormalization, LayerNormalization.
+///
+/// BatchNormalization's moving statistics follow the applied optimizer steps only: a training
+/// call computes them, Model::train_step commits them after the optimizer step and drops them
+/// when a loss-scale overflow skipped it (custom loops call model.finish_step(applied)).
+#include <cstdint>
+#include <string>
+
+#include "mpt/layers/core.hpp"
+
+namespace mpt::layers {
+
+struct BatchNormalizationOptions {
+  std::int64_t axis = -1;  ///< the channel axis; mpt supports the last one
+  double momentum = 0.99;
+  double epsilon = 1e-3;
+  bool center = true;  ///< learn beta
+  bool scale = true;   ///< learn gamma
+  std::string beta_initializer = "zeros";
+  std::string gamma_initializer = "ones";
+  std::string moving_mean_initializer = "zeros";
+  std::string moving_variance_initializer = "ones";
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+/// Training (and trainable): normalizes with the batch's mean and biased variance and moves
+/// moving_mean / moving_variance toward them by (1 - momentum) once the step is applied.
+/// Otherwise normalizes with the moving statistics. Statistics and normalization run in float32
+/// under every policy; the output is in the compute dtype.
+LayerRef BatchNormalization(BatchNormalizationOptions options = {});
+
+struct LayerNormalizationOptions {
+  std::int64_t axis = -1;  ///< mpt supports the last axis
+  double epsilon = 1e-3;
+  bool center = true;
+  bool scale = true;
+  std::string beta_initializer = "zeros";
+  std::string gamma_initializer = "ones";
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+LayerRef LayerNormalization(LayerNormalizationOptions options = {});
+
+}  // namespace mpt::layers
