@@ -89,6 +89,42 @@ void export_fashion_mnist(const std::string& dir) {
               shape_str(data.x_train.shape()).c_str(), shape_str(data.x_test.shape()).c_str());
 }
 
+/// The training (and optional test) arrays, checked against each other.
+struct Dataset {
+  mpt::Tensor x, y, x_test, y_test;
+  std::int64_t num_classes = 2;
+  mpt::Shape input_shape;  // per row
+};
+
+Dataset load_dataset(const std::string& x_path, const std::string& y_path, const std::string& x_test_path,
+                     const std::string& y_test_path, std::int64_t limit) {
+  Dataset d;
+  d.x = prepare_x(mpt::io::load_npy(x_path), x_path);
+  std::int64_t max_label = 0;
+  d.y = prepare_y(mpt::io::load_npy(y_path), y_path, d.x.size(0), max_label);
+  if (limit > 0 && limit < d.x.size(0)) {
+    d.x = d.x.slice(0, limit);
+    d.y = d.y.slice(0, limit);
+    max_label = 0;
+    for (auto v : d.y.to_vector<std::int64_t>()) max_label = std::max(max_label, v);
+  }
+  d.num_classes = std::max<std::int64_t>(max_label + 1, 2);
+  d.input_shape = mpt::Shape(d.x.shape().begin() + 1, d.x.shape().end());
+  if (x_test_path.empty()) return d;
+  d.x_test = prepare_x(mpt::io::load_npy(x_test_path), x_test_path);
+  mpt::Shape test_shape(d.x_test.shape().begin() + 1, d.x_test.shape().end());
+  if (test_shape != d.input_shape)
+    throw BadData(x_test_path + ": test rows have shape " + shape_str(test_shape) + " but training rows have " +
+                  shape_str(d.input_shape));
+  std::int64_t max_test = 0;
+  d.y_test = prepare_y(mpt::io::load_npy(y_test_path), y_test_path, d.x_test.size(0), max_test);
+  if (max_test >= d.num_classes)
+    throw BadData(y_test_path + ": label " + std::to_string(max_test) + " is not among the " +
+                  std::to_string(d.num_classes) + " classes seen in training (0.." + std::to_string(d.num_classes - 1) +
+                  ")");
+  return d;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,31 +167,10 @@ int main(int argc, char** argv) {
     mpt::set_random_seed(seed);
     mpt::mixed_precision::set_global_policy(policy);
 
-    mpt::Tensor x = prepare_x(mpt::io::load_npy(x_path), x_path);
-    std::int64_t max_label = 0;
-    mpt::Tensor y = prepare_y(mpt::io::load_npy(y_path), y_path, x.size(0), max_label);
-    if (limit > 0 && limit < x.size(0)) {
-      x = x.slice(0, limit);
-      y = y.slice(0, limit);
-      max_label = 0;
-      for (auto v : y.to_vector<std::int64_t>()) max_label = std::max(max_label, v);
-    }
-    std::int64_t num_classes = std::max<std::int64_t>(max_label + 1, 2);
-    mpt::Shape input_shape(x.shape().begin() + 1, x.shape().end());
-
-    mpt::Tensor x_test, y_test;
-    if (!x_test_path.empty()) {
-      x_test = prepare_x(mpt::io::load_npy(x_test_path), x_test_path);
-      mpt::Shape test_shape(x_test.shape().begin() + 1, x_test.shape().end());
-      if (test_shape != input_shape)
-        throw BadData(x_test_path + ": test rows have shape " + shape_str(test_shape) + " but training rows have " +
-                      shape_str(input_shape));
-      std::int64_t max_test = 0;
-      y_test = prepare_y(mpt::io::load_npy(y_test_path), y_test_path, x_test.size(0), max_test);
-      if (max_test >= num_classes)
-        throw BadData(y_test_path + ": label " + std::to_string(max_test) + " is not among the " +
-                      std::to_string(num_classes) + " classes seen in training (0.." + std::to_string(num_classes - 1) + ")");
-    }
+    const Dataset d = load_dataset(x_path, y_path, x_test_path, y_test_path, limit);
+    const mpt::Tensor &x = d.x, &y = d.y, &x_test = d.x_test, &y_test = d.y_test;
+    const std::int64_t num_classes = d.num_classes;
+    const mpt::Shape& input_shape = d.input_shape;
     if (chief) std::printf("training on %lld rows of shape %s, %lld classes, policy %s\n", static_cast<long long>(x.size(0)),
                 shape_str(input_shape).c_str(), static_cast<long long>(num_classes), policy.c_str());
 

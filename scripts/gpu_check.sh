@@ -189,7 +189,7 @@ if [ "$SANITIZE" = 1 ]; then
     # API errors are not reported: test_cuda_gpu asks for 2^50 bytes on purpose (an mpt::Error
     # naming "out of memory" is what it checks). Exit 99: memcheck found an error; other codes: the
     # tests' own failures (doctest) or the time limit (124).
-    for t in test_ops_forward test_ops_grad test_conv_ops test_cuda_elementwise test_cuda_gpu; do
+    for t in test_op_table test_ops_forward test_ops_grad test_conv_ops test_cuda_elementwise test_cuda_gpu; do
       timeout "$(budget 75)" compute-sanitizer --tool memcheck --leak-check no --report-api-errors no --error-exitcode 99 \
         "$ROOT/build/tests/$t" --subcase-exclude=cpu,test > "$OUT_DIR/memcheck.$t.log" 2>&1
       rc=$?

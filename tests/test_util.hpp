@@ -3,6 +3,7 @@
 // the finite-difference gradient checker.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -56,6 +57,16 @@ struct PolicyDeviceScope {
 struct Tolerance {
   double rtol, atol;
 };
+
+/// The shape two operands broadcast to (NumPy's rule; the shapes are assumed compatible).
+inline Shape broadcast_shape(const Shape& a, const Shape& b) {
+  Shape o(std::max(a.size(), b.size()), 1);
+  for (std::size_t i = 0; i < o.size(); ++i) {
+    const std::int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1, db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    o[o.size() - 1 - i] = da == 1 ? db : da;
+  }
+  return o;
+}
 
 /// The one table of tolerances for results computed in a dtype against a float64 reference.
 inline Tolerance tolerance(DType d) {

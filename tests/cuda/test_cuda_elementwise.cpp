@@ -278,21 +278,12 @@ std::vector<std::pair<Shape, Shape>> shape_pairs() {
   return p;
 }
 
-Shape broadcast(const Shape& a, const Shape& b) {
-  Shape o(std::max(a.size(), b.size()), 1);
-  for (std::size_t i = 0; i < o.size(); ++i) {
-    const std::int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1, db = i < b.size() ? b[b.size() - 1 - i] : 1;
-    o[o.size() - 1 - i] = da == 1 ? db : da;
-  }
-  return o;
-}
-
 using common::for_each_binary_op;
 
 template <BinaryOp Op, class T>
 void check_binary(const Shape& sa, const Shape& sb) {
   using O = std::conditional_t<is_comparison(Op), bool, T>;
-  const Shape so = broadcast(sa, sb);
+  const Shape so = broadcast_shape(sa, sb);
   const std::int64_t na = numel_of(sa), nb = numel_of(sb);
   // Integer Pow: small bases and exponents (negative ones give 0 or, for 0, INT64_MIN via inf).
   const bool ipow = Op == BinaryOp::Pow && std::is_integral_v<T>;
@@ -345,7 +336,7 @@ TEST_CASE("cuda elementwise: where matches the CPU in every dtype and broadcast"
         {Shape{1025}, Shape{1025}, Shape{1025}}, {Shape{7}, Shape{7}, Shape{}},     {Shape{3, 1, 5}, Shape{4, 5}, Shape{}},
         {Shape{}, Shape{3, 1, 5}, Shape{4, 1}},   {Shape{4, 5}, Shape{1}, Shape{3, 4, 5}}, {Shape{1}, Shape{1000}, Shape{1000}}};
     for (const auto& [sc, sa, sb] : cases) {
-      const Shape so = broadcast(broadcast(sc, sa), sb);
+      const Shape so = broadcast_shape(broadcast_shape(sc, sa), sb);
       const Vec<bool> cond = values<bool>(numel_of(sc), 23, 0, 1, false);
       const Vec<T> a = values<T>(numel_of(sa), 29, -9, 9), b = values<T>(numel_of(sb), 31, -9, 9, false);
       Tensor ct = host_tensor(cond, sc), at = host_tensor(a, sa), bt = host_tensor(b, sb);

@@ -22,33 +22,33 @@
 #include "backend/common/host_device.hpp"
 
 // X(enumerator, op name, Keras activation name or nullptr, defined on integers, gradient from
-//   the output alone, parameter default)
+//   the output alone, parameter name or nullptr, parameter default)
 // - Keras activation name: the string layers and ops::dense/conv2d accept (Dense(activation=...)).
 // - gradient from the output alone: unary_grad reads only y (the x it gets may be y), so a GEMM
 //   or convolution may apply the op in its epilogue and keep only its output for backward.
-// - parameter: the op's one scalar argument (LeakyReLU's negative slope); activations named by
-//   string always use the default, as Keras's activations do.
-#define MPT_UNARY_OPS(X)                                             \
-  X(Linear, "linear", "linear", true, true, 0.0)                     \
-  X(Neg, "negative", nullptr, true, false, 0.0)                      \
-  X(Exp, "exp", "exponential", false, true, 0.0)                     \
-  X(Log, "log", nullptr, false, false, 0.0)                          \
-  X(Sqrt, "sqrt", nullptr, false, false, 0.0)                        \
-  X(Square, "square", nullptr, true, false, 0.0)                     \
-  X(Abs, "abs", nullptr, true, false, 0.0)                           \
-  X(Sign, "sign", nullptr, true, false, 0.0)                         \
-  X(Relu, "relu", "relu", true, true, 0.0)                           \
-  X(Relu6, "relu6", "relu6", false, true, 0.0)                       \
-  X(LeakyRelu, "leaky_relu", "leaky_relu", false, true, 0.2)         \
-  X(Sigmoid, "sigmoid", "sigmoid", false, true, 0.0)                 \
-  X(Tanh, "tanh", "tanh", false, true, 0.0)                          \
-  X(Gelu, "gelu", "gelu", false, false, 0.0)                         \
-  X(GeluTanh, "gelu_tanh", nullptr, false, false, 0.0)               \
-  X(Silu, "silu", "silu", false, false, 0.0)
+// - parameter: the op's one scalar argument (LeakyReLU's negative slope) and its default;
+//   activations named by string always use the default, as Keras's activations do.
+#define MPT_UNARY_OPS(X)                                                        \
+  X(Linear, "linear", "linear", true, true, nullptr, 0.0)                       \
+  X(Neg, "negative", nullptr, true, false, nullptr, 0.0)                        \
+  X(Exp, "exp", "exponential", false, true, nullptr, 0.0)                       \
+  X(Log, "log", nullptr, false, false, nullptr, 0.0)                            \
+  X(Sqrt, "sqrt", nullptr, false, false, nullptr, 0.0)                          \
+  X(Square, "square", nullptr, true, false, nullptr, 0.0)                       \
+  X(Abs, "abs", nullptr, true, false, nullptr, 0.0)                             \
+  X(Sign, "sign", nullptr, true, false, nullptr, 0.0)                           \
+  X(Relu, "relu", "relu", true, true, nullptr, 0.0)                             \
+  X(Relu6, "relu6", "relu6", false, true, nullptr, 0.0)                         \
+  X(LeakyRelu, "leaky_relu", "leaky_relu", false, true, "negative_slope", 0.2)  \
+  X(Sigmoid, "sigmoid", "sigmoid", false, true, nullptr, 0.0)                   \
+  X(Tanh, "tanh", "tanh", false, true, nullptr, 0.0)                            \
+  X(Gelu, "gelu", "gelu", false, false, nullptr, 0.0)                           \
+  X(GeluTanh, "gelu_tanh", nullptr, false, false, nullptr, 0.0)                 \
+  X(Silu, "silu", "silu", false, false, nullptr, 0.0)
 
 namespace mpt {
 
-#define MPT_UNARY_ENUM(o, name, keras, ints, from_output, param) o,
+#define MPT_UNARY_ENUM(o, name, keras, ints, from_output, param_name, param) o,
 /// Elementwise unary ops; Linear (the identity) makes every activation one of them.
 enum class UnaryOp : std::uint8_t { MPT_UNARY_OPS(MPT_UNARY_ENUM) };
 #undef MPT_UNARY_ENUM
@@ -59,7 +59,7 @@ using Activation = UnaryOp;
 
 namespace mpt::common {
 
-#define MPT_UNARY_COUNT(o, name, keras, ints, from_output, param) +1
+#define MPT_UNARY_COUNT(o, name, keras, ints, from_output, param_name, param) +1
 inline constexpr int kUnaryOpCount = 0 MPT_UNARY_OPS(MPT_UNARY_COUNT);
 #undef MPT_UNARY_COUNT
 
@@ -69,11 +69,12 @@ struct UnaryInfo {
   const char* keras;  ///< nullptr: not an activation
   bool on_integers;
   bool grad_from_output;
+  const char* param_name;  ///< nullptr: the op takes no parameter
   double param;
 };
 
 inline constexpr UnaryInfo kUnaryInfo[] = {
-#define MPT_UNARY_ROW(o, name, keras, ints, from_output, param) {name, keras, ints, from_output, param},
+#define MPT_UNARY_ROW(o, name, keras, ints, from_output, param_name, param) {name, keras, ints, from_output, param_name, param},
     MPT_UNARY_OPS(MPT_UNARY_ROW)
 #undef MPT_UNARY_ROW
 };
@@ -86,6 +87,8 @@ constexpr const char* unary_name(UnaryOp op) { return unary_info(op).name; }
 constexpr bool unary_on_integers(UnaryOp op) { return unary_info(op).on_integers; }
 /// True when unary_grad reads only the output: the op may run fused into an epilogue.
 constexpr bool unary_grad_from_output(UnaryOp op) { return unary_info(op).grad_from_output; }
+/// True for the ops with a parameter (the others ignore the one they are given).
+constexpr bool unary_takes_param(UnaryOp op) { return unary_info(op).param_name != nullptr; }
 /// The parameter an activation named by string uses.
 constexpr double unary_default_param(UnaryOp op) { return unary_info(op).param; }
 
@@ -94,7 +97,7 @@ constexpr double unary_default_param(UnaryOp op) { return unary_info(op).param; 
 template <class F>
 decltype(auto) with_unary_op(UnaryOp op, F&& f) {
   switch (op) {
-#define MPT_UNARY_CASE(o, name, keras, ints, from_output, param) \
+#define MPT_UNARY_CASE(o, name, keras, ints, from_output, param_name, param) \
   case UnaryOp::o: return f(std::integral_constant<UnaryOp, UnaryOp::o>{});
     MPT_UNARY_OPS(MPT_UNARY_CASE)
 #undef MPT_UNARY_CASE
@@ -106,7 +109,7 @@ decltype(auto) with_unary_op(UnaryOp op, F&& f) {
 /// that cover every op loop over this, so a new row is tested without a new list).
 template <class F>
 void for_each_unary_op(F&& f) {
-#define MPT_UNARY_VISIT(o, name, keras, ints, from_output, param) f(std::integral_constant<UnaryOp, UnaryOp::o>{});
+#define MPT_UNARY_VISIT(o, name, keras, ints, from_output, param_name, param) f(std::integral_constant<UnaryOp, UnaryOp::o>{});
   MPT_UNARY_OPS(MPT_UNARY_VISIT)
 #undef MPT_UNARY_VISIT
 }

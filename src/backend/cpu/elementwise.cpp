@@ -163,7 +163,10 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double param) {
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
       if constexpr (std::is_floating_point_v<C> || common::unary_on_integers(Op))
-        map1<C>(x, out, [p = C(param)](C v) { return common::unary_apply<OpT::value>(v, p); });
+        if constexpr (common::unary_takes_param(Op))
+          map1<C>(x, out, [p = C(param)](C v) { return common::unary_apply<OpT::value>(v, p); });
+        else  // no capture: the loop keeps nothing but the values in registers
+          map1<C>(x, out, [](C v) { return common::unary_apply<OpT::value>(v, C(0)); });
       else
         fail("unary op ", common::unary_name(Op), ": not defined for ", to_string(x.dtype()));
     });
@@ -188,7 +191,10 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
       if constexpr (std::is_floating_point_v<C>)
-        map3<C>(x, y, dy, dx, [p = C(param)](C a, C out, C d) { return common::unary_grad<OpT::value>(a, out, d, p); });
+        if constexpr (common::unary_takes_param(OpT::value))
+          map3<C>(x, y, dy, dx, [p = C(param)](C a, C out, C d) { return common::unary_grad<OpT::value>(a, out, d, p); });
+        else
+          map3<C>(x, y, dy, dx, [](C a, C out, C d) { return common::unary_grad<OpT::value>(a, out, d, C(0)); });
       else
         fail("unary backward: not defined for ", to_string(x.dtype()));
     });
