@@ -103,6 +103,13 @@ Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis = 0);
 /// and in range (not checked on the device: the host checks its index lists before upload).
 /// A data op: not recorded on a tape.
 Tensor gather_rows(const Tensor& x, const Tensor& indices);
+/// Rows of `table` [rows, ...] by `ids` (any shape; integers, or integral floats, which are
+/// truncated as Keras casts them), each in [0, rows): [ids..., ...] in `dtype` (default: the
+/// table's). Keras's Embedding lookup (ops.take(table, ids, axis=0)), PyTorch's F.embedding.
+/// Differentiable in the table: its gradient is the output gradient's rows added at their ids
+/// in float32 (float64 for a float64 table), repeated ids summed in order, the same bits on
+/// every device. Out-of-range ids are an mpt::Error (one host read of their min and max).
+Tensor embedding(const Tensor& ids, const Tensor& table, std::optional<DType> dtype = std::nullopt);
 /// Elements [begin, end) along `axis` (a copy).
 Tensor slice(const Tensor& x, std::int64_t axis, std::int64_t begin, std::int64_t end);
 /// indices (integer) -> [..., depth] in `dtype`; out-of-range indices give zero rows.

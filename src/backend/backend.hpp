@@ -113,6 +113,11 @@ class Backend {
                       std::uint64_t offset, Tensor& out) = 0;
   /// out[k] = x[indices[k]] along the first axis; indices int64 [K] on this device, in range.
   virtual void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) = 0;
+  /// out[indices[k]] += src[k], row by row: src [K, ...] any floating dtype, indices int64 [K]
+  /// in range, out [V, ...] float32 (float64 for float64 src) accumulating in its own dtype.
+  /// Per element, k ascending on every device: repeated indices sum deterministically, to the
+  /// same bits everywhere (the embedding gradient).
+  virtual void scatter_add_rows(const Tensor& src, const Tensor& indices, Tensor& out) = 0;
   /// out[i + offset] = x[i] where that lands inside out, zeros elsewhere of out (offsets per
   /// axis, negative ones crop): zero padding and its gradient.
   virtual void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) = 0;

@@ -97,6 +97,7 @@ Json loss_json(const losses::Loss& loss) {
   if (auto* l = dynamic_cast<const losses::BinaryCrossentropy*>(&loss)) o = &l->options();
   Json c = Json::object();
   if (o) c["from_logits"] = o->from_logits, c["label_smoothing"] = o->label_smoothing;
+  if (o && o->ignore_class) c["ignore_class"] = *o->ignore_class;
   return {{"name", loss.name()}, {"config", c}};
 }
 
@@ -108,6 +109,10 @@ std::shared_ptr<losses::Loss> loss_from(const Json& v, const std::string& w) {
   losses::CrossentropyOptions o;
   if (const Json* f = find(c, "from_logits")) o.from_logits = as_bool(*f, w + ", from_logits");
   if (const Json* s = find(c, "label_smoothing")) o.label_smoothing = as_double(*s, w + ", label_smoothing");
+  if (const Json* i = find(c, "ignore_class"); i && !i->is_null()) {
+    MPT_CHECK(i->is_number_integer(), w, ", ignore_class: expected an integer or null, got ", i->dump());
+    o.ignore_class = i->get<std::int64_t>();
+  }
   if (name == "sparse_categorical_crossentropy") return std::make_shared<losses::SparseCategoricalCrossentropy>(o);
   if (name == "categorical_crossentropy") return std::make_shared<losses::CategoricalCrossentropy>(o);
   if (name == "binary_crossentropy") return std::make_shared<losses::BinaryCrossentropy>(o);
@@ -130,9 +135,10 @@ Json keras_compile_config(const Model& m) {
   if (auto* l = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(&loss)) o = &l->options(), cls = "SparseCategoricalCrossentropy";
   if (auto* l = dynamic_cast<const losses::CategoricalCrossentropy*>(&loss)) o = &l->options(), cls = "CategoricalCrossentropy";
   if (auto* l = dynamic_cast<const losses::BinaryCrossentropy*>(&loss)) o = &l->options(), cls = "BinaryCrossentropy";
-  if (o && (o->from_logits || o->label_smoothing != 0)) {
+  if (o && (o->from_logits || o->label_smoothing != 0 || o->ignore_class)) {
     Json c = {{"from_logits", o->from_logits}};
     if (cls != "SparseCategoricalCrossentropy") c["label_smoothing"] = o->label_smoothing;
+    else c["ignore_class"] = o->ignore_class ? Json(*o->ignore_class) : Json(nullptr);
     loss_value = {{"module", "keras.losses"}, {"class_name", cls}, {"config", c}, {"registered_name", nullptr}};
   }
   return {{"optimizer", io::optimizer_to_json(m.optimizer(), true)},

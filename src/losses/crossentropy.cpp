@@ -11,14 +11,18 @@ constexpr double kEpsilon = 1e-7;  // keras.backend.epsilon()
 
 std::string who(const Loss& l) { return "loss " + l.name(); }
 
-void check_smoothing(const std::string& name, double ls) {
-  MPT_CHECK(ls >= 0.0 && ls <= 1.0, "loss ", name, ": label_smoothing must be in [0, 1], got ", ls);
+void check_smoothing(const std::string& name, const CrossentropyOptions& o) {
+  MPT_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0, "loss ", name,
+            ": label_smoothing must be in [0, 1], got ", o.label_smoothing);
+  MPT_CHECK(!o.ignore_class, "loss ", name, ": ignore_class is for sparse labels (sparse_categorical_crossentropy)");
 }
 
 }  // namespace
 
 SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(CrossentropyOptions o)
     : Loss("sparse_categorical_crossentropy"), o_(o) {
+  MPT_CHECK(!o.ignore_class || (*o.ignore_class >= -(std::int64_t{1} << 53) && *o.ignore_class < (std::int64_t{1} << 53)),
+            "loss ", name(), ": ignore_class ", o.ignore_class.value_or(0), " is out of the range labels can hold");
   MPT_CHECK(o.label_smoothing == 0.0, "loss ", name(),
             ": label_smoothing is not supported for sparse labels (as in Keras), got ", o.label_smoothing);
 }
@@ -30,18 +34,32 @@ Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y
     // Keras casts float labels to int, so 3.0 means class 3; a fraction (1.5) or a value no
     // int holds (1e30) is an error where the labels are host memory, instead of a silent
     // truncation or an undefined cast (fit and data::batches check device labels up front).
+    // Ignored labels (padding, often -1) are left to the class check below.
     if (is_floating(labels.dtype())) {
-      if (labels.device().is_cpu()) data::check_labels("labels", labels.detach(), y_pred.shape().empty() ? -1 : y_pred.shape().back());
+      if (labels.device().is_cpu() && !o_.ignore_class)
+        data::check_labels("labels", labels.detach(), y_pred.shape().empty() ? -1 : y_pred.shape().back());
       labels = ops::cast(labels.detach(), int64);
     }
     Tensor x = cast_to(y_pred, compute_dtype(y_pred));
-    return ops::softmax_cross_entropy(x, labels, {.from_logits = o_.from_logits});
+    if (!o_.ignore_class) return ops::softmax_cross_entropy(x, labels, {.from_logits = o_.from_logits});
+    // Keras's ignore_class: ignored positions take class 0 and a zero weight, and the others
+    // are weighted by total / valid, so that the batch mean is the mean over the valid ones
+    // (all on the device: no host read; nothing here needs a gradient).
+    const Tensor ignore = Tensor::scalar(static_cast<double>(*o_.ignore_class), labels.dtype(), labels.device());
+    const Tensor valid = ops::not_equal(labels.detach(), ignore);
+    const Tensor safe = ops::where(valid, labels.detach(), Tensor::zeros({}, labels.dtype(), labels.device()));
+    const DType d = compute_dtype(y_pred);
+    const Tensor w = ops::cast(valid, d);
+    const Tensor count = ops::add(ops::sum(w), Tensor::scalar(kEpsilon, d, x.device()));
+    const Tensor weight = ops::mul(w, ops::div(Tensor::scalar(static_cast<double>(w.numel()), d, x.device()), count));
+    Tensor per = ops::softmax_cross_entropy(x, safe, {.from_logits = o_.from_logits});
+    return ops::mul(per, weight.reshape(per.shape()));
   });
 }
 
 CategoricalCrossentropy::CategoricalCrossentropy(CrossentropyOptions o)
     : Loss("categorical_crossentropy"), o_(o) {
-  check_smoothing(name(), o.label_smoothing);
+  check_smoothing(name(), o);
 }
 
 Tensor CategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
@@ -60,7 +78,7 @@ Tensor CategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred)
 }
 
 BinaryCrossentropy::BinaryCrossentropy(CrossentropyOptions o) : Loss("binary_crossentropy"), o_(o) {
-  check_smoothing(name(), o.label_smoothing);
+  check_smoothing(name(), o);
 }
 
 Tensor BinaryCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {

@@ -66,12 +66,13 @@ Tensor initialize(const std::string& init, const Shape& shape, DType dtype, std:
   else if (init == "he_normal") t = truncated(std::sqrt(2.0 / fan_in));
   else if (init == "lecun_uniform") t = uniform(std::sqrt(3.0 / fan_in));
   else if (init == "lecun_normal") t = truncated(std::sqrt(1.0 / fan_in));
-  else if (init == "random_normal") t = Tensor::random_normal(shape, 0, 0.05, seed, dtype, device);
-  else if (init == "random_uniform") t = uniform(0.05);
+  // "normal" and "uniform" are Keras's other names of RandomNormal and RandomUniform (Embedding's default).
+  else if (init == "random_normal" || init == "normal") t = Tensor::random_normal(shape, 0, 0.05, seed, dtype, device);
+  else if (init == "random_uniform" || init == "uniform") t = uniform(0.05);
   else
     fail("initializer: unknown initializer '", init,
          "'; valid: zeros, ones, glorot_uniform, glorot_normal, he_uniform, he_normal, lecun_uniform, "
-         "lecun_normal, random_normal, random_uniform");
+         "lecun_normal, random_normal (normal), random_uniform (uniform)");
   return t;
 }
 
@@ -116,7 +117,7 @@ void Layer::set_trainable(bool on) {
 
 Tensor Layer::cast_input(const Tensor& x) const {
   if (!x.defined()) error("undefined input tensor");
-  return is_floating(x.dtype()) && x.dtype() != compute_dtype() ? ops::cast(x, compute_dtype()) : x;
+  return autocast() && is_floating(x.dtype()) && x.dtype() != compute_dtype() ? ops::cast(x, compute_dtype()) : x;
 }
 
 void Layer::check_device(const Tensor& x) const {

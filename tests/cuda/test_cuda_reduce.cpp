@@ -550,6 +550,38 @@ TEST_CASE("cuda gather_rows copies the CPU's rows bit for bit, every word size")
   }
 }
 
+/// The scatter-add body against the CPU's scatter_add_rows, bit for bit: src of storage type S,
+/// accumulated in C, with repeated ids, on a grid smaller and larger than the columns.
+template <class S, class C>
+void check_scatter_add(std::int64_t rows, std::int64_t width, std::int64_t count) {
+  std::mt19937 rng(5);
+  Tensor src = Tensor::random_uniform({count, width}, -2, 2, 3, float32, Device::cpu()).to(dtype_of_storage<S>());
+  Vec<std::int64_t> idx;
+  for (std::int64_t k = 0; k < count; ++k) idx.push_back(static_cast<std::int64_t>(rng() % static_cast<unsigned>(rows)));
+  Tensor it = host_tensor(idx, {count});
+  Tensor start = Tensor::random_uniform({rows, width}, -1, 1, 4, dtype_of_storage<C>(), Device::cpu());
+  Tensor want = start.copy();
+  cpu().scatter_add_rows(src, it, want);
+  const Vec<S> sv = tensor_values<S>(src);
+  for (unsigned grid : {1u, 3u})
+    for (unsigned block : {7u, 64u}) {
+      Vec<C> got = tensor_values<C>(start);
+      emulate(Dim{grid, 1, 1}, Dim{block, 1, 1}, [&](const Thread& t) {
+        scatter_add_rows_body(t, sv.data(), idx.data(), got.data(), count, width);
+      });
+      INFO("scatter_add_rows ", to_string(dtype_of_storage<S>()), " -> ", to_string(dtype_of_storage<C>()), " width ",
+           width, " grid ", grid, " block ", block);
+      CHECK(std::memcmp(got.data(), want.data_ptr(), want.nbytes()) == 0);
+    }
+}
+
+TEST_CASE("cuda scatter_add_rows adds the CPU's rows in the CPU's order, bit for bit") {
+  check_scatter_add<float, float>(7, 5, 40);
+  check_scatter_add<__nv_bfloat16, float>(11, 130, 300);
+  check_scatter_add<__half, float>(3, 1, 17);
+  check_scatter_add<double, double>(9, 33, 64);
+}
+
 template <class W>
 void check_pad(const Shape& xs, const std::vector<std::int64_t>& offset, const Shape& os) {
   const DType d = sizeof(W) == 1 ? uint8 : sizeof(W) == 2 ? bfloat16 : sizeof(W) == 4 ? float32 : float64;

@@ -150,6 +150,10 @@ class TestBackend final : public Backend {
     Call c(*this);
     cpu_.gather_rows(x, indices, out);
   }
+  void scatter_add_rows(const Tensor& src, const Tensor& indices, Tensor& out) override {
+    Call c(*this);
+    cpu_.scatter_add_rows(src, indices, out);
+  }
   void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) override {
     Call c(*this);
     cpu_.pad(x, offset, out);

@@ -400,3 +400,45 @@ TEST_CASE("LossArg resolves names and objects") {
   CHECK(losses::LossArg(shared).get() == shared);
   CHECK(losses::LossArg(std::string("mse")).get()->name() == "mean_squared_error");
 }
+
+TEST_CASE("sparse categorical crossentropy with ignore_class: the mean over the other positions, no gradient there") {
+  for_each_device([](Device dev) {
+    // [B, T, V] logits and [B, T] labels with padding -1, as a sequence model has them.
+    Tensor logits = test::random({2, 3, 4}, float32, dev, 3, -2, 2);
+    const std::vector<double> lab = {2, -1, 0, 3, 1, -1};
+    for (DType label_dtype : {int64, float32}) {
+      Tensor labels = Tensor::from_vector<double>(lab, {2, 3}).to(label_dtype).to(dev);
+      losses::SparseCategoricalCrossentropy loss({.from_logits = true, .ignore_class = -1});
+      GradientTape tape;
+      tape.watch(logits);
+      Tensor l = loss(labels, logits);
+      Tensor g = tape.gradient(l, {logits})[0];
+      const auto x = logits.to_vector<double>();
+      double sum = 0;
+      int valid = 0;
+      for (std::size_t p = 0; p < 6; ++p) {
+        if (lab[p] < 0) continue;
+        double m = -1e300, z = 0;
+        for (std::size_t c = 0; c < 4; ++c) m = std::max(m, x[p * 4 + c]);
+        for (std::size_t c = 0; c < 4; ++c) z += std::exp(x[p * 4 + c] - m);
+        sum += m + std::log(z) - x[p * 4 + static_cast<std::size_t>(lab[p])];
+        ++valid;
+      }
+      CHECK(l.item() == doctest::Approx(sum / valid).epsilon(1e-5));
+      const auto gv = g.to_vector<double>();
+      for (std::size_t c = 0; c < 4; ++c) {
+        CHECK(gv[1 * 4 + c] == 0.0);  // ignored positions
+        CHECK(gv[5 * 4 + c] == 0.0);
+      }
+      double row = 0;
+      for (std::size_t c = 0; c < 4; ++c) row += gv[c];
+      CHECK(row == doctest::Approx(0).scale(1));  // softmax - one_hot sums to 0, scaled by 1/valid
+    }
+    // A label neither ignored nor a class is still an error (on the CPU, where labels are read).
+    if (dev.is_cpu()) {
+      losses::SparseCategoricalCrossentropy loss({.from_logits = true, .ignore_class = 0});
+      CHECK_THROWS_AS(loss(Tensor::from_vector<std::int64_t>({1, 7, 0, 2, 0, 0}, {2, 3}, dev), logits), Error);
+    }
+  });
+  CHECK_THROWS_WITH_AS(losses::CategoricalCrossentropy({.ignore_class = 0}), doctest::Contains("ignore_class"), Error);
+}

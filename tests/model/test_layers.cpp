@@ -21,6 +21,8 @@ TEST_CASE("core layers through the layer harness") {
       {"LeakyReLU 0.05", [] { return layers::LeakyReLU({.negative_slope = 0.05}); }, {3, 4}, {3, 4}},
       {"Activation relu6", [] { return layers::Activation("relu6"); }, {3, 4}, {3, 4}, -3, 8},
       {"Dense leaky_relu", [] { return layers::Dense(3, {.activation = "leaky_relu"}); }, {4, 5}, {4, 3}},
+      {"RMSNormalization", [] { return layers::RMSNormalization(); }, {3, 5}, {3, 5}},
+      {"RMSNormalization 3-d eps", [] { return layers::RMSNormalization({.epsilon = 1e-3}); }, {2, 3, 4}, {2, 3, 4}},
       {"Flatten", [] { return layers::Flatten(); }, {2, 3, 4, 1}, {2, 12}},
       {"Reshape", [] { return layers::Reshape({4, -1}); }, {2, 3, 4}, {2, 4, 3}},
       {"Dropout inference", [] { return layers::Dropout(0.5); }, {3, 4}, {3, 4}},
@@ -41,6 +43,94 @@ TEST_CASE("LeakyReLU is Keras's: slope 0.3 by default, negative slopes refused, 
   CHECK_THROWS_WITH_AS(layers::LeakyReLU({.negative_slope = -1}), doctest::Contains("negative_slope"), mpt::Error);
   LayerRef k2 = layer_from_config({"LeakyReLU", "lr", mixed_precision::Policy("float32"), true, {{"alpha", 0.1}}});
   CHECK(k2(x).to_vector<float>()[0] == doctest::Approx(-0.2));
+}
+
+TEST_CASE("RMSNormalization is Keras's: x / sqrt(mean(x^2) + eps) * scale") {
+  mixed_precision::set_global_policy("float32");
+  auto l = layers::RMSNormalization();
+  Tensor x = Tensor::from_vector<float>({1, -2, 3, 0.5f, 0.5f, 0.5f}, {2, 3});
+  auto y = l(x).to_vector<double>();
+  const double r0 = std::sqrt((1 + 4 + 9) / 3.0 + 1e-6), r1 = std::sqrt(0.25 + 1e-6);
+  const std::vector<double> want = {1 / r0, -2 / r0, 3 / r0, 0.5 / r1, 0.5 / r1, 0.5 / r1};
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(y[i] == doctest::Approx(want[i]).epsilon(1e-6));
+  REQUIRE(l->variables().size() == 1);
+  CHECK(l->variables()[0].path().ends_with("/scale"));
+}
+
+TEST_CASE("Embedding: ids to rows under every policy, float32 table and gradient, config round trip") {
+  test::for_each_device([&](Device dev) {
+    for (const char* policy : {"float32", "mixed_float16", "mixed_bfloat16", "bfloat16"}) {
+      CAPTURE(policy);
+      test::PolicyDeviceScope scope(policy, dev);  // the layer's variables on dev
+      const mixed_precision::Policy p(policy);
+      auto e = layers::Embedding(1000, 8);
+      // Float ids as a model's Input gives them; 999 would round to 1000 in bfloat16 if cast.
+      Tensor ids = Tensor::from_vector<float>({999, 0, 257, 999}, {2, 2}).to(dev);
+      Tensor y = e(ids);
+      REQUIRE(y.shape() == Shape{2, 2, 8});
+      CHECK(y.dtype() == p.compute_dtype());
+      auto vars = e->variables();
+      REQUIRE(vars.size() == 1);
+      CHECK(vars[0].path().ends_with("/embeddings"));
+      CHECK(vars[0].dtype() == p.variable_dtype());
+      const auto table = vars[0].value().to(p.compute_dtype()).to_vector<double>(), yv = y.to_vector<double>();
+      for (std::size_t j = 0; j < 8; ++j) {
+        CHECK(yv[j] == table[999 * 8 + j]);
+        CHECK(yv[8 + j] == table[j]);
+        CHECK(yv[16 + j] == table[257 * 8 + j]);
+      }
+      GradientTape tape;
+      Tensor out = e(ids);
+      auto g = tape.gradient(ops::sum(ops::cast(out, float32)), e->trainable_variables());
+      REQUIRE(g[0].defined());
+      CHECK(g[0].dtype() == p.variable_dtype());
+      const auto gv = g[0].to_vector<double>();
+      CHECK(gv[999 * 8] == 2.0);  // id 999 used twice
+      CHECK(gv[257 * 8] == 1.0);
+      CHECK(gv[5 * 8] == 0.0);
+      // The config rebuilds the same layer.
+      LayerRef back = layer_from_config({"Embedding", "embedding", p, true, e->config()});
+      back(ids);
+      back->variables()[0].assign(vars[0].value());
+      CHECK(back(ids).to_vector<double>() == yv);
+    }
+  });
+  CHECK_THROWS_WITH_AS(layers::Embedding(10, 4, {.mask_zero = true}), doctest::Contains("mask_zero"), mpt::Error);
+  CHECK_THROWS_WITH_AS(layers::Embedding(0, 4), doctest::Contains("input_dim"), mpt::Error);
+  auto e = layers::Embedding(10, 4);
+  CHECK_THROWS_WITH_AS(e(Tensor::from_vector<float>({3, 10}, {2})), doctest::Contains("Embedding '"), mpt::Error);
+}
+
+TEST_CASE("PositionEmbedding returns its first T rows broadcast to the input; the gradient sums the batch") {
+  test::for_each_device([&](Device dev) {
+    for (const char* policy : {"float32", "mixed_bfloat16"}) {
+      CAPTURE(policy);
+      test::PolicyDeviceScope scope(policy, dev);
+      const mixed_precision::Policy p(policy);
+      auto pe = layers::PositionEmbedding(6);
+      Tensor x = Tensor::zeros({2, 4, 3}, float32, dev);
+      Tensor y = pe(x);
+      REQUIRE(y.shape() == Shape{2, 4, 3});
+      CHECK(y.dtype() == p.compute_dtype());
+      auto vars = pe->variables();
+      REQUIRE(vars.size() == 1);
+      CHECK(vars[0].shape() == Shape{6, 3});
+      CHECK(vars[0].dtype() == p.variable_dtype());
+      const auto table = vars[0].value().to(p.compute_dtype()).to_vector<double>(), yv = y.to_vector<double>();
+      for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t i = 0; i < 12; ++i) CHECK(yv[b * 12 + i] == table[i]);
+      GradientTape tape;
+      auto g = tape.gradient(ops::sum(ops::cast(pe(x), float32)), pe->trainable_variables())[0];
+      const auto gv = g.to_vector<double>();
+      for (std::size_t i = 0; i < 18; ++i) CHECK(gv[i] == (i < 12 ? 2.0 : 0.0));  // rows 4, 5 unused
+      LayerRef back = layer_from_config({"PositionEmbedding", "pe", p, true, pe->config()});
+      back(x);
+      back->variables()[0].assign(vars[0].value());
+      CHECK(back(x).to_vector<double>() == yv);
+      CHECK_THROWS_WITH_AS(pe(Tensor::zeros({1, 7, 3}, float32, dev)), doctest::Contains("sequence_length 6"),
+                           mpt::Error);
+    }
+  });
 }
 
 TEST_CASE("Dense computes x.W + b with its variables") {

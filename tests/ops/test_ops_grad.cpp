@@ -103,3 +103,43 @@ TEST_CASE("gradients of shape ops and casts") {
                     {r64({3, 3}, dev, 32)}, 1e-3, {1e-4, 1e-4});
   });
 }
+
+TEST_CASE("embedding: rows by id in every dtype, a float32 scatter-add gradient, out-of-range ids refused") {
+  for_each_device([](Device dev) {
+    // Ids with repeats, as int64, int32 and integral float32 (Keras casts floating ids).
+    const std::vector<double> idv = {3, 0, 3, 1, 4, 3};
+    for (DType id_dtype : {int64, int32, float32}) {
+      Tensor ids = Tensor::from_vector<double>(idv, {2, 3}).to(id_dtype).to(dev);
+      for (DType dt : test::float_dtypes()) {
+        Tensor table = test::random({5, 4}, float32, dev, 7);
+        Tensor y = ops::embedding(ids, table, dt);
+        REQUIRE(y.shape() == Shape{2, 3, 4});
+        CHECK(y.dtype() == dt);
+        const auto tv = table.to(dt).to_vector<double>(), yv = y.to_vector<double>();
+        for (std::size_t k = 0; k < idv.size(); ++k)
+          for (std::size_t j = 0; j < 4; ++j)
+            CHECK(yv[k * 4 + j] == tv[static_cast<std::size_t>(idv[k]) * 4 + j]);
+      }
+    }
+    Tensor ids = Tensor::from_vector<std::int64_t>({3, 0, 3, 1, 4, 3}, {2, 3}, dev);
+    check_gradients("embedding", [&](const std::vector<Tensor>& in) { return weigh(ops::embedding(ids, in[0])); },
+                    {r64({5, 4}, dev, 8)});
+    // A float32 table read out in bfloat16: the gradient is float32, the repeated id's rows summed.
+    Tensor table = test::random({5, 4}, float32, dev, 9);
+    GradientTape tape;
+    tape.watch(table);
+    Tensor y = ops::embedding(ids, table, bfloat16);
+    Tensor dy = Tensor::full({2, 3, 4}, 0.1, bfloat16, dev);
+    Tensor g = tape.gradient(ops::sum(ops::cast(ops::mul(y, dy), float32)), {table})[0];
+    REQUIRE(g.dtype() == float32);
+    const double d = Tensor::scalar(0.1, bfloat16).item();
+    const std::vector<double> count = {1, 1, 0, 3, 1};  // uses of each row
+    const auto gv = g.to_vector<double>();
+    for (std::size_t r = 0; r < 5; ++r)
+      for (std::size_t j = 0; j < 4; ++j) CHECK(gv[r * 4 + j] == doctest::Approx(count[r] * d).epsilon(1e-6));
+    CHECK_THROWS_WITH_AS(ops::embedding(Tensor::from_vector<std::int64_t>({0, 5}, {2}, dev), table),
+                         doctest::Contains("ids must be in [0, 5)"), Error);
+    CHECK_THROWS_WITH_AS(ops::embedding(Tensor::from_vector<std::int64_t>({-1}, {1}, dev), table),
+                         doctest::Contains("from -1"), Error);
+  });
+}

@@ -48,6 +48,27 @@ struct SoftmaxOptions {
 LayerRef Softmax(SoftmaxOptions options = {});
 LayerRef ReLU(LayerOptions options = {});
 
+struct EmbeddingOptions {
+  std::string embeddings_initializer = "uniform";  ///< Keras's default: RandomUniform(-0.05, 0.05)
+  bool mask_zero = false;  ///< true is refused: mpt propagates no masks
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+/// Integer ids [batch, ...] (integers or integral floats) -> rows of a learned table
+/// "embeddings" [input_dim, output_dim]: [batch, ..., output_dim] in the compute dtype. The
+/// table is a float32 variable under mixed policies and its gradient a float32 scatter-add.
+LayerRef Embedding(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options = {});
+
+struct PositionEmbeddingOptions {
+  std::string initializer = "glorot_uniform";  ///< Keras-Hub's default
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+/// A learned position table "embeddings" [sequence_length, features]: for an input [batch, ...,
+/// T, features] (T <= sequence_length) its first T rows, broadcast to the input's shape (added
+/// to token embeddings by the model). Keras-Hub's PositionEmbedding.
+LayerRef PositionEmbedding(std::int64_t sequence_length, PositionEmbeddingOptions options = {});
+
 struct LeakyReLUOptions {
   double negative_slope = 0.3;  ///< Keras's default (the leaky_relu activation's is 0.2); >= 0
   PolicyArg dtype = std::nullopt;

@@ -73,6 +73,10 @@ class Layer {
   virtual Tensor call_multi(const std::vector<Tensor>& xs, bool training);
   /// Whether this layer ends in a softmax (compile forces such a final layer to float32).
   virtual bool ends_in_softmax() const { return false; }
+  /// Whether floating inputs are cast to the compute dtype before call (Keras's `autocast`);
+  /// false for layers whose floating inputs are not activations (Embedding's ids: a bfloat16
+  /// cast would round ids above 256).
+  virtual bool autocast() const { return true; }
   /// Runs after each optimizer step (Model::train_step, or Model::finish_step in a custom loop);
   /// `applied` is false when the step was skipped (a loss-scale overflow). BatchNormalization
   /// commits the moving statistics of its last training call here, or drops them.

@@ -1,5 +1,5 @@
 #pragma once
-/// Normalization layers, as Keras's: BatchNormalization, LayerNormalization.
+/// Normalization layers, as Keras's: BatchNormalization, LayerNormalization, RMSNormalization.
 ///
 /// BatchNormalization's moving statistics follow the applied optimizer steps only: a training
 /// call computes them, Model::train_step commits them after the optimizer step and drops them
@@ -41,5 +41,16 @@ struct LayerNormalizationOptions {
   std::string name = "";
 };
 LayerRef LayerNormalization(LayerNormalizationOptions options = {});
+
+struct RMSNormalizationOptions {
+  std::int64_t axis = -1;  ///< mpt supports the last axis
+  double epsilon = 1e-6;
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+/// x / sqrt(mean(x², last axis) + epsilon) * scale, with the weight "scale" [features] (ones):
+/// Keras 3's RMSNormalization. Statistics and scaling in float32 under every policy; the
+/// output in the compute dtype.
+LayerRef RMSNormalization(RMSNormalizationOptions options = {});
 
 }  // namespace mpt::layers

@@ -7,6 +7,7 @@
 ///   auto bce = mpt::losses::get("binary_crossentropy");
 #include <concepts>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -34,6 +35,9 @@ class Loss {
 struct CrossentropyOptions {
   bool from_logits = false;
   double label_smoothing = 0.0;  ///< categorical/binary only
+  /// Sparse only (Keras's ignore_class): positions whose label is this class (padding) add
+  /// nothing, and the batch mean runs over the other positions.
+  std::optional<std::int64_t> ignore_class = std::nullopt;
 };
 
 class SparseCategoricalCrossentropy : public Loss {

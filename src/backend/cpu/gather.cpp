@@ -1,5 +1,6 @@
 // Row gathers (shuffled batches) and zero padding / cropping by per-axis offsets.
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
@@ -19,6 +20,30 @@ void CpuBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out
                  for (std::int64_t k = b; k < e; ++k)
                    std::memcpy(dst + static_cast<std::size_t>(k) * row, src + static_cast<std::size_t>(idx[k]) * row, row);
                });
+}
+
+void CpuBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, Tensor& out) {
+  const std::int64_t count = indices.numel(), rows = out.shape()[0];
+  const std::int64_t width = rows > 0 ? out.numel() / rows : 0;
+  if (count == 0 || width == 0) return;
+  const auto* idx = indices.data<std::int64_t>();
+  for (std::int64_t k = 0; k < count; ++k)
+    MPT_CHECK(idx[k] >= 0 && idx[k] < rows, "scatter_add_rows: index ", idx[k], " (entry ", k,
+              ") out of range for ", rows, " rows");
+  with_compute_type(out.dtype(), [&](auto c) {
+    using C = decltype(c);
+    C* o = out.data<C>();
+    // The columns are split between the threads; each column adds its rows in k order, so the
+    // sums do not depend on the thread count (and match the CUDA body's).
+    parallel_for(width, 256, [&](std::int64_t b, std::int64_t e) {
+      std::vector<C> scratch(static_cast<std::size_t>(e - b));
+      for (std::int64_t k = 0; k < count; ++k) {
+        const C* s = load<C>(src, k * width + b, e - b, scratch.data());
+        C* dst = o + idx[k] * width + b;
+        for (std::int64_t j = 0; j < e - b; ++j) dst[j] += s[j];
+      }
+    });
+  });
 }
 
 void CpuBackend::pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) {

@@ -45,6 +45,7 @@ class CudaBackend final : public Backend {
   void random(Distribution dist, double a, double b, std::uint64_t seed, std::uint64_t offset,
               Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
+  void scatter_add_rows(const Tensor& src, const Tensor& indices, Tensor& out) override;
   void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) override;
   void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
                   double momentum_coef, bool nesterov, Tensor* copy, double grad_scale) override;

@@ -18,6 +18,12 @@ __global__ void gather_rows_kernel(const W* x, const std::int64_t* indices, W* o
   gather_rows_body(this_thread(), x, indices, out, count, row_words);
 }
 
+template <class S, class C>
+__global__ void scatter_add_rows_kernel(const S* src, const std::int64_t* indices, C* out, std::int64_t count,
+                                        std::int64_t width) {
+  scatter_add_rows_body(this_thread(), src, indices, out, count, width);
+}
+
 template <class W>
 __global__ void pad_kernel(const W* x, W* out, std::int64_t total, PadGeom g) {
   pad_body(this_thread(), x, out, total, g);
@@ -52,6 +58,24 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& ou
         static_cast<const W*>(x.data_ptr()), indices.data<std::int64_t>(), static_cast<W*>(out.data_ptr()), count,
         row_words);
     check_launch("gather_rows");
+  });
+}
+
+void CudaBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, Tensor& out) {
+  const std::int64_t count = indices.numel(), rows = out.shape()[0];
+  const std::int64_t width = rows > 0 ? out.numel() / rows : 0;
+  if (count == 0 || width == 0) return;
+  DeviceGuard guard(out.device().index);
+  dispatch_float(src.dtype(), "scatter_add_rows", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    auto launch = [&](auto* o) {
+      using C = std::remove_pointer_t<decltype(o)>;
+      scatter_add_rows_kernel<S, C><<<blocks_for(width, kThreads), kThreads, 0, stream(guard.index())>>>(
+          static_cast<const S*>(src.data_ptr()), indices.data<std::int64_t>(), o, count, width);
+    };
+    if (out.dtype() == float64) launch(out.data<double>());
+    else launch(out.data<float>());
+    check_launch("scatter_add_rows");
   });
 }
 

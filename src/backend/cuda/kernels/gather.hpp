@@ -4,6 +4,7 @@
 // row and both pointers; pad: the element's own size).
 #include <cstdint>
 
+#include "backend/cuda/kernels/elementwise.hpp"  // convert_value
 #include "backend/cuda/kernels/launch.hpp"
 
 namespace mpt::kernels {
@@ -17,6 +18,19 @@ MPT_HOST_DEVICE void gather_rows_body(const Thread& t, const W* x, const std::in
     const std::int64_t k = u / row_words, w = u - k * row_words;
     out[u] = x[indices[k] * row_words + w];
   }
+}
+
+/// out[indices[k]] += src[k] (rows of `width` elements) in out's type C (float, double): one
+/// thread per column adding its rows in k order, the CPU's order, so the sums are the CPU's bits
+/// and do not depend on the launch (no atomics). Indices are in range (ops checks them).
+template <class S, class C>
+MPT_HOST_DEVICE void scatter_add_rows_body(const Thread& t, const S* src, const std::int64_t* indices, C* out,
+                                           std::int64_t count, std::int64_t width) {
+  for (std::int64_t j = t.global(); j < width; j += t.stride())
+    for (std::int64_t k = 0; k < count; ++k) {
+      C& o = out[indices[k] * width + j];
+      o = exact::add(o, convert_value<C>(src[k * width + j]));
+    }
 }
 
 constexpr int kMaxPadDims = 12;
