@@ -83,4 +83,23 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
 /// ([D] or undefined). Differentiable in x, gamma, beta.
 Tensor layer_norm(const Tensor& x, const Tensor& gamma = {}, const Tensor& beta = {}, double epsilon = 1e-3);
 
+struct AttentionOptions {
+  /// Bool (true attends), broadcastable to [batch, heads, Tq, Tk]: [Tq, Tk], [B, Tq, Tk] or
+  /// [B, 1 or H, Tq, Tk] (a padding mask, a custom pattern). Undefined: none.
+  Tensor mask = {};
+  /// Query i attends to keys j <= i (top-left aligned, as Keras and PyTorch).
+  bool is_causal = false;
+  /// Multiplies q·k; default 1 / sqrt(head dim).
+  std::optional<double> scale = std::nullopt;
+};
+/// softmax(scale · q kᵀ, masked) v per batch and head, Keras's ops.dot_product_attention and
+/// PyTorch's scaled_dot_product_attention, in Keras's layout: query [B, Tq, H, D], key
+/// [B, Tk, H, D], value [B, Tk, H, Dv] -> [B, Tq, H, Dv] in the query's dtype. Computed in
+/// float32 (float64 for float64), softmax statistics included, with an online softmax: memory
+/// linear in T (each row keeps its log-sum-exp for the backward pass, which recomputes the
+/// probabilities). Masked positions get probability exactly 0; a query that attends to nothing
+/// gives zeros. Differentiable in query, key and value.
+Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                             AttentionOptions options = {});
+
 }  // namespace mpt::ops

@@ -9,6 +9,7 @@
 
 #include "mpt/memory.hpp"
 #include "mpt/tensor.hpp"
+#include "backend/common/attention.hpp"   // AttentionGeometry
 #include "backend/common/binary_ops.hpp"  // BinaryOp: the table of binary ops
 #include "backend/common/unary_ops.hpp"   // UnaryOp, Activation: the table of unary ops and activations
 
@@ -85,6 +86,16 @@ class Backend {
   /// output); a backend without a native epilogue for it applies unary() to out.
   virtual void matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
                       const Tensor& bias, Activation act, Tensor& out) = 0;
+
+  /// Scaled dot-product attention (common/attention.hpp) on float32 or float64 q [B,Tq,H,D],
+  /// k [B,Tk,H,D], v [B,Tk,H,Dv] and an optional uint8/bool mask [B, mask_heads, Tq, Tk]:
+  /// out [B,Tq,H,Dv] and the rows' log-sum-exp lse [B,H,Tq], both in q's dtype.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                         const AttentionGeometry& g, Tensor& out, Tensor& lse) = 0;
+  /// Its gradients dq, dk, dv (q's dtype and shapes) from the forward's out and lse and dout.
+  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                  const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                  const AttentionGeometry& g, Tensor& dq, Tensor& dk, Tensor& dv) = 0;
 
   /// Softmax or log-softmax along `axis`, computed in float32 (float64 for float64).
   virtual void softmax(const Tensor& x, std::int64_t axis, bool log, Tensor& out) = 0;

@@ -154,6 +154,17 @@ class TestBackend final : public Backend {
     Call c(*this);
     cpu_.scatter_add_rows(src, indices, out);
   }
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionGeometry& g,
+                 Tensor& out, Tensor& lse) override {
+    Call c(*this);
+    cpu_.attention(q, k, v, mask, g, out, lse);
+  }
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
+                          const Tensor& lse, const Tensor& dout, const AttentionGeometry& g, Tensor& dq, Tensor& dk,
+                          Tensor& dv) override {
+    Call c(*this);
+    cpu_.attention_backward(q, k, v, mask, out, lse, dout, g, dq, dk, dv);
+  }
   void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) override {
     Call c(*this);
     cpu_.pad(x, offset, out);

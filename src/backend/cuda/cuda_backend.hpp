@@ -46,6 +46,11 @@ class CudaBackend final : public Backend {
               Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
   void scatter_add_rows(const Tensor& src, const Tensor& indices, Tensor& out) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionGeometry& g,
+                 Tensor& out, Tensor& lse) override;
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
+                          const Tensor& lse, const Tensor& dout, const AttentionGeometry& g, Tensor& dq, Tensor& dk,
+                          Tensor& dv) override;
   void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) override;
   void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
                   double momentum_coef, bool nesterov, Tensor* copy, double grad_scale) override;

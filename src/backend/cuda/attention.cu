@@ -1,0 +1,89 @@
+// Scaled dot-product attention on the GPU: one thread per query row (forward, delta, dq) or key
+// row (dk, dv) running the row bodies of backend/common/attention.hpp, the CPU's, so both give
+// the same bits; deterministic, no atomics, nothing of size Tq·Tk stored. cuDNN's fused SDPA
+// is the faster path still to come.
+#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/kernels/attention.hpp"
+
+namespace mpt::cuda {
+namespace {
+using namespace mpt::kernels;
+
+constexpr unsigned kThreads = 128;
+
+template <class C>
+__global__ void forward_kernel(AttentionGeometry g, const C* q, const C* k, const C* v, const std::uint8_t* mask,
+                               C* out, C* lse) {
+  attention_forward_body(this_thread(), g, q, k, v, mask, out, lse);
+}
+template <class C>
+__global__ void delta_kernel(AttentionGeometry g, const C* out, const C* dout, C* delta) {
+  attention_delta_body(this_thread(), g, out, dout, delta);
+}
+template <class C>
+__global__ void dq_kernel(AttentionGeometry g, const C* q, const C* k, const C* v, const std::uint8_t* mask,
+                          const C* lse, const C* delta, const C* dout, C* dq) {
+  attention_dq_body(this_thread(), g, q, k, v, mask, lse, delta, dout, dq);
+}
+template <class C>
+__global__ void dkv_kernel(AttentionGeometry g, const C* q, const C* k, const C* v, const std::uint8_t* mask,
+                           const C* lse, const C* delta, const C* dout, C* dk, C* dv) {
+  attention_dkv_body(this_thread(), g, q, k, v, mask, lse, delta, dout, dk, dv);
+}
+
+const std::uint8_t* mask_ptr(const Tensor& mask) {
+  return mask.defined() ? static_cast<const std::uint8_t*>(mask.data_ptr()) : nullptr;
+}
+
+template <class F>
+void with_attention_type(DType d, F&& f) {
+  MPT_CHECK(d == float32 || d == float64, "attention: the backend takes float32 or float64 operands, got ",
+            to_string(d));
+  if (d == float64) f(double{});
+  else f(float{});
+}
+
+}  // namespace
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                            const AttentionGeometry& g, Tensor& out, Tensor& lse) {
+  const std::int64_t rows = g.batch * g.heads * g.q_len;
+  if (rows == 0) return;
+  DeviceGuard guard(out.device().index);
+  with_attention_type(q.dtype(), [&](auto c) {
+    using C = decltype(c);
+    forward_kernel<C><<<blocks_for(rows, kThreads), kThreads, 0, stream(guard.index())>>>(
+        g, q.data<C>(), k.data<C>(), v.data<C>(), mask_ptr(mask), out.data<C>(), lse.data<C>());
+    check_launch("attention");
+  });
+}
+
+void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                     const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                     const AttentionGeometry& g, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const std::int64_t q_rows = g.batch * g.heads * g.q_len, k_rows = g.batch * g.heads * g.kv_len;
+  if (q_rows == 0 && k_rows == 0) return;
+  DeviceGuard guard(dq.device().index);
+  with_attention_type(q.dtype(), [&](auto c) {
+    using C = decltype(c);
+    Tensor delta = Tensor::empty({q_rows}, q.dtype(), q.device());
+    const cudaStream_t s = stream(guard.index());
+    if (q_rows > 0) {
+      delta_kernel<C><<<blocks_for(q_rows, kThreads), kThreads, 0, s>>>(g, out.data<C>(), dout.data<C>(),
+                                                                        delta.data<C>());
+      check_launch("attention backward (delta)");
+      dq_kernel<C><<<blocks_for(q_rows, kThreads), kThreads, 0, s>>>(g, q.data<C>(), k.data<C>(), v.data<C>(),
+                                                                     mask_ptr(mask), lse.data<C>(), delta.data<C>(),
+                                                                     dout.data<C>(), dq.data<C>());
+      check_launch("attention backward (dq)");
+    }
+    if (k_rows > 0) {
+      dkv_kernel<C><<<blocks_for(k_rows, kThreads), kThreads, 0, s>>>(g, q.data<C>(), k.data<C>(), v.data<C>(),
+                                                                      mask_ptr(mask), lse.data<C>(), delta.data<C>(),
+                                                                      dout.data<C>(), dk.data<C>(), dv.data<C>());
+      check_launch("attention backward (dk, dv)");
+    }
+  });
+}
+
+}  // namespace mpt::cuda

@@ -1,0 +1,169 @@
+// ops::dot_product_attention against a float64 reference on every device and dtype, masks
+// exact, gradients against finite differences in float64.
+#include <cmath>
+
+#include "test_util.hpp"
+
+using namespace mpt;
+using namespace mpt::test;  // check_close, check_gradients, for_each_device, random, tolerance
+
+namespace {
+
+using Vec = std::vector<double>;
+
+/// softmax(scale q kᵀ) v per (b, h) in float64, with the causal rule and a [B, Tq, Tk] mask
+/// (empty: none); a row that attends to nothing gives zeros.
+Vec reference(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int>& mask, bool causal,
+              double scale) {
+  const auto& qs = q.shape();
+  const std::int64_t B = qs[0], Tq = qs[1], H = qs[2], D = qs[3], Tk = k.shape()[1], Dv = v.shape()[3];
+  const Vec qv = q.to_vector<double>(), kv = k.to_vector<double>(), vv = v.to_vector<double>();
+  Vec out(static_cast<std::size_t>(B * Tq * H * Dv), 0.0);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t i = 0; i < Tq; ++i) {
+        Vec s(static_cast<std::size_t>(Tk), -INFINITY);
+        double mx = -INFINITY;
+        for (std::int64_t j = 0; j < Tk; ++j) {
+          if ((causal && j > i) || (!mask.empty() && !mask[(b * Tq + i) * Tk + j])) continue;
+          double d = 0;
+          for (std::int64_t e = 0; e < D; ++e) d += qv[((b * Tq + i) * H + h) * D + e] * kv[((b * Tk + j) * H + h) * D + e];
+          s[j] = d * scale;
+          mx = std::max(mx, s[j]);
+        }
+        if (mx == -INFINITY) continue;
+        double z = 0;
+        for (std::int64_t j = 0; j < Tk; ++j) z += s[j] == -INFINITY ? 0 : std::exp(s[j] - mx);
+        for (std::int64_t j = 0; j < Tk; ++j) {
+          if (s[j] == -INFINITY) continue;
+          const double p = std::exp(s[j] - mx) / z;
+          for (std::int64_t e = 0; e < Dv; ++e)
+            out[((b * Tq + i) * H + h) * Dv + e] += p * vv[((b * Tk + j) * H + h) * Dv + e];
+        }
+      }
+  return out;
+}
+
+Tensor mask_tensor(const std::vector<int>& m, const Shape& s, Device dev) {
+  std::vector<std::uint8_t> bytes(m.begin(), m.end());
+  return Tensor::from_host(bytes.data(), bytes.size(), bool_, s, dev);
+}
+
+/// A padding mask [B, Tq, Tk]: batch b attends to its first len[b] keys; query 1 of batch 0 to none.
+std::vector<int> padding_mask(std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
+  std::vector<int> m(static_cast<std::size_t>(B * Tq * Tk));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t i = 0; i < Tq; ++i)
+      for (std::int64_t j = 0; j < Tk; ++j) m[(b * Tq + i) * Tk + j] = j < Tk - b && !(b == 0 && i == 1);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("dot_product_attention matches float64 softmax attention in every dtype, causal and masked") {
+  struct Case {
+    std::int64_t B, Tq, Tk, H, D, Dv;
+    bool causal, masked;
+  };
+  const std::vector<Case> cases = {{2, 5, 5, 3, 8, 8, false, false}, {2, 7, 7, 2, 4, 6, true, false},
+                                   {2, 4, 9, 2, 5, 3, false, true},  {3, 6, 6, 1, 16, 16, true, true},
+                                   {1, 1, 1, 1, 1, 1, false, false}};
+  for_each_device([&](Device dev) {
+    for (const Case& c : cases)
+      for (DType dt : float_dtypes()) {
+        Tensor q = random({c.B, c.Tq, c.H, c.D}, dt, dev, 1), k = random({c.B, c.Tk, c.H, c.D}, dt, dev, 2);
+        Tensor v = random({c.B, c.Tk, c.H, c.Dv}, dt, dev, 3);
+        const std::vector<int> m = c.masked ? padding_mask(c.B, c.Tq, c.Tk) : std::vector<int>{};
+        ops::AttentionOptions o{.is_causal = c.causal};
+        if (c.masked) o.mask = mask_tensor(m, {c.B, c.Tq, c.Tk}, dev);
+        Tensor y = ops::dot_product_attention(q, k, v, o);
+        REQUIRE(y.shape() == Shape{c.B, c.Tq, c.H, c.Dv});
+        CHECK(y.dtype() == dt);
+        const std::string what = to_string(dt) + " B" + std::to_string(c.B) + " Tq" + std::to_string(c.Tq) + " Tk" +
+                                 std::to_string(c.Tk) + (c.causal ? " causal" : "") + (c.masked ? " masked" : "");
+        // float32 scores carry ~1e-7 relative error per product into exp and then a weighted sum
+        // that may cancel: an absolute allowance beside the table's relative one.
+        const Tolerance tol = dt == float32 ? Tolerance{1e-4, 2e-5} : tolerance(dt);
+        check_close(y, reference(q, k, v, m, c.causal, 1 / std::sqrt(double(c.D))), tol, what);
+      }
+  });
+}
+
+TEST_CASE("dot_product_attention: masked keys get probability exactly 0, any mask layout") {
+  for_each_device([](Device dev) {
+    const std::int64_t B = 2, T = 6, H = 2, D = 4;
+    Tensor q = random({B, T, H, D}, float32, dev, 4), k = random({B, T, H, D}, float32, dev, 5);
+    Tensor v = random({B, T, H, D}, float32, dev, 6);
+    const std::vector<int> m = padding_mask(B, T, T);
+    const Tensor mask = mask_tensor(m, {B, T, T}, dev);
+    Tensor y = ops::dot_product_attention(q, k, v, {.mask = mask, .is_causal = true});
+    // Huge values at every masked or future key change nothing, to the bit.
+    auto vv = v.to_vector<float>();
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t j = T - b; j < T; ++j)
+        for (std::int64_t e = 0; e < H * D; ++e) vv[((b * T + j) * H) * D + e] = 1e30f;
+    Tensor v2 = Tensor::from_vector<float>(vv, {B, T, H, D}, dev);
+    Tensor y2 = ops::dot_product_attention(q, k, v2, {.mask = mask, .is_causal = true});
+    CHECK(y.to_vector<float>() == y2.to_vector<float>());
+    // Query 1 of batch 0 attends to nothing: zeros.
+    const auto yv = y.to_vector<float>();
+    for (std::int64_t e = 0; e < H * D; ++e) CHECK(yv[1 * H * D + e] == 0.0f);
+    // The same mask as [B, 1, Tq, Tk] and as [B, H, Tq, Tk] gives the same bits; a [Tq, Tk] one broadcasts.
+    Tensor m4 = mask.reshape({B, 1, T, T});
+    CHECK(ops::dot_product_attention(q, k, v, {.mask = m4, .is_causal = true}).to_vector<float>() == y.to_vector<float>());
+    CHECK(ops::dot_product_attention(q, k, v, {.mask = ops::broadcast_to(m4, {B, H, T, T}), .is_causal = true})
+              .to_vector<float>() == y.to_vector<float>());
+    std::vector<int> tri;
+    for (std::int64_t i = 0; i < T; ++i)
+      for (std::int64_t j = 0; j < T; ++j) tri.push_back(j <= i);
+    CHECK(ops::dot_product_attention(q, k, v, {.mask = mask_tensor(tri, {T, T}, dev)}).to_vector<float>() ==
+          ops::dot_product_attention(q, k, v, {.is_causal = true}).to_vector<float>());
+  });
+}
+
+TEST_CASE("dot_product_attention gradients match finite differences in float64") {
+  for_each_device([](Device dev) {
+    const std::int64_t B = 2, Tq = 3, Tk = 4, H = 2, D = 3, Dv = 2;
+    const std::vector<int> m = padding_mask(B, Tq, Tk);
+    const Tensor mask = mask_tensor(m, {B, Tq, Tk}, dev);
+    for (bool causal : {false, true})
+      for (bool masked : {false, true}) {
+        ops::AttentionOptions o{.is_causal = causal, .scale = 0.7};
+        if (masked) o.mask = mask;
+        check_gradients(std::string("attention") + (causal ? " causal" : "") + (masked ? " masked" : ""),
+                        [&](const std::vector<Tensor>& in) {
+                          Tensor y = ops::dot_product_attention(in[0], in[1], in[2], o);
+                          return ops::mul(y, Tensor::random_uniform(y.shape(), 0.5, 1.5, 9, float64, y.device()));
+                        },
+                        {random({B, Tq, H, D}, float64, dev, 7), random({B, Tk, H, D}, float64, dev, 8),
+                         random({B, Tk, H, Dv}, float64, dev, 9)});
+      }
+    // 16-bit inputs: gradients in the inputs' dtype, close to the float64 ones.
+    Tensor q = random({B, Tq, H, D}, bfloat16, dev, 10), k = random({B, Tk, H, D}, bfloat16, dev, 11);
+    Tensor v = random({B, Tk, H, Dv}, bfloat16, dev, 12);
+    GradientTape tape;
+    tape.watch(q), tape.watch(k), tape.watch(v);
+    auto g = tape.gradient(ops::sum(ops::cast(ops::dot_product_attention(q, k, v, {.is_causal = true}), float32)), {q, k, v});
+    Tensor q64 = q.to(float64), k64 = k.to(float64), v64 = v.to(float64);
+    GradientTape tape64;
+    tape64.watch(q64), tape64.watch(k64), tape64.watch(v64);
+    auto g64 = tape64.gradient(ops::sum(ops::dot_product_attention(q64, k64, v64, {.is_causal = true})), {q64, k64, v64});
+    for (int i = 0; i < 3; ++i) {
+      CHECK(g[i].dtype() == bfloat16);
+      check_close(g[i], g64[i].to_vector<double>(), {3e-2, 2e-2}, "bfloat16 gradient " + std::to_string(i));
+    }
+  });
+}
+
+TEST_CASE("dot_product_attention refuses what it cannot compute, naming it") {
+  Tensor q = Tensor::zeros({2, 3, 2, 4}), k = Tensor::zeros({2, 5, 2, 4}), v = Tensor::zeros({2, 5, 2, 6});
+  CHECK_NOTHROW(ops::dot_product_attention(q, k, v));
+  CHECK_THROWS_WITH_AS(ops::dot_product_attention(q, Tensor::zeros({2, 5, 2, 3}), v), doctest::Contains("dot_product_attention"), Error);
+  CHECK_THROWS_WITH_AS(ops::dot_product_attention(q, k, Tensor::zeros({2, 4, 2, 6})), doctest::Contains("[B, Tk, H, Dv]"), Error);
+  CHECK_THROWS_WITH_AS(ops::dot_product_attention(Tensor::zeros({2, 3, 8}), k, v), doctest::Contains("[batch, length, heads, dim]"), Error);
+  CHECK_THROWS_WITH_AS(ops::dot_product_attention(q, k, v, {.mask = Tensor::ones({2, 3, 4}, bool_)}),
+                       doctest::Contains("does not broadcast"), Error);
+  CHECK_THROWS_WITH_AS(ops::dot_product_attention(q, k, v, {.mask = Tensor::ones({2, 3, 5}, float32)}),
+                       doctest::Contains("mask must be bool"), Error);
+  CHECK_THROWS_AS(ops::dot_product_attention(q.to(float16), k, v), Error);
+}
