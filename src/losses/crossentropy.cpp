@@ -48,7 +48,7 @@ Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y
     const Tensor ignore = Tensor::scalar(static_cast<double>(*o_.ignore_class), labels.dtype(), labels.device());
     const Tensor valid = ops::not_equal(labels.detach(), ignore);
     const Tensor safe = ops::where(valid, labels.detach(), Tensor::zeros({}, labels.dtype(), labels.device()));
-    const DType d = compute_dtype(y_pred);
+    const DType d = x.dtype();
     const Tensor w = ops::cast(valid, d);
     const Tensor count = ops::add(ops::sum(w), Tensor::scalar(kEpsilon, d, x.device()));
     const Tensor weight = ops::mul(w, ops::div(Tensor::scalar(static_cast<double>(w.numel()), d, x.device()), count));

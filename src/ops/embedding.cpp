@@ -24,8 +24,8 @@ Tensor embedding(const Tensor& ids, const Tensor& table, std::optional<DType> dt
   if (flat.numel() > 0) {
     // One host read of two scalars: out-of-range ids are an error, never a read outside the table.
     NoGradGuard no_grad;
-    const auto lo = static_cast<std::int64_t>(ops::min(flat).item());
-    const auto hi = static_cast<std::int64_t>(ops::max(flat).item());
+    const auto range = ops::concat({ops::min(flat, {}, true), ops::max(flat, {}, true)}).to_vector<std::int64_t>();
+    const std::int64_t lo = range[0], hi = range[1];
     MPT_CHECK(lo >= 0 && hi < rows, name, ": ids must be in [0, ", rows, ") for a table of ", rows,
               " rows, got ids from ", lo, " to ", hi, " (", describe(ids), ")");
   }

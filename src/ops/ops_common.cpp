@@ -53,8 +53,6 @@ Activation activation_from_name(const char* op, const std::string& name) {
   return act;
 }
 
-const char* activation_name(Activation act) { return common::unary_info(act).keras; }
-
 void apply_activation(Activation act, const Tensor& z, Tensor& out) {
   backend_of(z).unary(act, z, out, common::unary_default_param(act));
 }

@@ -20,8 +20,6 @@ inline Backend& backend_of(const Tensor& t) { return mpt::detail::backend(t.devi
 /// The activation of a Keras name (the table in backend/common/unary_ops.hpp); an error naming
 /// `op` and listing the valid names otherwise. "softmax" is not elementwise: layers handle it.
 Activation activation_from_name(const char* op, const std::string& name);
-/// Keras's name of an activation: what activation_from_name reads back.
-const char* activation_name(Activation act);
 /// out = act(z) and its backward, with the activation's default parameter.
 void apply_activation(Activation act, const Tensor& z, Tensor& out);
 void activation_backward(Activation act, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);

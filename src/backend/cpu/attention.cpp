@@ -8,44 +8,30 @@
 #include "backend/cpu/cpu_common.hpp"
 
 namespace mpt::cpu {
-namespace {
-
-const std::uint8_t* mask_ptr(const Tensor& mask) {
-  return mask.defined() ? static_cast<const std::uint8_t*>(mask.data_ptr()) : nullptr;
-}
-
-/// Runs f(C{}) with the compute type of the (float32 or float64) operands.
-template <class F>
-void with_attention_type(DType d, F&& f) {
-  MPT_CHECK(d == float32 || d == float64, "attention: the backend takes float32 or float64 operands, got ",
-            to_string(d));
-  if (d == float64) f(double{});
-  else f(float{});
-}
-
-}  // namespace
-
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                            const AttentionGeometry& g, Tensor& out, Tensor& lse) {
-  with_attention_type(q.dtype(), [&](auto c) {
+  auto run = [&](auto c) {
     using C = decltype(c);
     const C *pq = q.data<C>(), *pk = k.data<C>(), *pv = v.data<C>();
     C *po = out.data<C>(), *pl = lse.data<C>();
-    const std::uint8_t* pm = mask_ptr(mask);
+    const auto* pm = mask.defined() ? static_cast<const std::uint8_t*>(mask.data_ptr()) : nullptr;
     parallel_for(g.batch * g.heads * g.q_len, 4, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t r = b; r < e; ++r) common::attention_forward_row(g, pq, pk, pv, pm, po, pl, r);
     });
-  });
+  };
+  // float32 or float64 operands: ops casts 16-bit inputs first.
+  if (q.dtype() == float64) run(double{});
+  else run(float{});
 }
 
 void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                     const Tensor& out, const Tensor& lse, const Tensor& dout,
                                     const AttentionGeometry& g, Tensor& dq, Tensor& dk, Tensor& dv) {
-  with_attention_type(q.dtype(), [&](auto c) {
+  auto run = [&](auto c) {
     using C = decltype(c);
     const C *pq = q.data<C>(), *pk = k.data<C>(), *pv = v.data<C>(), *po = out.data<C>(), *pl = lse.data<C>(),
             *pd = dout.data<C>();
-    const std::uint8_t* pm = mask_ptr(mask);
+    const auto* pm = mask.defined() ? static_cast<const std::uint8_t*>(mask.data_ptr()) : nullptr;
     const std::int64_t q_rows = g.batch * g.heads * g.q_len, k_rows = g.batch * g.heads * g.kv_len;
     std::vector<C> delta(static_cast<std::size_t>(q_rows));
     parallel_for(q_rows, 64, [&](std::int64_t b, std::int64_t e) {
@@ -60,7 +46,9 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
       for (std::int64_t r = b; r < e; ++r)
         common::attention_dkv_row(g, pq, pk, pv, pm, pl, delta.data(), pd, pdk, pdv, r);
     });
-  });
+  };
+  if (q.dtype() == float64) run(double{});
+  else run(float{});
 }
 
 }  // namespace mpt::cpu
