@@ -28,6 +28,7 @@
 #include "mpt/layers/normalization.hpp"
 #include "mpt/layers/pooling.hpp"
 #include "mpt/layers/merge.hpp"
+#include "mpt/layers/attention.hpp"
 #include "mpt/functional.hpp"
 #include "mpt/model.hpp"
 #include "mpt/callbacks.hpp"

@@ -2,6 +2,7 @@
 // config layout (module / class_name / config; functional models as Keras's layers with
 // inbound_nodes): Keras's load_model reads what mpt writes, and mpt reads the config.json Keras
 // writes for Sequential and functional models.
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -52,6 +53,9 @@ Json layer_json(const Layer& l, bool keras_view) {
   if (own.is_object())
     for (const auto& [k, v] : own.items()) {
       MPT_CHECK(k != "name" && k != "trainable" && k != "dtype", "save: layer '", l.name(), "' config repeats '", k, "'");
+      const auto call_keys = l.call_option_keys();
+      if (keras_view && std::find(call_keys.begin(), call_keys.end(), k) != call_keys.end())
+        continue;  // Keras takes it per call: the node's kwargs carry it (functional_config)
       if (keras_view && k == "seed" && v.is_number_integer())
         c[k] = as_uint(v, "save: layer '" + l.name() + "', seed") % 2147483648ull;
       else
@@ -164,6 +168,9 @@ Json sequential_config(const Sequential& s, bool keras_view) {
                     {"config", {{"batch_shape", shape_json(in)}, {"dtype", "float32"}, {"name", "input_layer"}}},
                     {"registered_name", nullptr}});
   for (const auto& l : ls) {
+    MPT_CHECK(!keras_view || l->call_argument_names().empty(), "save: Sequential '", m.name(), "': ",
+              l->class_name(), " '", l->name(), "' takes several call arguments in Keras, which a Keras Sequential ",
+              "cannot pass; build the model with the functional API to save it as .keras");
     Json j = layer_json(*l, keras_view);
     if (!l->input_shape().empty())
       j["build_config"] = {{"input_shape", shape_json(Shape(l->input_shape().begin() + 1, l->input_shape().end()))}};
@@ -198,6 +205,42 @@ Json input_layer_json(const Shape& per_example_shape, DType dtype, const std::st
           {"registered_name", nullptr},
           {"name", name},
           {"inbound_nodes", Json::array()}};
+}
+
+/// One functional call as Keras records it: its positional args, its kwargs and the layer's
+/// build_config. One input is passed as itself, several as one list (merge layers); layers with
+/// named call arguments (MultiHeadAttention) pass their leading inputs positionally, the rest
+/// by keyword, build from {"shapes_dict": {"<name>_shape": ...}} (masks excluded, as Keras's
+/// build signatures take none), and carry their call_option_keys() as kwargs.
+struct NodeJson {
+  Json args, kwargs, build_config;
+};
+NodeJson node_json(const Layer& l, const std::vector<KerasTensor>& inputs, const Json& args, const Json& shapes) {
+  const auto names = l.call_argument_names();
+  NodeJson out{Json::array(), Json::object(), Json::object()};
+  if (names.empty()) {
+    out.args = inputs.size() == 1 ? Json::array({args[0]}) : Json::array({args});
+    out.build_config = {{"input_shape", inputs.size() == 1 ? shapes[0] : shapes}};
+  } else {
+    std::vector<DType> dtypes;
+    for (const auto& in : inputs) dtypes.push_back(in.dtype());
+    const auto of = l.call_arguments_of(dtypes);
+    MPT_CHECK(of.size() == inputs.size(), "save: layer '", l.name(), "' names ", of.size(), " of its ", inputs.size(),
+              " inputs");
+    Json shapes_dict = Json::object();
+    bool positional = true;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      positional = positional && i < names.size() && of[i] == names[i];
+      if (positional) out.args.push_back(args[i]);
+      else out.kwargs[of[i]] = args[i];
+      if (of[i].find("mask") == std::string::npos) shapes_dict[of[i] + "_shape"] = shapes[i];
+    }
+    out.build_config = {{"shapes_dict", shapes_dict}};
+  }
+  const Json config = l.config();
+  for (const auto& k : l.call_option_keys())
+    if (config.is_object() && config.contains(k)) out.kwargs[k] = config[k];
+  return out;
 }
 
 Json functional_config(const Model& m, bool keras_view) {
@@ -240,12 +283,11 @@ Json functional_config(const Model& m, bool keras_view) {
     for (const auto& in : n->inputs) args.push_back(tensor(in));
     Json shapes = Json::array();
     for (const auto& in : n->inputs) shapes.push_back(shape_json(in.shape()));
+    const auto [node_args, kwargs, build_config] = node_json(*n->layer, n->inputs, args, shapes);
     if (entry["inbound_nodes"].empty())  // Keras builds a layer from its first call's input shapes
-      entry["build_config"] = {{"input_shape", n->inputs.size() == 1 ? shapes[0] : shapes}};
-    // One input is passed as itself, several as one list (merge layers), as Keras records calls.
-    Json node_args = n->inputs.size() == 1 ? Json::array({args[0]}) : Json::array({args});
+      entry["build_config"] = build_config;
     history[n.get()] = {n->layer->name(), entry["inbound_nodes"].size()};
-    entry["inbound_nodes"].push_back({{"args", node_args}, {"kwargs", Json::object()}});
+    entry["inbound_nodes"].push_back({{"args", node_args}, {"kwargs", kwargs}});
   }
   for (const auto& l : ls) {  // Keras's key order: build_config before name and inbound_nodes
     Json& e = entries.at(l.ptr().get());
@@ -297,6 +339,67 @@ struct PendingLayer {
 /// The tensor a call argument names, or null while its producer has not been called.
 using ReadyTensor = std::function<const KerasTensor*(const Json& arg, const std::string& where)>;
 
+bool is_keras_tensor(const Json& v) {
+  const Json* c = v.is_object() ? find(v, "class_name") : nullptr;
+  return c && c->is_string() && *c == "__keras_tensor__";
+}
+
+/// A node's input tensors in the layer's input order: its one argument (a tensor or a list), or
+/// for layers with named call arguments (MultiHeadAttention) the positional arguments and the
+/// tensor kwargs by name. Non-tensor kwargs were read into the layer's config
+/// (call_options_from); any other kwarg is refused.
+std::vector<const Json*> call_tensors(const Layer& layer, const Json& args, const Json* kwargs, const std::string& wn) {
+  const auto names = layer.call_argument_names();
+  const auto options = layer.call_option_keys();
+  std::vector<const Json*> by_name(names.size(), nullptr), out;
+  if (kwargs)
+    for (const auto& [k, v] : kwargs->items()) {
+      const auto it = std::find(names.begin(), names.end(), k);
+      if (it != names.end() && is_keras_tensor(v)) {
+        by_name[it - names.begin()] = &v;
+        continue;
+      }
+      MPT_CHECK(v.is_null() || std::find(options.begin(), options.end(), k) != options.end(), wn,
+                ": call argument ", k, " = ", v.dump(), " is not supported by mpt's ", layer.class_name());
+    }
+  if (names.empty()) {
+    MPT_CHECK(args.size() == 1, wn, ": expected one argument (a tensor or a list of tensors), found ", args.size());
+    if (args[0].is_array()) {
+      for (const auto& t : args[0]) out.push_back(&t);
+    } else {
+      out.push_back(&args[0]);
+    }
+  } else {
+    MPT_CHECK(args.size() <= names.size(), wn, ": ", args.size(), " positional arguments, ", layer.class_name(),
+              " takes at most ", names.size());
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      MPT_CHECK(!by_name[i], wn, ": ", names[i], " given both by position and by name");
+      by_name[i] = &args[i];
+    }
+    for (const Json* t : by_name)
+      if (t) out.push_back(t);
+  }
+  MPT_CHECK(!out.empty(), wn, ": an empty list of inputs");
+  return out;
+}
+
+/// The non-tensor kwargs of a layer's calls (MultiHeadAttention's use_causal_mask), which mpt
+/// keeps as layer options: into the layer's config, the same in every call.
+void call_options_from(const Json& nodes, LayerConfig& lc, const std::string& w) {
+  std::map<std::string, Json> seen;
+  for (const auto& node : nodes) {
+    const Json* kwargs = node.is_object() ? find(node, "kwargs") : nullptr;
+    if (!kwargs || !kwargs->is_object()) continue;
+    for (const auto& [k, v] : kwargs->items()) {
+      if (v.is_null() || is_keras_tensor(v)) continue;
+      auto [it, fresh] = seen.emplace(k, v);
+      MPT_CHECK(fresh || it->second == v, w, ": calls pass ", k, " = ", it->second.dump(), " and ", v.dump(),
+                "; mpt keeps it per layer, so every call must pass the same");
+      lc.config[k] = v;
+    }
+  }
+}
+
 /// Makes the layers' calls in any order, as Keras's functional_from_config: a call waits until
 /// its inputs exist; an error names a call that never can (a cycle or a missing call).
 void call_layers(std::vector<PendingLayer>& pending, const ReadyTensor& ready,
@@ -306,15 +409,10 @@ void call_layers(std::vector<PendingLayer>& pending, const ReadyTensor& ready,
     for (auto& p : pending)
       while (p.next < p.nodes->size()) {
         const std::string wn = p.where + ", inbound node " + std::to_string(p.next);
-        const Json& args = as_array(at((*p.nodes)[p.next], "args", wn), wn + ", args");
-        MPT_CHECK(args.size() == 1, wn, ": expected one argument (a tensor or a list of tensors), found ", args.size());
-        const bool several = args[0].is_array();
-        std::vector<const Json*> ts;
-        if (several) {
-          for (const auto& t : args[0]) ts.push_back(&t);
-        } else {
-          ts.push_back(&args[0]);
-        }
+        const Json& node = (*p.nodes)[p.next];
+        const Json& args = as_array(at(node, "args", wn), wn + ", args");
+        const auto ts = call_tensors(*p.layer, args, find(node, "kwargs"), wn);
+        const bool several = ts.size() > 1 || (args.size() == 1 && args[0].is_array());
         MPT_CHECK(!ts.empty(), wn, ": an empty list of inputs");
         std::vector<KerasTensor> xs;
         for (const Json* t : ts)
@@ -354,8 +452,9 @@ std::unique_ptr<Model> functional_from(const Json& c, const std::string& name, c
     }
     LayerConfig lc = layer_config_from(e, wi);
     MPT_CHECK(lc.name == lname, wi, ": name '", lname, "' differs from its config's '", lc.name, "'");
-    pending.push_back({layer_from_config(lc), lname, &as_array(at(e, "inbound_nodes", wi), wi + ", inbound_nodes"), 0,
-                       wi + " ('" + lname + "')"});
+    const Json& nodes = as_array(at(e, "inbound_nodes", wi), wi + ", inbound_nodes");
+    call_options_from(nodes, lc, wi + " ('" + lname + "')");
+    pending.push_back({layer_from_config(lc), lname, &nodes, 0, wi + " ('" + lname + "')"});
   }
   const ReadyTensor ready = [&](const Json& t, const std::string& wn) -> const KerasTensor* {
     const std::string wt = wn + ", keras_history";

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <map>
+#include <optional>
 
 #include "io/checked_file.hpp"
 #include "io/optimizer_io.hpp"
@@ -171,6 +173,15 @@ void read_optimizer(const h5::File& f, const Model& model, PendingState& st, boo
   st.has_optimizer = true;
 }
 
+/// A layer's variables by the Keras 3 sub-object that holds them ("" for the layer's own), each
+/// group's indices in variable order.
+std::map<std::string, std::vector<std::size_t>> variable_groups(const Layer& layer) {
+  std::map<std::string, std::vector<std::size_t>> groups;
+  const std::size_t n = layer.variables().size();
+  for (std::size_t i = 0; i < n; ++i) groups[layer.variable_group(i)].push_back(i);
+  return groups;
+}
+
 PendingState read_keras3(const h5::File& f, const Model& model, OptimizerState optimizer) {
   PendingState st;
   h5::Group lg = f.group("layers");
@@ -180,18 +191,29 @@ PendingState read_keras3(const h5::File& f, const Model& model, OptimizerState o
     const auto vars = layer->variables();
     if (vars.empty()) continue;
     const std::string& name = layer->name();
-    MPT_CHECK(lg.has_group(name) && lg.group(name).has_group("vars"), "file '", f.file_name(), "': layer '", name,
+    MPT_CHECK(lg.has_group(name), "file '", f.file_name(), "': layer '", name,
               "' (", layer->class_name(), ", ", vars.size(), " variables) is not in the file; the file has layers: ",
               join(file_layers));
-    h5::Group vg = lg.group(name).group("vars");
-    const std::size_t n = vg.children().size();
-    MPT_CHECK(n == vars.size(), "file '", f.file_name(), "': layer '", name, "' (", layer->class_name(), ") has ",
-              vars.size(), " variables, the file has ", n, " (", vg.path(), ")");
-    for (std::size_t i = 0; i < vars.size(); ++i) {
-      const std::string key = std::to_string(i);
-      MPT_CHECK(vg.has_dataset(key), vg.where(key), ": missing variable ", i, " ('", vars[i].name(), "') of layer '",
-                name, "'");
-      st.weights.emplace_back(vars[i], read_for(vg, key, vars[i], *layer, name));
+    h5::Group layer_group = lg.group(name);
+    for (const auto& [group, indices] : variable_groups(*layer)) {
+      MPT_CHECK(group.empty() || layer_group.has_group(group), layer_group.where(group), ": missing; layer '", name,
+                "' (", layer->class_name(), ") keeps ", indices.size(), " variables there");
+      std::optional<h5::Group> sub;
+      if (!group.empty()) sub.emplace(layer_group.group(group));
+      const h5::Group& owner = sub ? *sub : layer_group;
+      MPT_CHECK(owner.has_group("vars"), owner.where("vars"), ": missing; layer '", name, "' (", layer->class_name(),
+                ") keeps ", indices.size(), " variables there");
+      h5::Group vg = owner.group("vars");
+      const std::size_t n = vg.children().size();
+      MPT_CHECK(n == indices.size(), "file '", f.file_name(), "': layer '", name, "' (", layer->class_name(), ") has ",
+                indices.size(), " variables in ", vg.path(), ", the file has ", n);
+      for (std::size_t j = 0; j < indices.size(); ++j) {
+        const std::string key = std::to_string(j);
+        const Variable& v = vars[indices[j]];
+        MPT_CHECK(vg.has_dataset(key), vg.where(key), ": missing variable ", j, " ('", v.name(), "') of layer '", name,
+                  "'");
+        st.weights.emplace_back(v, read_for(vg, key, v, *layer, name));
+      }
     }
     used.push_back(name);
   }
@@ -263,10 +285,18 @@ void write_keras3(const h5::Group& root, const Model& model, const SaveWeightsOp
       MPT_CHECK(layer->name().find('/') == std::string::npos && !layer->name().empty() && layer->name() != "." &&
                     layer->name() != "..",
                 "save_weights: layer name '", layer->name(), "' cannot be an HDF5 group name");
-      h5::Group vg = lg.create_group(layer->name()).create_group("vars");
-      vg.set_attr("name", layer->name());
+      h5::Group layer_group = lg.create_group(layer->name());
       const auto vars = layer->variables();
-      for (std::size_t i = 0; i < vars.size(); ++i) vg.write(std::to_string(i), export_value(vars[i], o.dtype));
+      auto groups = variable_groups(*layer);
+      groups.try_emplace("");  // every layer has its own vars group, as Keras writes it
+      for (const auto& [group, indices] : groups) {
+        std::optional<h5::Group> sub;
+        if (!group.empty()) sub.emplace(layer_group.create_group(group));
+        h5::Group vg = (sub ? *sub : layer_group).create_group("vars");
+        vg.set_attr("name", group.empty() ? layer->name() : group);
+        for (std::size_t j = 0; j < indices.size(); ++j)
+          vg.write(std::to_string(j), export_value(vars[indices[j]], o.dtype));
+      }
     }
   }
   if (o.include_optimizer && !o.dtype && model.compiled()) {

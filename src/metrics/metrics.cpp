@@ -42,7 +42,32 @@ void Mean::update(double value, double weight) {
   add(Tensor::scalar(value * weight, float64, total_.defined() ? total_.device() : default_device()), weight);
 }
 
-double Mean::result() const { return count_ > 0 ? total_.item() / count_ : 0.0; }
+void Mean::update_where(const Tensor& values, const Tensor& valid) {
+  MPT_CHECK(values.defined() && valid.defined() && values.shape() == valid.shape(), "metric ", name(),
+            ": values and their validity must have one shape, got ",
+            values.defined() ? to_string(values.shape()) : std::string("undefined"), " and ",
+            valid.defined() ? to_string(valid.shape()) : std::string("undefined"));
+  NoGradGuard no_grad;
+  if (values.numel() == 0) return;
+  Tensor w = ops::cast(valid.detach(), float64);
+  Tensor total = ops::sum(ops::mul(ops::cast(values.detach(), float64), w)), counted = ops::sum(w);
+  total_ = total_.defined() ? ops::add(total_, total.to(total_.device())) : total;
+  counted_ = counted_.defined() ? ops::add(counted_, counted.to(counted_.device())) : counted;
+}
+
+double Mean::result() const {
+  const double n = count();
+  return n > 0 ? total_.item() / n : 0.0;
+}
+
+void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred) {
+  Tensor correct = sparse_categorical_accuracy(y_true, y_pred);
+  if (!ignore_class_) return update(correct);
+  NoGradGuard no_grad;
+  Tensor labels = y_true.detach().reshape(correct.shape());
+  Tensor ignored = Tensor::scalar(static_cast<double>(*ignore_class_), labels.dtype(), labels.device());
+  update_where(correct, ops::not_equal(labels, ignored));
+}
 
 namespace {
 

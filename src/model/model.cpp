@@ -117,6 +117,10 @@ void Model::resolve_metrics(const Tensor& y, const Tensor& y_pred) {
   if (metrics_resolved_) return;
   for (const auto& m : metric_args_) {
     auto metric = m.object() ? m.object() : metrics::get(m.name(), loss_->name(), y.shape(), y_pred.shape());
+    // An accuracy by name skips the positions the loss ignores (padding tokens).
+    auto* sparse_acc = m.object() ? nullptr : dynamic_cast<metrics::SparseCategoricalAccuracy*>(metric.get());
+    if (auto* l = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(loss_.get()); l && sparse_acc)
+      sparse_acc->set_ignore_class(l->options().ignore_class);
     metrics_.push_back(metric);
     auto val = metric->clone();
     val->set_name("val_" + metric->name());

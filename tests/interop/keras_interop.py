@@ -58,6 +58,20 @@ def residual_cnn():
     return keras.Model(inp, out, name="residual")
 
 
+T, VOCAB = 12, 20
+
+
+def gpt():
+    """The helper's token model: Embedding, causal MultiHeadAttention with a mask input, Add,
+    LayerNormalization, Dense (Keras's core has no PositionEmbedding)."""
+    ids = keras.Input((T,), dtype="int32", name="ids")
+    mask = keras.Input((T, T), dtype="bool", name="mask")
+    h = keras.layers.Embedding(VOCAB, 16)(ids)
+    a = keras.layers.MultiHeadAttention(2, 8)(h, h, attention_mask=mask, use_causal_mask=True)
+    h = keras.layers.LayerNormalization()(keras.layers.Add()([h, a]))
+    return keras.Model([ids, mask], keras.layers.Dense(VOCAB)(h), name="gpt")
+
+
 def read_f32(path, shape):
     return np.fromfile(path, dtype="<f4").reshape(shape)
 
@@ -136,6 +150,22 @@ def main():
         report("Keras predict after load_model(mpt_residual.keras)", kr.predict(ximg, verbose=0),
                read_f32(os.path.join(d, "preds_residual.f32"), (N, 5)))
 
+        # A token model with causal MultiHeadAttention and a mask input (the call's kwargs).
+        subprocess.run([helper, "gpt_export", d], check=True)
+        ids = read_f32(os.path.join(d, "gpt_ids.f32"), (N, T)).astype("int32")
+        gmask = read_f32(os.path.join(d, "gpt_mask.f32"), (N, T, T)).astype(bool)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kg = keras.saving.load_model(os.path.join(d, "mpt_gpt.keras"))
+        print(f"  Keras load_model(mpt_gpt.keras): {type(kg).__name__} of "
+              + ", ".join(type(l).__name__ for l in kg.layers))
+        report("Keras predict after load_model(mpt_gpt.keras)", kg.predict([ids, gmask], verbose=0),
+               read_f32(os.path.join(d, "gpt_preds.f32"), (N, T, VOCAB)))
+        # The causal rule travelled: without it Keras predicts something else.
+        mha = next(l for l in kg.layers if isinstance(l, keras.layers.MultiHeadAttention))
+        assert kg.get_config()["layers"][[l.name for l in kg.layers].index(mha.name)]["inbound_nodes"][0]["kwargs"][
+            "use_causal_mask"] is True
+
         # ---- Keras writes, mpt reads -------------------------------------------------------
         print("Keras -> mpt")
         keras.utils.set_random_seed(5)
@@ -179,6 +209,16 @@ def main():
                         os.path.join(d, "inputs_img_k.f32"), out, "8", "8", "3"], check=True)
         report("mpt predict after load_model(keras_residual.keras)", read_f32(out, (N, 5)),
                kr.predict(ximg, verbose=0))
+        kg = gpt()
+        rng = np.random.default_rng(3)
+        kg.set_weights([rng.uniform(-0.5, 0.5, w.shape).astype("float32") for w in kg.get_weights()])
+        kg.save(os.path.join(d, "keras_gpt.keras"))
+        ids.astype("float32").tofile(os.path.join(d, "gpt_ids_k.f32"))
+        gmask.astype("float32").tofile(os.path.join(d, "gpt_mask_k.f32"))
+        subprocess.run([helper, "gpt_import", os.path.join(d, "keras_gpt.keras"), os.path.join(d, "gpt_ids_k.f32"),
+                        os.path.join(d, "gpt_mask_k.f32"), out], check=True)
+        report("mpt predict after load_model(keras_gpt.keras)", read_f32(out, (N, T, VOCAB)),
+               kg.predict([ids, gmask], verbose=0))
     print("interop OK")
 
 

@@ -13,6 +13,12 @@
 //   keras_interop_helper import_model <model.keras> <inputs.f32> <preds.f32> [dims...]
 //       rebuilds a whole model saved by Keras (mpt::load_model) and writes its predictions
 //       (inputs of per-example shape dims, [20] by default)
+//   keras_interop_helper gpt_export <dir>   a functional token model (Embedding, causal
+//       MultiHeadAttention with a mask input, Add, LayerNormalization, Dense) with random weights:
+//       mpt_gpt.keras, gpt_ids.f32 [64, 12], gpt_mask.f32 [64, 12, 12] (0/1) and gpt_preds.f32
+//       [64, 12, 20]
+//   keras_interop_helper gpt_import <model.keras> <ids.f32> <mask.f32> <preds.f32>
+//       rebuilds a Keras-saved model of that shape and writes its predictions
 //
 // .f32 files hold raw little-endian float32 values, row-major.
 #include <cstdio>
@@ -47,6 +53,18 @@ std::unique_ptr<mpt::Model> residual_cnn() {
   return std::make_unique<mpt::Model>(in, out, "residual");
 }
 
+constexpr std::int64_t kT = 12, kVocab = 20;
+
+/// The token model; Keras's script builds the same one.
+std::unique_ptr<mpt::Model> gpt() {
+  auto ids = mpt::Input({kT}, {.dtype = mpt::int32, .name = "ids"});
+  auto mask = mpt::Input({kT, kT}, {.dtype = mpt::bool_, .name = "mask"});
+  auto h = layers::Embedding(kVocab, 16)(ids);
+  auto a = layers::MultiHeadAttention(2, 8, {.use_causal_mask = true})({h, h, mask});
+  h = layers::LayerNormalization()(layers::Add()({h, a}));
+  return std::make_unique<mpt::Model>(std::vector{ids, mask}, std::vector{layers::Dense(kVocab)(h)}, "gpt");
+}
+
 void write_f32(const std::string& path, const mpt::Tensor& t) {
   auto v = t.to(mpt::float32).to_vector<float>();
   std::ofstream out(path, std::ios::binary);
@@ -60,6 +78,15 @@ mpt::Tensor read_f32(const std::string& path, const mpt::Shape& shape) {
   in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
   if (!in) throw mpt::Error("cannot read " + std::to_string(v.size()) + " floats from " + path);
   return mpt::Tensor::from_vector(v, shape);
+}
+
+/// A padding mask [64, 12, 12]: sample n attends to its first 12 - n % 5 keys (never to none).
+mpt::Tensor gpt_mask() {
+  std::vector<float> m(static_cast<std::size_t>(kSamples * kT * kT));
+  for (std::int64_t n = 0; n < kSamples; ++n)
+    for (std::int64_t i = 0; i < kT; ++i)
+      for (std::int64_t j = 0; j < kT; ++j) m[(n * kT + i) * kT + j] = j < kT - n % 5 ? 1.f : 0.f;
+  return mpt::Tensor::from_vector(m, {kSamples, kT, kT});
 }
 
 int run(int argc, char** argv) {
@@ -142,9 +169,34 @@ int run(int argc, char** argv) {
     write_f32(argv[4], m->predict(read_f32(argv[3], shape)));
     return 0;
   }
+  if (mode == "gpt_export" && argc == 3) {
+    const std::string dir = argv[2];
+    mpt::set_random_seed(7);
+    auto m = gpt();
+    std::uint64_t seed = 100;
+    for (auto& v : m->variables())  // biases and norms away from their zeros and ones
+      v.assign(mpt::Tensor::random_uniform(v.shape(), -0.5, 0.5, seed++).to(v.dtype()));
+    m->save(dir + "/mpt_gpt.keras");
+    mpt::Tensor ids = mpt::Tensor::random_uniform({kSamples, kT}, 0, kVocab, 15);
+    ids = mpt::ops::cast(mpt::ops::cast(ids, mpt::int32), mpt::float32);  // whole numbers
+    write_f32(dir + "/gpt_ids.f32", ids);
+    write_f32(dir + "/gpt_mask.f32", gpt_mask());
+    write_f32(dir + "/gpt_preds.f32",
+              (*m)({mpt::ops::cast(ids, mpt::int32), mpt::ops::cast(gpt_mask(), mpt::bool_)})[0]);
+    return 0;
+  }
+  if (mode == "gpt_import" && argc == 6) {
+    auto m = mpt::load_model(argv[2]);
+    mpt::Tensor ids = mpt::ops::cast(read_f32(argv[3], {kSamples, kT}), mpt::int32);
+    mpt::Tensor mask = mpt::ops::cast(read_f32(argv[4], {kSamples, kT, kT}), mpt::bool_);
+    write_f32(argv[5], (*m)({ids, mask})[0]);
+    return 0;
+  }
   std::cerr << "usage: keras_interop_helper export <dir>\n"
                "       keras_interop_helper import <weights file> <inputs.f32> <preds.f32>\n"
-               "       keras_interop_helper import_model <model.keras or .h5> <inputs.f32> <preds.f32> [dims...]\n";
+               "       keras_interop_helper import_model <model.keras or .h5> <inputs.f32> <preds.f32> [dims...]\n"
+               "       keras_interop_helper gpt_export <dir>\n"
+               "       keras_interop_helper gpt_import <model.keras> <ids.f32> <mask.f32> <preds.f32>\n";
   return 2;
 }
 

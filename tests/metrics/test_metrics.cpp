@@ -204,3 +204,31 @@ TEST_CASE("metric errors name the metric") {
   msg = error_of([&] { metrics::binary_accuracy(Tensor::zeros({5, 3}), y_pred); });
   CHECK(msg.find("binary_accuracy") != std::string::npos);
 }
+
+TEST_CASE("SparseCategoricalAccuracy with ignore_class counts only the other positions, on every device") {
+  for_each_device([](Device dev) {
+    // [2, 3] token labels over 3 classes; -1 is padding. argmax per position: {0, 1, 2, 0, 1, 2}.
+    std::vector<double> probs;
+    for (int i = 0; i < 6; ++i)
+      for (int c = 0; c < 3; ++c) probs.push_back(c == i % 3 ? 0.8 : 0.1);
+    Tensor y_pred = f32(probs, {2, 3, 3}, dev);
+    Tensor labels = Tensor::from_vector<std::int32_t>({0, 2, -1, 0, -1, -1}, {2, 3}, dev);  // right, wrong, -, right
+    metrics::SparseCategoricalAccuracy acc("acc", -1);
+    acc.update_state(labels, y_pred);
+    CHECK(acc.result() == doctest::Approx(2.0 / 3.0));
+    // A second batch with every position padded adds nothing; one more right position does.
+    acc.update_state(Tensor::full({2, 3}, -1, int32, dev), y_pred);
+    CHECK(acc.result() == doctest::Approx(2.0 / 3.0));
+    acc.update_state(Tensor::from_vector<std::int32_t>({0, -1, -1, -1, -1, -1}, {2, 3}, dev), y_pred);
+    CHECK(acc.result() == doctest::Approx(3.0 / 4.0));
+    CHECK(acc.reduction_state() == std::vector<double>{3.0, 4.0});
+    auto copy = acc.clone();
+    CHECK(dynamic_cast<metrics::SparseCategoricalAccuracy&>(*copy).ignore_class() == -1);
+    acc.reset_state();
+    CHECK(acc.result() == 0.0);
+    // Without ignore_class, -1 is just a wrong label.
+    metrics::SparseCategoricalAccuracy plain;
+    plain.update_state(labels, y_pred);
+    CHECK(plain.result() == doctest::Approx(2.0 / 6.0));
+  });
+}

@@ -90,6 +90,21 @@ class Layer {
   virtual std::vector<std::uint64_t> rng_state() const { return {}; }
   virtual void set_rng_state(const std::vector<std::uint64_t>& state) {}
 
+  // How Keras files record this layer beyond config() (the defaults fit single-object layers
+  // called on one tensor or one list of tensors).
+  /// config() keys Keras passes per call rather than to the constructor (MultiHeadAttention's
+  /// use_causal_mask): a .keras config.json carries them in each functional node's kwargs.
+  virtual std::vector<std::string> call_option_keys() const { return {}; }
+  /// Keras's names of the tensor arguments of call, in mpt's input order, for layers whose
+  /// inputs Keras passes as separate arguments (MultiHeadAttention: query, value, key,
+  /// attention_mask); empty: one tensor or one list.
+  virtual std::vector<std::string> call_argument_names() const { return {}; }
+  /// Which of call_argument_names() each input of a call with these dtypes is.
+  virtual std::vector<std::string> call_arguments_of(const std::vector<DType>& input_dtypes) const { return {}; }
+  /// The sub-object of this layer that holds variable i in Keras 3 weights files
+  /// (layers/<layer>/<group>/vars/<n>); "" for the layer's own vars (layers/<layer>/vars/<n>).
+  virtual std::string variable_group(std::size_t i) const { return ""; }
+
   const std::string& name() const { return name_; }
   void set_name(const std::string& name);
   /// True when the name was given by the user (models do not rename such layers).

@@ -8,6 +8,7 @@
 ///   acc.reset_state();
 #include <concepts>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -47,16 +48,21 @@ class Mean : public Metric {
   void update(const Tensor& value, double weight);
   void update(double value, double weight = 1.0);
   void update_state(const Tensor&, const Tensor& y_pred) override { update(y_pred); }
+  /// Adds the elements of `values` where `valid` (same shape, 0 or 1) is 1, each counted once:
+  /// sum(values · valid) / sum(valid) over every update, both sums kept on the device.
+  void update_where(const Tensor& values, const Tensor& valid);
   double result() const override;
-  void reset_state() override { total_ = Tensor(), count_ = 0; }
+  void reset_state() override { total_ = Tensor(), counted_ = Tensor(), count_ = 0; }
   std::shared_ptr<Metric> clone() const override { return std::make_shared<Mean>(name()); }
   /// {total, count}: a mean over every rank's samples.
-  std::vector<double> reduction_state() const override { return {count_ > 0 ? total_.item() : 0.0, count_}; }
+  std::vector<double> reduction_state() const override { return {total_.defined() ? total_.item() : 0.0, count()}; }
 
  private:
   void add(const Tensor& total_of_update, double count);
-  Tensor total_;  // float64 scalar on the device of the values
-  double count_ = 0;
+  double count() const { return count_ + (counted_.defined() ? counted_.item() : 0.0); }
+  Tensor total_;    // float64 scalar on the device of the values
+  Tensor counted_;  // float64 scalar: update_where's counts, on the same device
+  double count_ = 0;  // the other updates' counts (known on the host)
 };
 
 /// Mean of fn(y_true, y_pred) per example.
@@ -78,10 +84,23 @@ Tensor binary_accuracy(const Tensor& y_true, const Tensor& y_pred);  ///< thresh
 Tensor mean_absolute_error(const Tensor& y_true, const Tensor& y_pred);
 Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred);
 
+/// With ignore_class, labels equal to it (padding tokens) count neither as right nor as
+/// wrong: the accuracy over the other positions. compile gives an "accuracy" it resolves to
+/// this class the ignore_class of a SparseCategoricalCrossentropy loss.
 class SparseCategoricalAccuracy : public MeanMetricWrapper {
  public:
-  explicit SparseCategoricalAccuracy(std::string name = "sparse_categorical_accuracy")
-      : MeanMetricWrapper(std::move(name), sparse_categorical_accuracy) {}
+  explicit SparseCategoricalAccuracy(std::string name = "sparse_categorical_accuracy",
+                                     std::optional<std::int64_t> ignore_class = std::nullopt)
+      : MeanMetricWrapper(std::move(name), sparse_categorical_accuracy), ignore_class_(ignore_class) {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override;
+  std::shared_ptr<Metric> clone() const override {
+    return std::make_shared<SparseCategoricalAccuracy>(name(), ignore_class_);
+  }
+  const std::optional<std::int64_t>& ignore_class() const { return ignore_class_; }
+  void set_ignore_class(std::optional<std::int64_t> c) { ignore_class_ = c; }
+
+ private:
+  std::optional<std::int64_t> ignore_class_;
 };
 class CategoricalAccuracy : public MeanMetricWrapper {
  public:
