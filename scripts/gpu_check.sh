@@ -2,7 +2,7 @@
 # The GPU check, run on the GPU machine (no network, none of mpt's Debian packages needed) from
 # the repository root, with the bundle scripts/gpu_bundle.sh made on a CPU machine:
 #   bash scripts/gpu_check.sh [--bundle out/gpu/mpt-gpu.tar.xz] [--out DIR] [--steps 20]
-#                             [--sanitize] [--no-bench]
+#                             [--sanitize] [--no-bench] [--attention]
 # It unpacks the bundle (under /tmp), finds CUDA's libraries where that machine has them (its
 # Python's NVIDIA wheels, /usr/local/cuda), prints the versions it loaded, checks with ldd that
 # every program resolves, runs the whole CTest suite (every for_each_device test also on cuda:0,
@@ -11,6 +11,8 @@
 # gpu_report.md, the CTest log and the failing tests' output into DIR ($OUT when set, else
 # out/gpu/report). Every step has its own time limit and all of them end by DEADLINE (520 s):
 # give the command a 540 s limit. The first run should take about 5 minutes on an H100.
+# --attention times ops::dot_product_attention on cuda:0 (bench_attention: bfloat16 through
+# cuDNN's fused forward, float32 through mpt's kernels) beside PyTorch's scaled_dot_product_attention.
 # --sanitize adds compute-sanitizer's memcheck over the op tests on cuda:0: a separate step that
 # reports "not supported here" where the machine refuses it.
 # Exit status: 0 when every test passed (with or without a GPU: the report says which),
@@ -24,6 +26,7 @@ EPOCHS=3
 SANITIZE=0
 PROFILE=
 BENCH=1
+ATTENTION=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
@@ -33,6 +36,7 @@ while [ $# -gt 0 ]; do
     --sanitize) SANITIZE=1; shift ;;
     --profile) PROFILE=$2; shift 2 ;;
     --no-bench) BENCH=0; shift ;;
+    --attention) ATTENTION=1; shift ;;
     *) echo "gpu_check: unknown argument '$1' (see the head of $0)"; exit 2 ;;
   esac
 done
@@ -204,6 +208,29 @@ if [ "$SANITIZE" = 1 ]; then
     done
   fi
   endsection
+fi
+
+if [ "$ATTENTION" = 1 ]; then
+  log "attention: bench_attention and PyTorch's scaled_dot_product_attention"
+  for dt in bfloat16 float32; do
+    section "mpt: bench/bench_attention --device cuda:0 --dtype $dt --tokens 16384 --heads 8 --dim 64 --repeat 5"
+    if [ "$GPU" = 1 ]; then
+      timeout "$(budget 60)" "$ROOT/build/bench/bench_attention" --device cuda:0 --dtype $dt --tokens 16384 --heads 8 \
+        --dim 64 --repeat 5 >> "$REPORT" 2>&1 || { echo "bench_attention: exit $?" >> "$REPORT"; status=1; }
+    else
+      echo "no GPU: nothing to measure" >> "$REPORT"
+    fi
+    endsection
+    section "PyTorch: bench/torch_attention_gpu.py --dtype $dt --tokens 16384 --heads 8 --dim 64 --repeat 5"
+    if py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2> /dev/null; then
+      (cd "$ROOT/src/bench" && timeout "$(budget 60)" env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" python3 \
+        torch_attention_gpu.py --dtype $dt --tokens 16384 --heads 8 --dim 64 --repeat 5) >> "$REPORT" 2>&1 ||
+        echo "torch_attention_gpu: exit $?" >> "$REPORT"
+    else
+      echo "no PyTorch with a usable GPU here: no anchor" >> "$REPORT"
+    fi
+    endsection
+  done
 fi
 
 if [ "$BENCH" = 1 ]; then

@@ -92,6 +92,15 @@ class Backend {
   /// out [B,Tq,H,Dv] and the rows' log-sum-exp lse [B,H,Tq], both in q's dtype.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                          const AttentionGeometry& g, Tensor& out, Tensor& lse) = 0;
+  /// The forward on 16-bit q, k, v (same dtype) where the backend has a fused engine for this
+  /// problem (CUDA: cuDNN's flash attention): writes out (q's dtype) and lse (float32, the same
+  /// [B,H,Tq] log-sum-exp attention() gives) and returns true; false (nothing written) tells
+  /// the caller to compute in float32 through attention(). The backward is attention_backward
+  /// in float32 either way.
+  virtual bool fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                               const AttentionGeometry& g, Tensor& out, Tensor& lse) {
+    return false;
+  }
   /// Its gradients dq, dk, dv (q's dtype and shapes) from the forward's out and lse and dout.
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                   const Tensor& out, const Tensor& lse, const Tensor& dout,

@@ -56,13 +56,33 @@ Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tenso
   g.causal = o.is_causal;
   const Tensor mask = attention_mask(name, o.mask, query, g.kv_len, g.mask_heads);
 
+  Backend& be = backend_of(query);
+  // 16-bit inputs on a backend with a fused engine (cuDNN's flash attention): 16-bit in and out,
+  // the softmax statistics in float32; the backward in float32 from the engine's lse.
+  if (is_half(query.dtype()) && key.dtype() == query.dtype() && value.dtype() == query.dtype()) {
+    Tensor out = Tensor::empty({g.batch, g.q_len, g.heads, g.value_dim}, query.dtype(), query.device());
+    Tensor lse = Tensor::empty({g.batch, g.heads, g.q_len}, float32, query.device());
+    if (be.fused_attention(query.detach(), key.detach(), value.detach(), mask, g, out, lse)) {
+      autograd::record(name, {query, key, value}, {&out},
+                       [q = query.detach(), k = key.detach(), v = value.detach(), mask, g, o = out.detach(),
+                        lse](const std::vector<Tensor>& grads) {
+                         auto f32 = [](const Tensor& t) { return t.to(float32); };
+                         const Tensor qf = f32(q), kf = f32(k), vf = f32(v);
+                         Tensor dq = Tensor::empty(q.shape(), float32, q.device());
+                         Tensor dk = Tensor::empty(k.shape(), float32, k.device());
+                         Tensor dv = Tensor::empty(v.shape(), float32, v.device());
+                         backend_of(q).attention_backward(qf, kf, vf, mask, f32(o), lse, f32(grads[0]), g, dq, dk, dv);
+                         return std::vector<Tensor>{dq.to(q.dtype()), dk.to(k.dtype()), dv.to(v.dtype())};
+                       });
+      return out;
+    }
+  }
   // Everything in float32 (float64 for float64): the casts carry the gradients back.
   const DType c = query.dtype() == float64 ? float64 : float32;
   auto to_c = [&](const Tensor& t) { return t.dtype() == c ? t : ops::cast(t, c); };
   const Tensor q = to_c(query), k = to_c(key), v = to_c(value);
   Tensor out = Tensor::empty({g.batch, g.q_len, g.heads, g.value_dim}, c, query.device());
   Tensor lse = Tensor::empty({g.batch, g.heads, g.q_len}, c, query.device());
-  Backend& be = backend_of(query);
   be.attention(q.detach(), k.detach(), v.detach(), mask, g, out, lse);
   autograd::record(name, {q, k, v}, {&out},
                    [q = q.detach(), k = k.detach(), v = v.detach(), mask, g, o = out.detach(),

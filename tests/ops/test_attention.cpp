@@ -155,6 +155,45 @@ TEST_CASE("dot_product_attention gradients match finite differences in float64")
   });
 }
 
+TEST_CASE("16-bit attention at transformer sizes (on a GPU: cuDNN's fused forward) matches float64, with gradients") {
+  // Head dims of 32 and 64 and no explicit mask: on a GPU with cuDNN the forward runs cuDNN's
+  // fused flash attention (backend/cuda/attention_fused.cpp) and the backward mpt's kernels from
+  // its lse; on the CPU and the test device, mpt's kernels throughout. The same bounds for both.
+  for_each_device([](Device dev) {
+    struct Case {
+      std::int64_t B, Tq, Tk, H, D;
+      bool causal;
+    };
+    for (const Case& c : {Case{2, 64, 64, 4, 64, true}, Case{2, 48, 80, 2, 32, false}, Case{1, 96, 96, 2, 32, true}})
+      for (DType dt : {bfloat16, float16}) {
+        const std::string what = to_string(dt) + " T" + std::to_string(c.Tq) + "x" + std::to_string(c.Tk) + " D" +
+                                 std::to_string(c.D) + (c.causal ? " causal" : "");
+        CAPTURE(what);
+        Tensor q = random({c.B, c.Tq, c.H, c.D}, dt, dev, 21, -1, 1), k = random({c.B, c.Tk, c.H, c.D}, dt, dev, 22, -1, 1);
+        Tensor v = random({c.B, c.Tk, c.H, c.D}, dt, dev, 23, -1, 1);
+        Tensor w = Tensor::random_uniform({c.B, c.Tq, c.H, c.D}, 0.5, 1.5, 24, float32, dev);
+        GradientTape tape;
+        tape.watch(q), tape.watch(k), tape.watch(v);
+        Tensor y = ops::dot_product_attention(q, k, v, {.is_causal = c.causal});
+        REQUIRE(y.dtype() == dt);
+        auto g = tape.gradient(ops::sum(ops::mul(ops::cast(y, float32), w)), {q, k, v});
+        // float64 on the same (16-bit rounded) inputs.
+        Tensor q64 = q.to(float64), k64 = k.to(float64), v64 = v.to(float64);
+        GradientTape tape64;
+        tape64.watch(q64), tape64.watch(k64), tape64.watch(v64);
+        Tensor y64 = ops::dot_product_attention(q64, k64, v64, {.is_causal = c.causal});
+        auto g64 = tape64.gradient(ops::sum(ops::mul(y64, w.to(float64))), {q64, k64, v64});
+        // One rounding of the output, plus (cuDNN) the probabilities rounded to 16 bits before P·V.
+        const Tolerance fwd = dt == bfloat16 ? Tolerance{2e-2, 5e-3} : Tolerance{4e-3, 1e-3};
+        check_close(y, y64.to_vector<double>(), fwd, what + ": forward");
+        for (int i = 0; i < 3; ++i) {
+          CHECK(g[i].dtype() == dt);
+          check_close(g[i], g64[i].to_vector<double>(), {3e-2, 3e-2}, what + ": gradient " + std::to_string(i));
+        }
+      }
+  });
+}
+
 TEST_CASE("dot_product_attention refuses what it cannot compute, naming it") {
   Tensor q = Tensor::zeros({2, 3, 2, 4}), k = Tensor::zeros({2, 5, 2, 4}), v = Tensor::zeros({2, 5, 2, 6});
   CHECK_NOTHROW(ops::dot_product_attention(q, k, v));

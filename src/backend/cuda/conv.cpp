@@ -34,41 +34,23 @@ using namespace conv;
 
 constexpr int kMaxDevices = 16;
 
-struct State {
-  /// Guards the handles and plans, and every use of a handle: cuDNN functions are thread-safe
-  /// only for threads that do not use the same handle at the same time.
-  std::mutex mutex;
-  std::array<cudnnHandle_t, kMaxDevices> handles{};
-  /// Per device: the plan of each problem; an empty ConvPlan when cuDNN has none for it.
-  std::array<std::unordered_map<ConvKey, ConvPlan, ConvKeyHash>, kMaxDevices> plans;
-};
-
-State& state() {
-  static State* s = new State;  // never destroyed: handles and plans outlive static destructors
-  return *s;
-}
-
-/// The cuDNN handle of GPU idx, bound to its compute stream. Caller holds the state mutex.
-cudnnHandle_t handle_locked(State& s, int idx) {
-  MPT_CHECK(idx >= 0 && idx < kMaxDevices, "conv2d: no GPU with index ", idx);
-  if (!s.handles[idx]) {
-    cudnnHandle_t h = nullptr;
-    check_cudnn(cudnnCreate(&h), "conv2d: cudnnCreate");
-    check_cudnn(cudnnSetStream(h, stream(idx)), "conv2d: cudnnSetStream");
-    s.handles[idx] = h;
-  }
-  return s.handles[idx];
+/// Per device: the plan of each problem; an empty ConvPlan when cuDNN has none for it. Guarded
+/// by cudnn::mutex().
+std::array<std::unordered_map<ConvKey, ConvPlan, ConvKeyHash>, kMaxDevices>& plans() {
+  static auto* p = new std::array<std::unordered_map<ConvKey, ConvPlan, ConvKeyHash>, kMaxDevices>;
+  return *p;  // never destroyed: plans outlive static destructors
 }
 
 /// The cached plan of k on GPU idx (built on first use), or null when cuDNN has no engine for it.
 const ConvPlan* plan_for(const ConvKey& k, int idx) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  cudnnHandle_t h = handle_locked(s, idx);
-  auto it = s.plans[idx].find(k);
-  if (it == s.plans[idx].end()) {
+  std::lock_guard<std::mutex> lock(cudnn::mutex());
+  cudnnHandle_t h = cudnn::handle_locked(idx);
+  MPT_CHECK(idx < kMaxDevices, "conv2d: no GPU with index ", idx);
+  auto& cache = plans()[idx];
+  auto it = cache.find(k);
+  if (it == cache.end()) {
     std::vector<ConvPlan> built = build_plans(k, PlanTarget{h, nullptr}, 1);
-    it = s.plans[idx].emplace(k, built.empty() ? ConvPlan{} : std::move(built.front())).first;
+    it = cache.emplace(k, built.empty() ? ConvPlan{} : std::move(built.front())).first;
   }
   return it->second.plan ? &it->second : nullptr;
 }
@@ -96,36 +78,8 @@ Tensor krsc_copy(CudaBackend& backend, const Tensor& w) {
   return wk;
 }
 
-/// The largest power of two (at most 16 bytes) every pointer is aligned to: cuDNN picks
-/// vectorized kernels by the alignment the tensors promise.
-std::int64_t alignment_of(std::initializer_list<const void*> ptrs) {
-  std::uintptr_t bits = 16;
-  for (const void* p : ptrs)
-    if (p) bits |= reinterpret_cast<std::uintptr_t>(p);
-  return static_cast<std::int64_t>(bits & (~bits + 1));
-}
-
-void execute(const ConvPlan& plan, int idx, const std::vector<std::int64_t>& uids, std::vector<void*> ptrs,
-             Device device, const char* op) {
-  // Workspace from mpt's stream-ordered allocator: freed on return, reused by later work on the
-  // same stream only after cuDNN's kernels.
-  Tensor workspace = plan.workspace > 0 ? Tensor::empty({plan.workspace}, uint8, device) : Tensor();
-  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, (std::string(op) + ": variant pack").c_str());
-  check_cudnn(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
-                                       static_cast<std::int64_t>(uids.size()), uids.data()),
-              (std::string(op) + ": variant pack uids").c_str());
-  check_cudnn(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
-                                       static_cast<std::int64_t>(ptrs.size()), ptrs.data()),
-              (std::string(op) + ": variant pack pointers").c_str());
-  void* ws = workspace.defined() ? workspace.data_ptr() : nullptr;
-  check_cudnn(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws),
-              (std::string(op) + ": variant pack workspace").c_str());
-  check_cudnn(cudnnBackendFinalize(pack.get()), (std::string(op) + ": variant pack finalize").c_str());
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);  // enqueues only: held for microseconds
-  check_cudnn(cudnnBackendExecute(handle_locked(s, idx), plan.plan.get(), pack.get()),
-              (std::string(op) + ": execute").c_str());
-}
+using cudnn::alignment_of;
+using cudnn::execute;
 
 }  // namespace
 

@@ -1,7 +1,6 @@
 #include "backend/cuda/conv_plans.hpp"
 
 #include <cstdio>
-#include <deque>
 #include <functional>
 #include <initializer_list>
 
@@ -27,28 +26,9 @@ bool cudnn_pointwise(Activation act, cudnnPointwiseMode_t& mode) {
 
 namespace {
 
+using namespace cudnn;
+
 std::string what(const char* op, const char* step) { return std::string(op) + ": " + step; }
-
-/// cuDNN reports "this engine / graph is not supported here" in the 3000s; anything else from a
-/// finalize is a malformed description (a bug), reported as an error.
-bool not_supported(cudnnStatus_t s) { return CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED; }
-
-void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
-         std::int64_t count, const void* values, const char* op, const char* step) {
-  check_cudnn(cudnnBackendSetAttribute(d, name, type, count, values), what(op, step).c_str());
-}
-void set_desc(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, const Descriptor& v, const char* op,
-              const char* step) {
-  cudnnBackendDescriptor_t p = v.get();
-  set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p, op, step);
-}
-void set_i64(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, std::initializer_list<std::int64_t> v,
-             const char* op, const char* step) {
-  set(d, name, CUDNN_TYPE_INT64, static_cast<std::int64_t>(v.size()), v.begin(), op, step);
-}
-void finalize(const Descriptor& d, const char* op, const char* step) {
-  check_cudnn(cudnnBackendFinalize(d.get()), what(op, step).c_str());
-}
 
 cudnnDataType_t data_type(DType d, const char* op) {
   switch (d) {
@@ -64,16 +44,7 @@ cudnnDataType_t data_type(DType d, const char* op) {
 Descriptor tensor(std::int64_t uid, cudnnDataType_t type, std::initializer_list<std::int64_t> dims,
                   std::initializer_list<std::int64_t> strides, bool is_virtual, std::int64_t alignment,
                   const char* op) {
-  Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR, what(op, "tensor descriptor").c_str());
-  set(t.get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, op, "tensor data type");
-  set_i64(t.get(), CUDNN_ATTR_TENSOR_DIMENSIONS, dims, op, "tensor dimensions");
-  set_i64(t.get(), CUDNN_ATTR_TENSOR_STRIDES, strides, op, "tensor strides");
-  set_i64(t.get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, {uid}, op, "tensor uid");
-  set_i64(t.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, {alignment}, op, "tensor alignment");
-  const bool v = is_virtual;
-  set(t.get(), CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v, op, "tensor is_virtual");
-  finalize(t, op, "tensor finalize");
-  return t;
+  return cudnn::tensor({uid, type, dims, strides, is_virtual, alignment}, op);
 }
 
 /// An NHWC activation [n, h, w, c] as cuDNN's [N, C, H, W] with channels-last strides.
@@ -94,18 +65,7 @@ Descriptor filter(const ConvKey& k, cudnnDataType_t type, std::int64_t alignment
 
 Descriptor pointwise_op(cudnnPointwiseMode_t mode, const Descriptor& x, const Descriptor* b, const Descriptor& y,
                         const char* op) {
-  Descriptor pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what(op, "pointwise descriptor").c_str());
-  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-  set(pw.get(), CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, op, "pointwise mode");
-  set(pw.get(), CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, op, "pointwise precision");
-  finalize(pw, op, "pointwise finalize");
-  Descriptor o(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what(op, "pointwise operation").c_str());
-  set_desc(o.get(), CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, op, "pointwise descriptor");
-  set_desc(o.get(), CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x, op, "pointwise x");
-  if (b) set_desc(o.get(), CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b, op, "pointwise b");
-  set_desc(o.get(), CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y, op, "pointwise y");
-  finalize(o, op, "pointwise operation finalize");
-  return o;
+  return pointwise({mode}, x, b, y, op);
 }
 
 cudnnPointwiseMode_t pointwise_mode(Activation act, const char* op) {
@@ -114,24 +74,6 @@ cudnnPointwiseMode_t pointwise_mode(Activation act, const char* op) {
   return mode;
 }
 
-}  // namespace
-
-struct ConvGraph {
-  std::shared_ptr<const Descriptor> device_prop;  // what the graph is planned for, when no handle
-  std::deque<Descriptor> parts;  // tensors, convolution, operations (a deque: references stay valid)
-  Descriptor graph;
-  ConvGraph() = default;
-  ConvGraph(const ConvGraph&) = delete;
-  ConvGraph& operator=(const ConvGraph&) = delete;
-  ~ConvGraph() {  // each descriptor before the ones it refers to
-    graph = Descriptor();
-    while (!parts.empty()) parts.pop_back();
-  }
-};
-
-namespace {
-
-/// Builds k's operation graph into out; false when cuDNN supports no such graph at all.
 /// The cuDNN convolution descriptor of a key (Keras's convolution is a cross-correlation).
 Descriptor convolution_descriptor(const ConvKey& k, cudnnDataType_t comp, const char* op) {
   Descriptor conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, what(op, "convolution descriptor").c_str());
@@ -199,14 +141,12 @@ Descriptor conv_operation(const ConvOperation& t, const Descriptor& x, const Des
   return d;
 }
 
+/// Builds k's operation graph into out; false when cuDNN supports no such graph at all.
 bool build_graph(const ConvKey& k, const PlanTarget& target, ConvGraph& out, const char* op) {
   const cudnnDataType_t io = data_type(k.dtype, op);
   const bool dbl = k.dtype == DType::Float64;
   const std::int64_t a = k.alignment;
-  auto keep = [&](Descriptor d) -> const Descriptor& {
-    out.parts.push_back(std::move(d));
-    return out.parts.back();
-  };
+  auto keep = [&](Descriptor d) -> const Descriptor& { return out.keep(std::move(d)); };
   const Descriptor& cd = keep(convolution_descriptor(k, dbl ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT, op));
   auto y_tensor = [&] { return nhwc(kUidY, io, k.n, k.oh, k.ow, k.cout, false, a, op); };
 
@@ -244,105 +184,19 @@ bool build_graph(const ConvKey& k, const PlanTarget& target, ConvGraph& out, con
     ops.push_back(keep(conv_operation(kWgrad, x, dw, dy, cd, dbl, op)).get());
   }
 
-  out.graph = Descriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, what(op, "operation graph").c_str());
-  set(out.graph.get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-      static_cast<std::int64_t>(ops.size()), ops.data(), op, "operation graph ops");
-  if (target.handle)
-    set(out.graph.get(), CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &target.handle, op,
-        "operation graph handle");
-  const cudnnStatus_t s = cudnnBackendFinalize(out.graph.get());
-  if (not_supported(s)) return false;
-  check_cudnn(s, what(op, "operation graph finalize").c_str());
-  return true;
+  return finalize_graph(out, ops, target, op);
 }
 
-/// Engine configurations cuDNN's heuristic `mode` proposes for the graph, best first.
-std::vector<Descriptor> engine_configs(const ConvGraph& g, const PlanTarget& target, cudnnBackendHeurMode_t mode,
-                                       const char* op) {
-  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, what(op, "engine heuristics").c_str());
-  set_desc(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, g.graph, op, "heuristics graph");
-  set(heur.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, op, "heuristics mode");
-  if (target.device_prop)
-    set_desc(heur.get(), CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, *target.device_prop, op, "heuristics device properties");
-  const cudnnStatus_t s = cudnnBackendFinalize(heur.get());
-  if (not_supported(s)) return {};
-  check_cudnn(s, what(op, "heuristics finalize").c_str());
-  std::int64_t count = 0;
-  check_cudnn(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                       &count, nullptr),
-              what(op, "heuristics result count").c_str());
-  std::vector<Descriptor> cfgs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (std::int64_t i = 0; i < count; ++i) {
-    cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, what(op, "engine config").c_str());
-    raw.push_back(cfgs.back().get());
-  }
-  if (count == 0) return cfgs;
-  std::int64_t got = 0;
-  check_cudnn(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                       count, &got, raw.data()),
-              what(op, "heuristics results").c_str());
-  cfgs.resize(static_cast<std::size_t>(got));
-  return cfgs;
-}
-
-/// The engine behind a configuration: its global index and whether its numerics fit mpt's
-/// contract (float32 accumulation; float32 data in full float32 unless TF32 is allowed;
-/// deterministic unless k allows otherwise).
-struct EngineInfo {
-  std::int64_t index = -1;
-  bool acceptable = true;
-};
-
-EngineInfo engine_info(const Descriptor& cfg, const ConvKey& k, const char* op) {
-  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, what(op, "engine descriptor").c_str());
-  cudnnBackendDescriptor_t e = engine.get();
-  std::int64_t n = 0;
-  check_cudnn(cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e),
-              what(op, "engine of config").c_str());
-  EngineInfo info;
-  check_cudnn(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &info.index),
-              what(op, "engine index").c_str());
-  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  std::int64_t count = 0;
-  check_cudnn(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                       CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes),
-              what(op, "engine numerical notes").c_str());
+/// Whether an engine's numerics fit mpt's contract for k: float32 accumulation; float32 data
+/// in full float32 unless TF32 is allowed; deterministic unless k allows otherwise.
+bool acceptable(const EngineInfo& e, const ConvKey& k) {
+  if (e.has(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)) return false;
+  if (k.deterministic && e.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)) return false;
   const bool strict_f32 = k.dtype == DType::Float32 && !k.allow_tf32;
-  for (std::int64_t i = 0; i < count; ++i) {
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) info.acceptable = false;
-    if (k.deterministic && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) info.acceptable = false;
-    if (strict_f32 && (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
-                       notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
-      info.acceptable = false;
-  }
-  return info;
-}
-
-/// mpt::Error naming the runtime when it has no device descriptions.
-void require_device_descriptions() {
-  const std::size_t v = runtime_version();
-  MPT_CHECK(v >= kDevicePropVersion, "conv2d: device descriptions (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR) need cuDNN >= ",
-            version_string(kDevicePropVersion), ", the cuDNN loaded at run time is ", version_string(v));
+  return !(strict_f32 && (e.has(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) || e.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)));
 }
 
 }  // namespace
-
-std::size_t runtime_version() {
-  static const std::size_t version = [] {
-    const std::size_t v = cudnnGetVersion();
-    if (v < CUDNN_VERSION)
-      mpt::log(LogLevel::warning, "cuDNN: the library loaded at run time is ", version_string(v),
-               ", older than the cuDNN ", version_string(CUDNN_VERSION),
-               " mpt was built against: engines and features added since are unavailable");
-    return v;
-  }();
-  return version;
-}
-
-std::string version_string(std::size_t v) {
-  return mpt::detail::cat(v / 10000, ".", v / 100 % 100, ".", v % 100);
-}
 
 const char* pass_name(ConvPass p) {
   switch (p) {
@@ -399,92 +253,14 @@ std::size_t hash_of(const ConvKey& k) {
   return h;
 }
 
-Descriptor::Descriptor(cudnnBackendDescriptorType_t type, const char* what) {
-  check_cudnn(cudnnBackendCreateDescriptor(type, &d_), what);
-}
-
-Descriptor::~Descriptor() {
-  if (d_) (void)cudnnBackendDestroyDescriptor(d_);
-}
-
-Descriptor& Descriptor::operator=(Descriptor&& o) noexcept {
-  if (this != &o) {
-    if (d_) (void)cudnnBackendDestroyDescriptor(d_);
-    d_ = o.d_;
-    o.d_ = nullptr;
-  }
-  return *this;
-}
-
-std::shared_ptr<const Descriptor> device_properties(const std::string& json) {
-  const char* op = "conv2d";
-  require_device_descriptions();
-  auto d = std::make_shared<Descriptor>(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "conv2d: device properties descriptor");
-  set(d->get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, static_cast<std::int64_t>(json.size()),
-      json.data(), op, "device properties JSON");
-  finalize(*d, op, "device properties from JSON");
-  return d;
-}
-
-std::string serialize_device_properties(cudnnHandle_t handle) {
-  const char* op = "conv2d";
-  require_device_descriptions();
-  Descriptor d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "conv2d: device properties descriptor");
-  set(d.get(), CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, op, "device properties handle");
-  finalize(d, op, "device properties of handle");
-  std::int64_t size = 0;
-  check_cudnn(cudnnBackendGetAttribute(d.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &size,
-                                       nullptr),
-              "conv2d: device properties JSON size");
-  std::string json(static_cast<std::size_t>(size), '\0');
-  std::int64_t written = 0;
-  check_cudnn(cudnnBackendGetAttribute(d.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, size,
-                                       &written, json.data()),
-              "conv2d: device properties JSON");
-  json.resize(static_cast<std::size_t>(written));
-  while (!json.empty() && json.back() == '\0') json.pop_back();
-  return json;
-}
-
 std::vector<ConvPlan> build_plans(const ConvKey& k, const PlanTarget& target, int max_plans, const char* op) {
   MPT_CHECK((target.handle != nullptr) != (target.device_prop != nullptr), op,
             ": cuDNN plans need either a handle or a device description");
   (void)runtime_version();  // logs once when the runtime is older than the headers
   auto g = std::make_shared<ConvGraph>();
   g->device_prop = target.device_prop;
-  std::vector<ConvPlan> plans;
-  if (!build_graph(k, target, *g, op)) return plans;
-  // Mode A ranks the engines for this problem; the fallback list adds engines A leaves out.
-  std::vector<std::int64_t> planned;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    for (Descriptor& cfg : engine_configs(*g, target, mode, op)) {
-      const EngineInfo info = engine_info(cfg, k, op);
-      if (!info.acceptable) continue;
-      bool seen = false;
-      for (std::int64_t e : planned) seen = seen || e == info.index;
-      if (seen) continue;  // each engine once (its best-ranked configuration that finalizes)
-      ConvPlan p;
-      p.engine = info.index;
-      p.plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, what(op, "execution plan").c_str());
-      set_desc(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg, op, "plan engine config");
-      if (target.handle)
-        set(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &target.handle, op, "plan handle");
-      else
-        set_desc(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, *target.device_prop, op, "plan device properties");
-      // An engine that cannot run this problem on this device fails here: try the next one.
-      if (cudnnBackendFinalize(p.plan.get()) != CUDNN_STATUS_SUCCESS) continue;
-      planned.push_back(info.index);
-      p.graph = g;
-      p.config = std::move(cfg);
-      std::int64_t n = 0;
-      check_cudnn(cudnnBackendGetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                                           &n, &p.workspace),
-                  what(op, "plan workspace size").c_str());
-      plans.push_back(std::move(p));
-      if (max_plans > 0 && static_cast<int>(plans.size()) >= max_plans) return plans;
-    }
-  }
-  return plans;
+  if (!build_graph(k, target, *g, op)) return {};
+  return plans_for(g, target, max_plans, [&](const EngineInfo& e) { return acceptable(e, k); }, op);
 }
 
 int plan_count(const ConvKey& k, const std::string& device_json) {

@@ -2,7 +2,8 @@
 /// cuDNN graph-API plans for the CUDA convolutions (the twin of src/backend/cpu/conv_plans.*):
 /// one operation graph per pass (conv_fprop, optionally + bias add + activation; conv_bwd_data;
 /// conv_bwd_filter) over mpt's NHWC tensors, described to cuDNN through the backend C API of
-/// cudnn_graph.h (no cudnn-frontend), and the execution plans cuDNN finalizes for it.
+/// cudnn_graph.h (no cudnn-frontend; shared machinery in cudnn_graph.hpp), and the execution
+/// plans cuDNN finalizes for it.
 ///
 /// Plans are built for a PlanTarget: a cuDNN handle (the GPU conv.cpp runs on) or a device
 /// description (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR from a JSON text, cuDNN >= 9.8 at run time),
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/cuda/cudnn_graph.hpp"
 
 namespace mpt::cuda::conv {
 
@@ -62,63 +64,16 @@ struct ConvKeyHash {
 /// Uids of the graph's tensors in the variant pack: x or dx, w or dw, y or dy, bias.
 enum : std::int64_t { kUidX = 1, kUidW = 2, kUidY = 3, kUidBias = 4 };
 
-/// An owning cudnnBackendDescriptor_t (movable, not copyable).
-class Descriptor {
- public:
-  Descriptor() = default;
-  /// Creates a descriptor of `type`; check_cudnn names `what` on failure.
-  Descriptor(cudnnBackendDescriptorType_t type, const char* what);
-  ~Descriptor();
-  Descriptor(Descriptor&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
-  Descriptor& operator=(Descriptor&& o) noexcept;
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  cudnnBackendDescriptor_t get() const { return d_; }
-  explicit operator bool() const { return d_ != nullptr; }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-/// The cuDNN library loaded at run time (cudnnGetVersion(), e.g. 91900 for 9.19.0), which may
-/// be older than the headers mpt was built against (CUDNN_VERSION). The first call logs a
-/// warning naming both when it is.
-std::size_t runtime_version();
-/// "9.19.0" for 91900.
-std::string version_string(std::size_t version);
-/// The first cuDNN with device descriptions (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR).
-constexpr std::size_t kDevicePropVersion = 90800;
-
-/// What plans are built for: the GPU behind a cuDNN handle (which must outlive the plans), or a
-/// device description (no GPU; the plans keep it alive).
-struct PlanTarget {
-  cudnnHandle_t handle = nullptr;
-  std::shared_ptr<const Descriptor> device_prop;
-};
-
-/// A device description from its JSON text (the keys cuDNN's own serialization writes:
-/// deviceName, deviceVer (sm * 10), driverVer, multiProcessorCount, ...); mpt::Error naming
-/// the missing or malformed key otherwise, or naming the runtime when it is older than 9.8.
-std::shared_ptr<const Descriptor> device_properties(const std::string& json);
-/// The description of the GPU behind `handle`, serialized (what device_properties reads).
-std::string serialize_device_properties(cudnnHandle_t handle);
-
-/// An operation graph and every descriptor it refers to (conv_plans.cpp).
-struct ConvGraph;
-
-/// An execution plan with everything it refers to. cuDNN's backend API does not promise that a
-/// finalized descriptor copies the descriptors its attributes name, so the engine configuration
-/// the plan was finalized from and the graph behind that configuration's engine (tensors,
-/// operations, device description) live as long as the plan, as in cudnn-frontend, whose
-/// ExecutionPlan_v8 holds its engine config, whose engine holds the operation graph, which holds
-/// its operations. Members are destroyed in reverse order: the plan first.
-struct ConvPlan {
-  std::shared_ptr<const ConvGraph> graph;
-  Descriptor config;  ///< CUDNN_BACKEND_ENGINECFG_DESCRIPTOR
-  Descriptor plan;    ///< CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR
-  std::int64_t workspace = 0;  ///< bytes
-  std::int64_t engine = -1;    ///< cuDNN's global engine index
-};
+// The shared cuDNN graph machinery (cudnn_graph.hpp), under the names the convolutions use.
+using cudnn::Descriptor;
+using cudnn::device_properties;
+using cudnn::kDevicePropVersion;
+using cudnn::PlanTarget;
+using cudnn::runtime_version;
+using cudnn::serialize_device_properties;
+using cudnn::version_string;
+using ConvGraph = cudnn::Graph;
+using ConvPlan = cudnn::Plan;
 
 /// Builds k's operation graph and finalizes execution plans for the engine configurations
 /// cuDNN's heuristics (mode A, then fallback) propose, in their order, stopping after

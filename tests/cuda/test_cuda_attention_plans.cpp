@@ -1,0 +1,116 @@
+// cuDNN's fused attention forward (src/backend/cuda/attention_plans.hpp) planned for the H100 of
+// tests/data/cuda/h100_sm90.json (cuDNN's own serialization of an H100 80GB HBM3): for the
+// attention shapes of the char_transformer example, the GPT-mini of issue 26 and the head dims
+// transformers use, causal and not, float16 and bfloat16. cuDNN's fused attention engines
+// (global index 1: Ampere and later, 2: Hopper) compile their kernels at run time through the
+// driver, so on a machine without one (CI) the proof is that cuDNN's support checks all pass
+// and only the missing driver stops the plan (CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_
+// MISSING, where a graph they do not take stops at GRAPH_PATTERN, DATA_TYPE or ARCH_MISMATCH);
+// where a driver is present (the GPU machine) execution plans must finalize. Negative controls:
+// an sm_75 (T4) description, float32 and head dims mpt does not send to cuDNN.
+// Holds for any cuDNN >= 9.8 (device descriptions); an older runtime says so and skips.
+#include <dlfcn.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "backend/cuda/attention_plans.hpp"
+#include "test_util.hpp"
+
+using namespace mpt;
+using namespace mpt::test;
+using namespace mpt::cuda::attention;
+namespace cudnn = mpt::cuda::cudnn;
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  REQUIRE_MESSAGE(f.good(), "cannot read ", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+const std::string& h100() {
+  static const std::string json = read_text(test_data("cuda/h100_sm90.json"));
+  return json;
+}
+
+bool have_device_descriptions() {
+  const std::size_t v = cudnn::runtime_version();
+  if (v >= cudnn::kDevicePropVersion) return true;
+  MESSAGE("cuDNN ", cudnn::version_string(v), " loaded (< 9.8): no device descriptions, checks skipped");
+  return false;
+}
+
+/// Whether the CUDA driver library loads here (cuDNN's runtime-compiled engines need it).
+bool have_driver() {
+  static const bool yes = [] {
+    void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (h) dlclose(h);
+    return h != nullptr;
+  }();
+  return yes;
+}
+
+/// The Hopper fused attention engine's verdict: planned, or (without a driver) stopped only by it.
+bool hopper_engine_takes(const SdpaKey& k, const std::string& device_json) {
+  const cudnnStatus_t s = sdpa_engine_status(k, {nullptr, cudnn::device_properties(device_json)}, 2);
+  MESSAGE(describe(k), ": cuDNN engine 2 says ", std::string(cudnnGetErrorString(s)));
+  return s == CUDNN_STATUS_SUCCESS || (!have_driver() && s == CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING);
+}
+
+const char* kT4 = R"({"deviceName":"Tesla T4","deviceVer":750,"driverVer":13000,"cudaDeviceId":0,
+  "totalGlobalMem":15642329088,"maxGridSize":[2147483647,65535,65535],"maxBlockSize":[1024,1024,64],
+  "regsPerBlock":65536,"multiProcessorCount":40,"warpSize":32,"maxSharedMemoryPerBlock":49152,
+  "maxSharedMemoryPerBlockOptin":65536,"reservedSharedMemoryPerBlock":0,"maxRegistersPerSM":65536,
+  "maxCtasPerSM":16,"maxThreadsPerBlock":1024,"maxThreadsPerSM":1024,"pciDeviceId":0,"isTccDriver":0,
+  "supportCoopLaunch":1,"smClockRateKHz":1590000,"memClockRateKHz":5001000,"l2CacheSize":4194304})";
+
+}  // namespace
+
+TEST_CASE("cuda attention plans: cuDNN plans the fused SDPA forward for an H100, causal or not, 16-bit") {
+  if (!have_device_descriptions()) return;
+  struct Case {
+    const char* where;
+    std::int64_t b, h, sq, skv, d;
+  };
+  const Case cases[] = {
+      {"GPT-mini (issue 26)", 16, 4, 256, 256, 64},
+      {"char_transformer", 32, 4, 128, 128, 32},
+      {"cross-attention, Tq != Tk", 2, 8, 64, 96, 64},
+      {"head dim 128", 4, 8, 512, 512, 128},
+  };
+  for (const auto& c : cases)
+    for (DType dt : {DType::BFloat16, DType::Float16})
+      for (bool causal : {false, true}) {
+        SdpaKey k{.batch = c.b, .heads = c.h, .q_len = c.sq, .kv_len = c.skv, .head_dim = c.d, .value_dim = c.d,
+                  .dtype = dt, .causal = causal};
+        CAPTURE(describe(k));
+        REQUIRE(sdpa_candidate(k));
+        CHECK(hopper_engine_takes(k, h100()));
+        if (have_driver()) {
+          const int n = sdpa_plan_count(k, h100());
+          MESSAGE(c.where, ": ", describe(k), ": ", n, " plans on the H100");
+          CHECK(n >= 1);
+        }
+      }
+}
+
+TEST_CASE("cuda attention plans: negative controls (bfloat16 on sm_75; what mpt does not ask cuDNN for)") {
+  if (!have_device_descriptions()) return;
+  SdpaKey k{.batch = 2, .heads = 2, .q_len = 64, .kv_len = 64, .head_dim = 64, .value_dim = 64,
+            .dtype = DType::BFloat16, .causal = true};
+  CHECK(sdpa_plan_count(k, kT4) == 0);
+  CHECK_FALSE(hopper_engine_takes(k, kT4));
+  CHECK(hopper_engine_takes(k, h100()));
+  SdpaKey odd = k;
+  odd.head_dim = odd.value_dim = 20;  // not a multiple of 8: own kernels
+  CHECK_FALSE(sdpa_candidate(odd));
+  SdpaKey f32 = k;
+  f32.dtype = DType::Float32;
+  CHECK_FALSE(sdpa_candidate(f32));
+  CHECK(contains(error_of([&] { sdpa_plan_count(f32, h100()); }), "float16 or bfloat16"));
+}
