@@ -2,7 +2,7 @@
 # The GPU check, run on the GPU machine (no network, none of mpt's Debian packages needed) from
 # the repository root, with the bundle scripts/gpu_bundle.sh made on a CPU machine:
 #   bash scripts/gpu_check.sh [--bundle out/gpu/mpt-gpu.tar.xz] [--out DIR] [--steps 20]
-#                             [--sanitize] [--no-bench] [--attention]
+#                             [--sanitize] [--no-bench] [--attention] [--char-transformer CORPUS_DIR]
 # It unpacks the bundle (under /tmp), finds CUDA's libraries where that machine has them (its
 # Python's NVIDIA wheels, /usr/local/cuda), prints the versions it loaded, checks with ldd that
 # every program resolves, runs the whole CTest suite (every for_each_device test also on cuda:0,
@@ -11,6 +11,8 @@
 # gpu_report.md, the CTest log and the failing tests' output into DIR ($OUT when set, else
 # out/gpu/report). Every step has its own time limit and all of them end by DEADLINE (520 s):
 # give the command a 540 s limit. The first run should take about 5 minutes on an H100.
+# --char-transformer DIR trains examples/char_transformer on cuda:0 for one minute under
+# mixed_bfloat16 on the fortunes files in DIR (the GPU machine has no fortunes package: carry them).
 # --attention times ops::dot_product_attention on cuda:0 (bench_attention: bfloat16 through
 # cuDNN's fused forward, float32 through mpt's kernels) beside PyTorch's scaled_dot_product_attention.
 # --sanitize adds compute-sanitizer's memcheck over the op tests on cuda:0: a separate step that
@@ -27,6 +29,7 @@ SANITIZE=0
 PROFILE=
 BENCH=1
 ATTENTION=0
+CHAR_CORPUS=
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
@@ -37,6 +40,7 @@ while [ $# -gt 0 ]; do
     --profile) PROFILE=$2; shift 2 ;;
     --no-bench) BENCH=0; shift ;;
     --attention) ATTENTION=1; shift ;;
+    --char-transformer) CHAR_CORPUS=$(cd "$2" && pwd); shift 2 ;;
     *) echo "gpu_check: unknown argument '$1' (see the head of $0)"; exit 2 ;;
   esac
 done
@@ -207,6 +211,14 @@ if [ "$SANITIZE" = 1 ]; then
       fi
     done
   fi
+  endsection
+fi
+
+if [ -n "$CHAR_CORPUS" ]; then
+  log "examples/char_transformer on cuda:0, 1 minute, mixed_bfloat16"
+  section "examples/char_transformer --minutes 1 --corpus (fortunes) on $([ "$GPU" = 1 ] && echo cuda:0 || echo cpu)"
+  (cd "$OUT_DIR" && timeout "$(budget 150)" "$ROOT/build/examples/char_transformer" --minutes 1 --corpus "$CHAR_CORPUS" \
+     --checkpoint "" --sample-chars 300) >> "$REPORT" 2>&1 || { echo "char_transformer: exit $?" >> "$REPORT"; status=1; }
   endsection
 fi
 

@@ -4,6 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libxtensor-dev libhdf5-dev doctest-dev nlohmann-json3-dev libcli11-dev
       libdnnl-dev ocl-icd-opencl-dev zlib1g-dev dataset-fashion-mnist
+      fortunes     # the text corpus of examples/char_transformer.cpp
       libzip-dev   # libzip: the optional .keras checkpoint format
       libprotobuf-dev protobuf-compiler   # TensorBoard's event protocol buffers
       libopenmpi-dev openmpi-bin   # mpt::distributed across processes and machines

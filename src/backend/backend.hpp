@@ -101,6 +101,15 @@ class Backend {
                                const AttentionGeometry& g, Tensor& out, Tensor& lse) {
     return false;
   }
+  /// The backward of a fused_attention call on its 16-bit q, k, v, out, dout (q's dtype) and
+  /// float32 lse: writes dq, dk, dv (q's dtype) and returns true where the backend has a fused
+  /// engine (CUDA: cuDNN's); false (nothing written): the caller runs attention_backward in
+  /// float32.
+  virtual bool fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                        const Tensor& lse, const Tensor& dout, const AttentionGeometry& g,
+                                        Tensor& dq, Tensor& dk, Tensor& dv) {
+    return false;
+  }
   /// Its gradients dq, dk, dv (q's dtype and shapes) from the forward's out and lse and dout.
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                   const Tensor& out, const Tensor& lse, const Tensor& dout,

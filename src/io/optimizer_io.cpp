@@ -179,6 +179,13 @@ Json optimizer_to_json(const Optimizer& opt, bool keras_only) {
     common(c, o, opt.name());
     c["weight_decay"] = number(o.weight_decay), c["beta_1"] = number(o.beta_1), c["beta_2"] = number(o.beta_2);
     c["epsilon"] = number(o.epsilon), c["amsgrad"] = o.amsgrad;
+    // Keras keeps exclude_from_weight_decay out of get_config (its AdamW would refuse the key):
+    // mpt's own checkpoints carry it, so that a resume decays the same variables.
+    if (!keras_only && !w->excluded_from_weight_decay().empty()) {
+      Json names = Json::array();
+      for (const auto& n : w->excluded_from_weight_decay()) names.push_back(n);
+      c["exclude_from_weight_decay"] = names;
+    }
   } else if (auto* r = exactly<RMSpropOptimizer>(opt)) {
     cls = "RMSprop";
     const auto& o = r->options();
@@ -236,7 +243,14 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
     AdamWOptions o;
     read_adam(o, c, w);
     o.weight_decay = get_double(c, "weight_decay", o.weight_decay, w);
-    return std::make_shared<AdamWOptimizer>(o);
+    auto adamw = std::make_shared<AdamWOptimizer>(o);
+    if (const Json* ex = find(c, "exclude_from_weight_decay")) {
+      std::vector<std::string> names;
+      for (const auto& n : as_array(*ex, w + ", exclude_from_weight_decay"))
+        names.push_back(as_string(n, w + ", exclude_from_weight_decay"));
+      adamw->exclude_from_weight_decay(names);
+    }
+    return adamw;
   }
   if (cls == "RMSprop") {
     RMSpropOptions o;

@@ -58,7 +58,8 @@ Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tenso
 
   Backend& be = backend_of(query);
   // 16-bit inputs on a backend with a fused engine (cuDNN's flash attention): 16-bit in and out,
-  // the softmax statistics in float32; the backward in float32 from the engine's lse.
+  // the softmax statistics in float32; the backward through the fused engine too where it has
+  // one, else in float32 from the engine's lse.
   if (is_half(query.dtype()) && key.dtype() == query.dtype() && value.dtype() == query.dtype()) {
     Tensor out = Tensor::empty({g.batch, g.q_len, g.heads, g.value_dim}, query.dtype(), query.device());
     Tensor lse = Tensor::empty({g.batch, g.heads, g.q_len}, float32, query.device());
@@ -66,6 +67,12 @@ Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tenso
       autograd::record(name, {query, key, value}, {&out},
                        [q = query.detach(), k = key.detach(), v = value.detach(), mask, g, o = out.detach(),
                         lse](const std::vector<Tensor>& grads) {
+                         const Tensor dout = grads[0].dtype() == q.dtype() ? grads[0] : grads[0].to(q.dtype());
+                         Tensor dq16 = Tensor::empty(q.shape(), q.dtype(), q.device());
+                         Tensor dk16 = Tensor::empty(k.shape(), k.dtype(), k.device());
+                         Tensor dv16 = Tensor::empty(v.shape(), v.dtype(), v.device());
+                         if (backend_of(q).fused_attention_backward(q, k, v, o, lse, dout, g, dq16, dk16, dv16))
+                           return std::vector<Tensor>{dq16, dk16, dv16};
                          auto f32 = [](const Tensor& t) { return t.to(float32); };
                          const Tensor qf = f32(q), kf = f32(k), vf = f32(v);
                          Tensor dq = Tensor::empty(q.shape(), float32, q.device());

@@ -272,6 +272,11 @@ TEST_CASE("round trip of every core layer and optimizer under every policy") {
       {"sgd_momentum", [] { return std::make_shared<optimizers::SGDOptimizer>(optimizers::SGDOptions{.learning_rate = 0.05, .momentum = 0.9, .nesterov = true}); }},
       {"adam", [] { return std::make_shared<optimizers::AdamOptimizer>(optimizers::AdamOptions{.learning_rate = 3e-3, .amsgrad = true}); }},
       {"adamw", [] { return std::make_shared<optimizers::AdamWOptimizer>(optimizers::AdamWOptions{.learning_rate = 2e-3, .weight_decay = 0.01, .clipnorm = 1.0}); }},
+      {"adamw_excluding", [] {
+         auto o = optimizers::AdamW({.learning_rate = 2e-3, .weight_decay = 0.1});
+         o->exclude_from_weight_decay({"bias", "gamma", "beta"});
+         return o;
+       }},
       {"rmsprop", [] { return std::make_shared<optimizers::RMSpropOptimizer>(optimizers::RMSpropOptions{.momentum = 0.2, .centered = true}); }},
       {"loss_scale", [] {
          return std::make_shared<mixed_precision::LossScaleOptimizer>(
@@ -341,6 +346,11 @@ TEST_CASE("round trip of every core layer and optimizer under every policy") {
       auto* la = m->loss_scale_optimizer();
       auto* lb = r->loss_scale_optimizer();
       REQUIRE((la != nullptr) == (lb != nullptr));
+      if (auto* wa = dynamic_cast<optimizers::AdamWOptimizer*>(la ? &la->inner_optimizer() : &m->optimizer())) {
+        auto* wb = dynamic_cast<optimizers::AdamWOptimizer*>(lb ? &lb->inner_optimizer() : &r->optimizer());
+        REQUIRE(wb != nullptr);
+        CHECK(wb->excluded_from_weight_decay() == wa->excluded_from_weight_decay());  // mpt's checkpoints keep them
+      }
       CHECK(same_optimizer_state(la ? la->inner_optimizer() : m->optimizer(), lb ? lb->inner_optimizer() : r->optimizer()));
       if (la) {
         CHECK(la->loss_scale() == lb->loss_scale());

@@ -993,6 +993,61 @@ TEST_CASE("the built-in optimizers' update_steps equal their per-variable update
   });
 }
 
+TEST_CASE("AdamW's exclude_from_weight_decay: excluded variables get exactly Adam's update, the others AdamW's") {
+  for_each_device([](Device dev) {
+    // Keras 3 matches the names against variable.name, as regular expressions searched in it:
+    // "bias" excludes "bias" and "query/bias"; "^gamma$" excludes "gamma" only. The kernel's path
+    // names a layer "bias_proj", which does not matter.
+    const std::vector<std::pair<std::string, bool>> names = {
+        {"kernel", false}, {"bias", true}, {"query/bias", true}, {"gamma", true}, {"gamma_2", false}, {"embeddings", true}};
+    for (bool per_variable : {false, true}) {
+      CAPTURE(per_variable);
+      const opt::AdamWOptions wo{.learning_rate = 0.01, .weight_decay = 0.5};
+      const opt::AdamOptions ao{.learning_rate = 0.01};
+      std::shared_ptr<opt::AdamWOptimizer> o = per_variable ? std::make_shared<PerVariable<opt::AdamWOptimizer>>(wo)
+                                                            : std::make_shared<opt::AdamWOptimizer>(wo);
+      o->exclude_from_weight_decay({"bias", "^gamma$", "embeddings"});
+      CHECK(o->excluded_from_weight_decay() == std::vector<std::string>{"bias", "^gamma$", "embeddings"});
+      opt::AdamWOptimizer adamw(wo);  // no exclusions: the reference of the decayed ones
+      opt::AdamOptimizer adam(ao);    // the reference of the excluded ones
+      std::vector<Variable> vars, ref_w, ref_a;
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        const Tensor w0 = Tensor::random_uniform({3, 4}, -1, 1, 50 + i).to(dev);
+        vars.emplace_back(w0.copy(), names[i].first);
+        ref_w.emplace_back(w0.copy(), names[i].first);
+        ref_a.emplace_back(w0.copy(), names[i].first);
+      }
+      vars[0].set_path("bias_proj/kernel");
+      for (std::size_t i = 0; i < names.size(); ++i) CHECK(o->use_weight_decay(vars[i]) == !names[i].second);
+      for (int step = 0; step < 3; ++step) {
+        std::vector<Tensor> grads;
+        for (std::size_t i = 0; i < names.size(); ++i)
+          grads.push_back(Tensor::random_uniform({3, 4}, -1, 1, 60 + 10 * step + i).to(dev));
+        o->apply_gradients(grads, vars);
+        adamw.apply_gradients(grads, ref_w);
+        adam.apply_gradients(grads, ref_a);
+      }
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        CAPTURE(names[i].first);
+        const std::vector<Variable>& ref = names[i].second ? ref_a : ref_w;
+        const std::vector<Variable>& other = names[i].second ? ref_w : ref_a;
+        CHECK(vars[i].value().to_vector<double>() == ref[i].value().to_vector<double>());
+        CHECK(vars[i].value().to_vector<double>() != other[i].value().to_vector<double>());  // the decay mattered
+      }
+      // A clone keeps the exclusions; once built (slots made, a step taken) they are fixed, as in Keras.
+      auto c = std::dynamic_pointer_cast<opt::AdamWOptimizer>(o->clone());
+      REQUIRE(c != nullptr);
+      CHECK(c->excluded_from_weight_decay() == o->excluded_from_weight_decay());
+      CHECK_FALSE(c->use_weight_decay(vars[1]));
+      CHECK(contains(error_of([&] { o->exclude_from_weight_decay({"kernel"}); }), "before the optimizer is built"));
+    }
+    opt::AdamWOptimizer fresh({.weight_decay = 0.1});
+    CHECK(contains(error_of([&] { fresh.exclude_from_weight_decay({"("}); }), "invalid pattern"));
+    fresh.exclude_from_weight_decay({});  // excludes nothing
+    CHECK(fresh.use_weight_decay(Variable(Tensor::zeros({2}).to(dev), "bias")));
+  });
+}
+
 namespace {
 /// Records the dtype of every gradient its update_step gets.
 class DtypeProbe : public opt::Optimizer {

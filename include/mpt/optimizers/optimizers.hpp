@@ -8,6 +8,13 @@
 ///
 /// Adam(), SGD(), ... are functions (not the classes) so that API.md's
 /// `LossScaleOptimizer opt(mpt::optimizers::Adam());` declares an object, not a function.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
 #include "mpt/optimizers/optimizer.hpp"
 
 namespace mpt::optimizers {
@@ -114,12 +121,36 @@ class AdamWOptimizer : public detail::BuiltinOptimizer<AdamWOptimizer, AdamWOpti
  public:
   explicit AdamWOptimizer(AdamWOptions o = {});
 
+  /// Keras's exclude_from_weight_decay(var_names=...): a variable whose name (Variable::name(),
+  /// e.g. "bias", "gamma", "query/bias"; Keras 3 searches variable.name) matches any of
+  /// `var_names` as a regular expression searched anywhere in it (plain words match as
+  /// substrings) gets Adam's update without the decay. Replaces an earlier list; an empty
+  /// list excludes nothing. As in Keras, only before the optimizer is built (no step taken, no
+  /// slot created); otherwise, or for an invalid pattern, an mpt::Error.
+  ///
+  ///   auto opt = mpt::optimizers::AdamW({.learning_rate = 1e-3, .weight_decay = 0.1});
+  ///   opt->exclude_from_weight_decay({"bias", "gamma", "beta", "embeddings"});
+  void exclude_from_weight_decay(const std::vector<std::string>& var_names);
+  /// The names given to exclude_from_weight_decay (empty: every variable decays).
+  const std::vector<std::string>& excluded_from_weight_decay() const { return exclude_names_; }
+  /// False where var is excluded from weight decay.
+  bool use_weight_decay(const Variable& var) const;
+  /// The same type, options and exclusions, without state.
+  std::shared_ptr<Optimizer> clone() const override;
+
  protected:
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
   std::vector<std::string> slot_names() const override {
     return o_.amsgrad ? std::vector<std::string>{"m", "v", "vhat"} : std::vector<std::string>{"m", "v"};
   }
+
+ private:
+  std::vector<std::string> exclude_names_;
+  struct ExcludePattern;  // the names joined by '|' as one std::regex (adamw.cpp)
+  std::shared_ptr<const ExcludePattern> exclude_pattern_;  // null: nothing excluded
+  /// use_weight_decay's answers by Variable::id() (Keras caches them too), with the name asked about.
+  mutable std::unordered_map<std::uint64_t, std::pair<std::string, bool>> use_decay_cache_;
 };
 /// Keras's AdamW, as an object to hand to compile() or a LossScaleOptimizer.
 std::shared_ptr<AdamWOptimizer> AdamW(AdamWOptions options = {});

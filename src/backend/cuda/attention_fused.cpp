@@ -1,5 +1,5 @@
-// Attention forward through cuDNN's fused flash attention (attention_plans.cpp builds the graph)
-// for 16-bit q, k, v: one plan per problem and GPU, cached like the convolutions' (an empty
+// Attention forward and backward through cuDNN's fused flash attention (attention_plans.cpp
+// builds the graphs) for 16-bit q, k, v: one plan per problem and GPU, cached like the convolutions' (an empty
 // entry where cuDNN has no engine, so the question is asked once), run on the device's compute
 // stream. Explicit masks, float32 and float64 and head dims cuDNN's engines do not take stay on
 // the own kernels of attention.cu.
@@ -69,6 +69,41 @@ bool CudaBackend::fused_attention(const Tensor& q, const Tensor& k, const Tensor
                           const_cast<void*>(v.data_ptr()), out.data_ptr(), lse.data_ptr(), &scale};
   if (g.causal) uids.push_back(attention::kUidNegInf), ptrs.push_back(&neg_inf);
   cudnn::execute(*plan, idx, uids, ptrs, out.device(), "dot_product_attention");
+  return true;
+}
+
+bool CudaBackend::fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                           const Tensor& lse, const Tensor& dout, const AttentionGeometry& g,
+                                           Tensor& dq, Tensor& dk, Tensor& dv) {
+  if (dq.numel() == 0) return false;
+  SdpaKey key{.batch = g.batch, .heads = g.heads, .q_len = g.q_len, .kv_len = g.kv_len, .head_dim = g.head_dim,
+              .value_dim = g.value_dim, .dtype = q.dtype(), .causal = g.causal,
+              .alignment = cudnn::alignment_of({q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                                lse.data_ptr(), dout.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                                                dv.data_ptr()}),
+              .deterministic = cudnn_deterministic(), .backward = true};
+  if (!attention::sdpa_candidate(key)) return false;
+  const int idx = dq.device().index;
+  const cudnn::Plan* plan = plan_for(key, idx);
+  if (!plan) return false;
+  DeviceGuard guard(idx);
+  // Δ = rowsum(dO · O) in float32, and (the nondeterministic graph) dQ's float32 accumulator,
+  // zeroed: buffers of the graph the caller provides.
+  Tensor delta = Tensor::empty({g.batch * g.heads * g.q_len}, float32, dq.device());
+  Tensor dq_acc = key.deterministic ? Tensor() : Tensor::zeros({g.batch * g.heads * g.q_len * g.head_dim}, float32,
+                                                               dq.device());
+  float scale = static_cast<float>(g.scale), one = 1.0f, neg_inf = -std::numeric_limits<float>::infinity();
+  auto in = [](const Tensor& t) { return const_cast<void*>(t.data_ptr()); };
+  std::vector<std::int64_t> uids{attention::kUidQ,  attention::kUidK,  attention::kUidV,  attention::kUidO,
+                                 attention::kUidDO, attention::kUidStats, attention::kUidDQ, attention::kUidDK,
+                                 attention::kUidDV, attention::kUidSoftmaxSum, attention::kUidScale,
+                                 attention::kUidOne};
+  std::vector<void*> ptrs{in(q),          in(k),          in(v),          in(out),          in(dout),
+                          in(lse),        dq.data_ptr(),  dk.data_ptr(),  dv.data_ptr(),    delta.data_ptr(),
+                          &scale,         &one};
+  if (g.causal) uids.push_back(attention::kUidNegInf), ptrs.push_back(&neg_inf);
+  if (dq_acc.defined()) uids.push_back(attention::kUidDQAccum), ptrs.push_back(dq_acc.data_ptr());
+  cudnn::execute(*plan, idx, uids, ptrs, dq.device(), "dot_product_attention backward");
   return true;
 }
 

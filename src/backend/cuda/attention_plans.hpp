@@ -6,6 +6,13 @@
 ///   S = matmul(Q, Kᵀ) · scale  [-> causal: select(S, -inf, row >= col)]
 ///   M = max(S), E = exp(S - M), Z = sum(E), Stats = M + log(Z), P = E / Z, O = matmul(P, V)
 ///
+/// and the backward as that node's composite backward expands to with the dP workspace (cuDNN's
+/// deterministic algorithm: no atomics, no dQ accumulator):
+///
+///   Δ = sum(dO · O) · 1 (a float32 buffer), P = exp(matmul(Q, Kᵀ) · scale - Stats) [causal],
+///   dV = matmul(Pᵀ, dO), dS = (matmul(dO, Vᵀ) - Δ) · P · scale, dK = matmul(dSᵀ, Q),
+///   dQ = matmul(dS, K)
+///
 /// over mpt's [B, T, H, D] tensors described in place (Q as [b, h, s_q, d] with strides, Kᵀ as
 /// [b, h, d, s_kv]), S, M, E, Z and P virtual float32 tensors, Stats the rows' log-sum-exp
 /// [b, h, s_q, 1] in float32 (the lse mpt's own backward kernels read). Plans are built for a
@@ -31,6 +38,7 @@ struct SdpaKey {
   bool causal = false;
   std::int64_t alignment = 16;  ///< bytes every data pointer is aligned to
   bool deterministic = true;    ///< only engines cuDNN does not note as nondeterministic
+  bool backward = false;        ///< the backward graph (see the head of this file)
   bool operator==(const SdpaKey&) const = default;
 };
 std::string describe(const SdpaKey& k);
@@ -38,8 +46,13 @@ struct SdpaKeyHash {
   std::size_t operator()(const SdpaKey& k) const;
 };
 
-/// Uids of the variant pack: q, k, v, o, stats (lse), the scale and -inf (by value, host float).
-enum : std::int64_t { kUidQ = 1, kUidK = 2, kUidV = 3, kUidO = 4, kUidStats = 5, kUidScale = 6, kUidNegInf = 7 };
+/// Uids of the variant pack: q, k, v, o, stats (lse), the scale, -inf and 1 (by value, host
+/// floats); the backward's dO, dQ, dK, dV and its float32 row sums of dO·O ([b, h, s_q, 1], a
+/// buffer the caller provides).
+enum : std::int64_t {
+  kUidQ = 1, kUidK = 2, kUidV = 3, kUidO = 4, kUidStats = 5, kUidScale = 6, kUidNegInf = 7,
+  kUidDO = 8, kUidDQ = 9, kUidDK = 10, kUidDV = 11, kUidSoftmaxSum = 12, kUidOne = 13, kUidDQAccum = 14
+};
 
 /// Whether mpt asks cuDNN at all: 16-bit q, k, v with head dims cuDNN's fused engines take
 /// (multiples of 8, at most 256). cuDNN may still have no engine (then own kernels run).
