@@ -11,13 +11,11 @@
 // Holds for any cuDNN >= 9.8 (device descriptions); an older runtime says so and skips.
 #include <dlfcn.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/attention_plans.hpp"
-#include "test_util.hpp"
+#include "cuda/device_descriptions.hpp"
 
 using namespace mpt;
 using namespace mpt::test;
@@ -25,19 +23,6 @@ using namespace mpt::cuda::attention;
 namespace cudnn = mpt::cuda::cudnn;
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE_MESSAGE(f.good(), "cannot read ", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-const std::string& h100() {
-  static const std::string json = read_text(test_data("cuda/h100_sm90.json"));
-  return json;
-}
 
 bool have_device_descriptions() {
   const std::size_t v = cudnn::runtime_version();
@@ -70,12 +55,6 @@ bool fused_engine_takes(const SdpaKey& k, const std::string& device_json) {
   return takes;
 }
 
-const char* kT4 = R"({"deviceName":"Tesla T4","deviceVer":750,"driverVer":13000,"cudaDeviceId":0,
-  "totalGlobalMem":15642329088,"maxGridSize":[2147483647,65535,65535],"maxBlockSize":[1024,1024,64],
-  "regsPerBlock":65536,"multiProcessorCount":40,"warpSize":32,"maxSharedMemoryPerBlock":49152,
-  "maxSharedMemoryPerBlockOptin":65536,"reservedSharedMemoryPerBlock":0,"maxRegistersPerSM":65536,
-  "maxCtasPerSM":16,"maxThreadsPerBlock":1024,"maxThreadsPerSM":1024,"pciDeviceId":0,"isTccDriver":0,
-  "supportCoopLaunch":1,"smClockRateKHz":1590000,"memClockRateKHz":5001000,"l2CacheSize":4194304})";
 
 }  // namespace
 

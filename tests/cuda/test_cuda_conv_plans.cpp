@@ -23,7 +23,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/cuda/conv_plans.hpp"
-#include "test_util.hpp"
+#include "cuda/device_descriptions.hpp"
 
 using namespace mpt;
 using namespace mpt::test;
@@ -31,18 +31,6 @@ using namespace mpt::cuda::conv;
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  REQUIRE_MESSAGE(f.good(), "cannot read ", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-const std::string& h100() {
-  static const std::string json = read_text(test_data("cuda/h100_sm90.json"));
-  return json;
-}
 
 /// True when the cuDNN loaded has device descriptions (>= 9.8). Otherwise says so, checks that
 /// device_properties throws an mpt::Error naming the runtime, and the caller skips its checks.
@@ -83,14 +71,6 @@ int count_noted(const std::vector<ConvPlan>& plans, cudnnBackendNumericalNote_t 
   }
   return count;
 }
-
-/// A Tesla T4 (sm_75): tensor cores for float16, none for bfloat16.
-const char* kT4 = R"({"deviceName":"Tesla T4","deviceVer":750,"driverVer":13000,"cudaDeviceId":0,
-  "totalGlobalMem":15642329088,"maxGridSize":[2147483647,65535,65535],"maxBlockSize":[1024,1024,64],
-  "regsPerBlock":65536,"multiProcessorCount":40,"warpSize":32,"maxSharedMemoryPerBlock":49152,
-  "maxSharedMemoryPerBlockOptin":65536,"reservedSharedMemoryPerBlock":0,"maxRegistersPerSM":65536,
-  "maxCtasPerSM":16,"maxThreadsPerBlock":1024,"maxThreadsPerSM":1024,"pciDeviceId":0,"isTccDriver":0,
-  "supportCoopLaunch":1,"smClockRateKHz":1590000,"memClockRateKHz":5001000,"l2CacheSize":4194304})";
 
 /// One Conv2D as a model creates it: Keras 'same' (output ceil(in / stride), the odd padding row
 /// at the bottom/right) or 'valid', as src/ops/conv.cpp computes it.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "attention_test_util.hpp"
 #include "layer_harness.hpp"
 #include "mpt/layers/attention.hpp"
 
@@ -73,19 +74,6 @@ Vec reference(const LayerRef& layer, const Tensor& query, const Tensor& value, c
   return y;
 }
 
-Tensor mask_tensor(const std::vector<int>& m, const Shape& s, Device dev) {
-  std::vector<std::uint8_t> bytes(m.begin(), m.end());
-  return Tensor::from_host(bytes.data(), bytes.size(), bool_, s, dev);
-}
-
-/// [B, Tq, Tk]: batch b attends to its first Tk - b keys; query 1 of batch 0 to none.
-std::vector<int> padding_mask(std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
-  std::vector<int> m(static_cast<std::size_t>(B * Tq * Tk));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t i = 0; i < Tq; ++i)
-      for (std::int64_t j = 0; j < Tk; ++j) m[(b * Tq + i) * Tk + j] = j < Tk - b && !(b == 0 && i == 1);
-  return m;
-}
 
 /// Non-zero biases, so the reference checks that they are added where Keras adds them.
 void randomize_biases(const LayerRef& layer) {
@@ -196,8 +184,10 @@ TEST_CASE("MultiHeadAttention refuses what it cannot compute, naming itself") {
   CHECK_THROWS_WITH_AS(mha({x, Tensor::ones({3, 4, 5})}), doctest::Contains("agree on batch"), Error);
   mha({x, x});
   CHECK_THROWS_WITH_AS(mha({Tensor::ones({2, 4, 6}), x}), doctest::Contains("built for 5"), Error);
-  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+  for (const auto& entry : std::vector<std::pair<std::string, nlohmann::json>>{
            {"use_gate", true}, {"attention_axes", {2}}, {"kernel_regularizer", {{"class_name", "L2"}}}}) {
+    const std::string& key = entry.first;  // no structured binding: clang 14 (the sanitizer build) refuses them in doctest macros
+    const nlohmann::json& value = entry.second;
     CAPTURE(key);
     nlohmann::json c = {{"num_heads", 2}, {"key_dim", 3}, {key, value}};
     CHECK_THROWS_WITH_AS(layer_from_config({"MultiHeadAttention", "m", mixed_precision::Policy("float32"), true, c}),

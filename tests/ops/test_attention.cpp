@@ -2,7 +2,7 @@
 // exact, gradients against finite differences in float64.
 #include <cmath>
 
-#include "test_util.hpp"
+#include "attention_test_util.hpp"
 
 using namespace mpt;
 using namespace mpt::test;  // check_close, check_gradients, for_each_device, random, tolerance
@@ -44,19 +44,6 @@ Vec reference(const Tensor& q, const Tensor& k, const Tensor& v, const std::vect
   return out;
 }
 
-Tensor mask_tensor(const std::vector<int>& m, const Shape& s, Device dev) {
-  std::vector<std::uint8_t> bytes(m.begin(), m.end());
-  return Tensor::from_host(bytes.data(), bytes.size(), bool_, s, dev);
-}
-
-/// A padding mask [B, Tq, Tk]: batch b attends to its first len[b] keys; query 1 of batch 0 to none.
-std::vector<int> padding_mask(std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
-  std::vector<int> m(static_cast<std::size_t>(B * Tq * Tk));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t i = 0; i < Tq; ++i)
-      for (std::int64_t j = 0; j < Tk; ++j) m[(b * Tq + i) * Tk + j] = j < Tk - b && !(b == 0 && i == 1);
-  return m;
-}
 
 }  // namespace
 

@@ -56,158 +56,151 @@ Descriptor reshape_op(const Descriptor& x, const Descriptor& y) {
   return o;
 }
 
-bool build_backward_graph(const SdpaKey& k, const PlanTarget& target, Graph& g);
-
-/// k's forward graph into g; false when cuDNN supports no such graph.
-bool build_graph(const SdpaKey& k, const PlanTarget& target, Graph& g) {
-  if (k.backward) return build_backward_graph(k, target, g);
-  const cudnnDataType_t io = io_type(k.dtype), f32 = CUDNN_DATA_FLOAT;
-  const std::int64_t b = k.batch, h = k.heads, sq = k.q_len, skv = k.kv_len, d = k.head_dim, dv = k.value_dim,
-                     a = k.alignment;
+/// Tensors and operations of one SDPA graph, kept alive by g: mpt's [B, T, H, D] tensors in
+/// place, the virtual score and row tensors, by-value scalars, and the operations in order.
+struct SdpaGraph {
+  SdpaGraph(const SdpaKey& key, Graph& graph) : k(key), g(graph) {}
+  const SdpaKey& k;
+  Graph& g;
+  const cudnnDataType_t io = io_type(k.dtype);
+  const std::int64_t b = k.batch, h = k.heads, sq = k.q_len, skv = k.kv_len, a = k.alignment;
   std::int64_t next_virtual = 100;
-  auto t = [&](TensorSpec s) -> const Descriptor& { return g.keep(tensor(s, kOp)); };
-  // [b, h, s, *] scores and row statistics, virtual float32.
-  auto scores = [&](cudnnDataType_t type = CUDNN_DATA_FLOAT) -> const Descriptor& {
-    return t({next_virtual++, type, {b, h, sq, skv}, {h * sq * skv, sq * skv, skv, 1}, true, a});
-  };
-  auto rows = [&](bool is_virtual, std::int64_t uid) -> const Descriptor& {
-    return t({is_virtual ? next_virtual++ : uid, f32, {b, h, sq, 1}, {h * sq, sq, 1, 1}, is_virtual, a});
-  };
-  // mpt's [B, T, H, D] tensors in place: Q [b, h, sq, d], Kᵀ [b, h, d, skv], V [b, h, skv, dv].
-  const Descriptor& q = t({kUidQ, io, {b, h, sq, d}, {sq * h * d, d, h * d, 1}, false, a});
-  const Descriptor& kt = t({kUidK, io, {b, h, d, skv}, {skv * h * d, d, 1, h * d}, false, a});
-  const Descriptor& v = t({kUidV, io, {b, h, skv, dv}, {skv * h * dv, dv, h * dv, 1}, false, a});
-  const Descriptor& o = t({kUidO, io, {b, h, sq, dv}, {sq * h * dv, dv, h * dv, 1}, false, a});
-  const Descriptor& scale = t({kUidScale, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, 16, true});
-
   std::vector<cudnnBackendDescriptor_t> ops;
-  auto add = [&](Descriptor op) { ops.push_back(g.keep(std::move(op)).get()); };
-  const Descriptor& s1 = scores();
-  add(matmul_op(q, kt, s1, g));
-  const Descriptor* s = &scores();
-  add(pointwise({CUDNN_POINTWISE_MUL}, s1, &scale, *s, kOp));
-  if (k.causal) {  // keep S where row >= col, else -inf (top-left aligned, as Keras and PyTorch)
+
+  const Descriptor& t(const TensorSpec& s) { return g.keep(tensor(s, kOp)); }
+  void add(Descriptor op) { ops.push_back(g.keep(std::move(op)).get()); }
+  /// [b, h, s, e] stored as mpt's [B, T, H, D] (transposed: [b, h, e, s], the same memory).
+  const Descriptor& bshd(std::int64_t uid, std::int64_t s, std::int64_t e, bool transposed = false) {
+    if (transposed) return t({uid, io, {b, h, e, s}, {s * h * e, e, 1, h * e}, false, a});
+    return t({uid, io, {b, h, s, e}, {s * h * e, e, h * e, 1}, false, a});
+  }
+  /// Virtual [b, h, sq, skv] scores (float32 unless told).
+  const Descriptor& scores(cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    return t({next_virtual++, type, {b, h, sq, skv}, {h * sq * skv, sq * skv, skv, 1}, true, a});
+  }
+  /// The scores' [b, h, skv, sq] transpose (a RESHAPE's output).
+  const Descriptor& transposed(cudnnDataType_t type) {
+    return t({next_virtual++, type, {b, h, skv, sq}, {h * sq * skv, sq * skv, 1, skv}, true, a});
+  }
+  /// Float32 [b, h, sq, 1] per-row values: virtual, or the buffer of `uid`.
+  const Descriptor& rows(std::int64_t uid = 0) {
+    const bool v = uid == 0;
+    return t({v ? next_virtual++ : uid, CUDNN_DATA_FLOAT, {b, h, sq, 1}, {h * sq, sq, 1, 1}, v, a});
+  }
+  const Descriptor& scalar(std::int64_t uid) {
+    return t({uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, 16, true});
+  }
+  /// s where row >= col, else -inf (top-left aligned, as Keras and PyTorch), as
+  /// cudnn-frontend's diagonal band mask: GEN_INDEX, CMP_GE, BINARY_SELECT.
+  const Descriptor& causal(const Descriptor& s) {
     const Descriptor& row = scores(CUDNN_DATA_INT32);
     const Descriptor& col = scores(CUDNN_DATA_INT32);
-    add(pointwise({CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 2}, *s, nullptr, row, kOp));
-    add(pointwise({CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 3}, *s, nullptr, col, kOp));
+    add(pointwise({CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 2}, s, nullptr, row, kOp));
+    add(pointwise({CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 3}, s, nullptr, col, kOp));
     const Descriptor& keep = scores(CUDNN_DATA_BOOLEAN);
     add(pointwise({CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN}, row, &col, keep, kOp));
-    const Descriptor& neg_inf = t({kUidNegInf, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, 16, true});
     const Descriptor& masked = scores();
-    add(pointwise({CUDNN_POINTWISE_BINARY_SELECT}, *s, &neg_inf, masked, kOp, &keep));
-    s = &masked;
+    add(pointwise({CUDNN_POINTWISE_BINARY_SELECT}, s, &scalar(kUidNegInf), masked, kOp, &keep));
+    return masked;
   }
+  /// y = mode(x[, b]) into a new virtual tensor made by `out`.
+  template <class Out>
+  const Descriptor& op(cudnnPointwiseMode_t mode, const Descriptor& x, const Descriptor* b, Out out) {
+    const Descriptor& y = out();
+    add(pointwise({mode}, x, b, y, kOp));
+    return y;
+  }
+};
+
+/// k's forward graph into g.
+bool build_forward_graph(const SdpaKey& k, const PlanTarget& target, Graph& g) {
+  SdpaGraph G(k, g);
+  auto scores = [&] { return std::cref(G.scores()); };
+  auto rows = [&] { return std::cref(G.rows()); };
+  const Descriptor& q = G.bshd(kUidQ, k.q_len, k.head_dim);
+  const Descriptor& kt = G.bshd(kUidK, k.kv_len, k.head_dim, true);
+  const Descriptor& v = G.bshd(kUidV, k.kv_len, k.value_dim);
+  const Descriptor& o = G.bshd(kUidO, k.q_len, k.value_dim);
+  const Descriptor& s1 = G.scores();
+  G.add(matmul_op(q, kt, s1, g));
+  const Descriptor* s = &G.op(CUDNN_POINTWISE_MUL, s1, &G.scalar(kUidScale), scores);
+  if (k.causal) s = &G.causal(*s);
   // The softmax with its statistics, as cudnn-frontend's composite softmax node.
-  const Descriptor& m = rows(true, 0);
-  add(reduction_op(CUDNN_REDUCE_TENSOR_MAX, *s, m, g));
-  const Descriptor& centered = scores();
-  add(pointwise({CUDNN_POINTWISE_SUB}, *s, &m, centered, kOp));
-  const Descriptor& e = scores();
-  add(pointwise({CUDNN_POINTWISE_EXP}, centered, nullptr, e, kOp));
-  const Descriptor& z = rows(true, 0);
-  add(reduction_op(CUDNN_REDUCE_TENSOR_ADD, e, z, g));
-  const Descriptor& log_z = rows(true, 0);
-  add(pointwise({CUDNN_POINTWISE_LOG}, z, nullptr, log_z, kOp));
-  const Descriptor& stats = rows(false, kUidStats);
-  add(pointwise({CUDNN_POINTWISE_ADD}, m, &log_z, stats, kOp));
-  const Descriptor& p = scores(io);  // the second matmul's operands share one type (cuDNN's rule)
-  add(pointwise({CUDNN_POINTWISE_DIV}, e, &z, p, kOp));
-  add(matmul_op(p, v, o, g));
-  return finalize_graph(g, ops, target, kOp);
+  const Descriptor& m = G.rows();
+  G.add(reduction_op(CUDNN_REDUCE_TENSOR_MAX, *s, m, g));
+  const Descriptor& e = G.op(CUDNN_POINTWISE_EXP, G.op(CUDNN_POINTWISE_SUB, *s, &m, scores), nullptr, scores);
+  const Descriptor& z = G.rows();
+  G.add(reduction_op(CUDNN_REDUCE_TENSOR_ADD, e, z, g));
+  const Descriptor& log_z = G.op(CUDNN_POINTWISE_LOG, z, nullptr, rows);
+  G.op(CUDNN_POINTWISE_ADD, m, &log_z, [&] { return std::cref(G.rows(kUidStats)); });
+  // The second matmul's operands share one type (cuDNN's rule): P in the inputs' 16-bit type.
+  const Descriptor& p = G.op(CUDNN_POINTWISE_DIV, e, &z, [&] { return std::cref(G.scores(G.io)); });
+  G.add(matmul_op(p, v, o, g));
+  return finalize_graph(g, G.ops, target, kOp);
 }
 
-/// k's backward graph into g (cudnn-frontend 1.32's composite SDPA backward on cuDNN 9.x with
-/// the dP workspace: h_q = h_k = h_v, no bias, dropout or padding).
+/// k's backward graph into g (cudnn-frontend 1.32's composite SDPA backward on cuDNN 9.x:
+/// h_q = h_k = h_v, no bias, dropout or padding).
 bool build_backward_graph(const SdpaKey& k, const PlanTarget& target, Graph& g) {
-  const cudnnDataType_t io = io_type(k.dtype), f32 = CUDNN_DATA_FLOAT;
-  const std::int64_t b = k.batch, h = k.heads, sq = k.q_len, skv = k.kv_len, d = k.head_dim, dv = k.value_dim,
-                     a = k.alignment;
-  std::int64_t next_virtual = 100;
-  auto t = [&](TensorSpec s) -> const Descriptor& { return g.keep(tensor(s, kOp)); };
-  auto scores = [&](cudnnDataType_t type = CUDNN_DATA_FLOAT) -> const Descriptor& {
-    return t({next_virtual++, type, {b, h, sq, skv}, {h * sq * skv, sq * skv, skv, 1}, true, a});
-  };
-  auto transposed = [&](cudnnDataType_t type) -> const Descriptor& {  // [b, h, skv, sq] of the scores
-    return t({next_virtual++, type, {b, h, skv, sq}, {h * sq * skv, sq * skv, 1, skv}, true, a});
-  };
-  auto scalar = [&](std::int64_t uid) -> const Descriptor& {
-    return t({uid, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, 16, true});
-  };
-  // mpt's [B, T, H, D] tensors in place.
-  auto bshd = [&](std::int64_t uid, std::int64_t s, std::int64_t e) -> const Descriptor& {
-    return t({uid, io, {b, h, s, e}, {s * h * e, e, h * e, 1}, false, a});
-  };
-  const Descriptor& q = bshd(kUidQ, sq, d);
-  const Descriptor& kt = t({kUidK, io, {b, h, d, skv}, {skv * h * d, d, 1, h * d}, false, a});
-  const Descriptor& vt = t({kUidV, io, {b, h, dv, skv}, {skv * h * dv, dv, 1, h * dv}, false, a});
-  const Descriptor& o = bshd(kUidO, sq, dv);
-  const Descriptor& d_o = bshd(kUidDO, sq, dv);
-  const Descriptor& dq = bshd(kUidDQ, sq, d);
-  const Descriptor& dk = bshd(kUidDK, skv, d);
-  const Descriptor& dvt = bshd(kUidDV, skv, dv);
-  const Descriptor& stats = t({kUidStats, f32, {b, h, sq, 1}, {h * sq, sq, 1, 1}, false, a});
-  const Descriptor& scale = scalar(kUidScale);
-  const Descriptor& one = scalar(kUidOne);
-
-  std::vector<cudnnBackendDescriptor_t> ops;
-  auto add = [&](Descriptor op) { ops.push_back(g.keep(std::move(op)).get()); };
-  // Δ = sum over the value dim of dO · O, in a float32 buffer.
-  const Descriptor& prod = t({next_virtual++, f32, {b, h, sq, dv}, {h * sq * dv, sq * dv, h * dv, 1}, true, a});
-  add(pointwise({CUDNN_POINTWISE_MUL}, d_o, &o, prod, kOp));
-  const Descriptor& row_sum = t({next_virtual++, f32, {b, h, sq, 1}, {h * sq, sq, 1, 1}, true, a});
-  add(reduction_op(CUDNN_REDUCE_TENSOR_ADD, prod, row_sum, g));
-  const Descriptor& delta = t({kUidSoftmaxSum, f32, {b, h, sq, 1}, {h * sq, sq, 1, 1}, false, a});
-  add(pointwise({CUDNN_POINTWISE_MUL}, row_sum, &one, delta, kOp));
+  SdpaGraph G(k, g);
+  auto scores = [&] { return std::cref(G.scores()); };
+  const std::int64_t d = k.head_dim, dv = k.value_dim, sq = k.q_len, skv = k.kv_len;
+  const Descriptor& q = G.bshd(kUidQ, sq, d);
+  const Descriptor& kt = G.bshd(kUidK, skv, d, true);
+  const Descriptor& vt = G.bshd(kUidV, skv, dv, true);
+  const Descriptor& o = G.bshd(kUidO, sq, dv);
+  const Descriptor& d_o = G.bshd(kUidDO, sq, dv);
+  const Descriptor& scale = G.scalar(kUidScale);
+  // Δ = Σ over the value dim of dO · O, into a float32 buffer.
+  const Descriptor& prod = G.op(CUDNN_POINTWISE_MUL, d_o, &o, [&] {
+    return std::cref(G.t({G.next_virtual++, CUDNN_DATA_FLOAT, {G.b, G.h, sq, dv}, {G.h * sq * dv, sq * dv, G.h * dv, 1},
+                          true, G.a}));
+  });
+  const Descriptor& row_sum = G.rows();
+  G.add(reduction_op(CUDNN_REDUCE_TENSOR_ADD, prod, row_sum, g));
+  const Descriptor& delta = G.op(CUDNN_POINTWISE_MUL, row_sum, &G.scalar(kUidOne),
+                                 [&] { return std::cref(G.rows(kUidSoftmaxSum)); });
   // P = exp(S · scale - Stats), masked.
-  const Descriptor& s1 = scores();
-  add(matmul_op(q, kt, s1, g));
-  const Descriptor& s2 = scores();
-  add(pointwise({CUDNN_POINTWISE_MUL}, s1, &scale, s2, kOp));
-  const Descriptor* s = &scores();
-  add(pointwise({CUDNN_POINTWISE_SUB}, s2, &stats, *s, kOp));
-  if (k.causal) {
-    const Descriptor& row = scores(CUDNN_DATA_INT32);
-    const Descriptor& col = scores(CUDNN_DATA_INT32);
-    add(pointwise({CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 2}, *s, nullptr, row, kOp));
-    add(pointwise({CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 3}, *s, nullptr, col, kOp));
-    const Descriptor& keep = scores(CUDNN_DATA_BOOLEAN);
-    add(pointwise({CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN}, row, &col, keep, kOp));
-    const Descriptor& neg_inf = scalar(kUidNegInf);
-    const Descriptor& masked = scores();
-    add(pointwise({CUDNN_POINTWISE_BINARY_SELECT}, *s, &neg_inf, masked, kOp, &keep));
-    s = &masked;
-  }
-  const Descriptor& p = scores();
-  add(pointwise({CUDNN_POINTWISE_EXP}, *s, nullptr, p, kOp));
+  const Descriptor& s1 = G.scores();
+  G.add(matmul_op(q, kt, s1, g));
+  const Descriptor& s2 = G.op(CUDNN_POINTWISE_MUL, s1, &scale, scores);
+  const Descriptor* s = &G.op(CUDNN_POINTWISE_SUB, s2, &G.rows(kUidStats), scores);
+  if (k.causal) s = &G.causal(*s);
+  const Descriptor& p = G.op(CUDNN_POINTWISE_EXP, *s, nullptr, scores);
   // dV = Pᵀ · dO.
-  const Descriptor& pt = transposed(io);
-  add(reshape_op(p, pt));
-  add(matmul_op(pt, d_o, dvt, g));
+  const Descriptor& pt = G.transposed(G.io);
+  G.add(reshape_op(p, pt));
+  G.add(matmul_op(pt, d_o, G.bshd(kUidDV, skv, dv), g));
   // dS = (dO · Vᵀ - Δ) · P · scale.
-  const Descriptor& dp = scores();
-  add(matmul_op(d_o, vt, dp, g));
-  const Descriptor& dp_centered = scores();
-  add(pointwise({CUDNN_POINTWISE_SUB}, dp, &delta, dp_centered, kOp));
-  const Descriptor& ds_unscaled = scores();
-  add(pointwise({CUDNN_POINTWISE_MUL}, dp_centered, &p, ds_unscaled, kOp));
-  const Descriptor& ds = scores();
-  add(pointwise({CUDNN_POINTWISE_MUL}, ds_unscaled, &scale, ds, kOp));
-  // dK = dSᵀ · Q, dQ = dS · K.
-  const Descriptor& dst = transposed(io);
-  add(reshape_op(ds, dst));
-  add(matmul_op(dst, q, dk, g));
-  // K back from Kᵀ, virtual float32 (as cudnn-frontend types it: the engine refuses a 16-bit one).
-  const Descriptor& kk = t({next_virtual++, f32, {b, h, skv, d}, {skv * h * d, d, h * d, 1}, true, a});
-  add(reshape_op(kt, kk));
+  const Descriptor& dp = G.scores();
+  G.add(matmul_op(d_o, vt, dp, g));
+  const Descriptor& ds = G.op(CUDNN_POINTWISE_MUL,
+                              G.op(CUDNN_POINTWISE_MUL, G.op(CUDNN_POINTWISE_SUB, dp, &delta, scores), &p, scores),
+                              &scale, scores);
+  // dK = dSᵀ · Q.
+  const Descriptor& dst = G.transposed(G.io);
+  G.add(reshape_op(ds, dst));
+  G.add(matmul_op(dst, q, G.bshd(kUidDK, skv, d), g));
+  // dQ = dS · K, K back from Kᵀ as a virtual float32 (as cudnn-frontend types it: cuDNN does
+  // not take a 16-bit one as a fused attention graph).
+  const Descriptor& kk = G.t({G.next_virtual++, CUDNN_DATA_FLOAT, {G.b, G.h, skv, d}, {skv * G.h * d, d, G.h * d, 1},
+                              true, G.a});
+  G.add(reshape_op(kt, kk));
+  const Descriptor& dq = G.bshd(kUidDQ, sq, d);
   if (k.deterministic) {
-    add(matmul_op(ds, kk, dq, g));
+    G.add(matmul_op(ds, kk, dq, g));
   } else {  // dQ accumulated in a float32 buffer (zeroed before each run), then cast
-    const Descriptor& acc = t({kUidDQAccum, f32, {b, h, sq, d}, {h * sq * d, sq * d, d, 1}, false, a});
-    add(matmul_op(ds, kk, acc, g));
-    add(pointwise({CUDNN_POINTWISE_IDENTITY}, acc, nullptr, dq, kOp));
+    const Descriptor& acc = G.t({kUidDQAccum, CUDNN_DATA_FLOAT, {G.b, G.h, sq, d}, {G.h * sq * d, sq * d, d, 1},
+                                 false, G.a});
+    G.add(matmul_op(ds, kk, acc, g));
+    G.add(pointwise({CUDNN_POINTWISE_IDENTITY}, acc, nullptr, dq, kOp));
   }
-  return finalize_graph(g, ops, target, kOp);
+  return finalize_graph(g, G.ops, target, kOp);
+}
+
+/// k's graph into g; false when cuDNN supports no such graph.
+bool build_graph(const SdpaKey& k, const PlanTarget& target, Graph& g) {
+  return k.backward ? build_backward_graph(k, target, g) : build_forward_graph(k, target, g);
 }
 
 }  // namespace
