@@ -77,7 +77,7 @@ class MultiHeadAttentionLayer : public Layer {
     return out;
   }
   std::string variable_group(std::size_t i) const override {
-    return i < vars_.size() ? kProjGroup[vars_[i].first] : "";
+    return i < vars_.size() ? kProjGroup[vars_[i]] : "";
   }
   std::vector<std::uint64_t> rng_state() const override { return {calls_}; }
   void set_rng_state(const std::vector<std::uint64_t>& s) override {
@@ -94,14 +94,14 @@ class MultiHeadAttentionLayer : public Layer {
   /// Creates the projections' weights on the first call (Keras's build(query, value, key)).
   void ensure_weights(std::int64_t dq, std::int64_t dk, std::int64_t dv) {
     if (!kernel_[kQuery].defined()) {
-      out_dim_ = o_.output_shape.value_or(dq);
+      const std::int64_t out_dim = o_.output_shape.value_or(dq);
       const std::int64_t in[3] = {dq, dk, dv}, per_head[3] = {key_dim_, key_dim_, value_dim_};
       for (std::size_t p = kQuery; p <= kValue; ++p) {
         add(p, "kernel", {in[p], heads_, per_head[p]}, o_.kernel_initializer, kernel_[p]);
         if (o_.use_bias) add(p, "bias", {heads_, per_head[p]}, o_.bias_initializer, bias_[p]);
       }
-      add(kOutput, "kernel", {heads_, value_dim_, out_dim_}, o_.kernel_initializer, kernel_[kOutput]);
-      if (o_.use_bias) add(kOutput, "bias", {out_dim_}, o_.bias_initializer, bias_[kOutput]);
+      add(kOutput, "kernel", {heads_, value_dim_, out_dim}, o_.kernel_initializer, kernel_[kOutput]);
+      if (o_.use_bias) add(kOutput, "bias", {out_dim}, o_.bias_initializer, bias_[kOutput]);
     }
     const std::int64_t want[3] = {dq, dk, dv};
     for (std::size_t p = kQuery; p <= kValue; ++p)
@@ -110,7 +110,7 @@ class MultiHeadAttentionLayer : public Layer {
   }
   void add(std::size_t p, const char* what, const Shape& shape, const std::string& init, Variable& v) {
     v = add_weight(std::string(kProjName[p]) + "/" + what, shape, init);
-    vars_.emplace_back(p, what);
+    vars_.push_back(p);
   }
 
   /// x [B, T, d] through projection p: [B, T, heads, per_head].
@@ -182,11 +182,11 @@ class MultiHeadAttentionLayer : public Layer {
     return ops::transpose(o, {0, 2, 1, 3});
   }
 
-  std::int64_t heads_, key_dim_, value_dim_, out_dim_ = 0;
+  std::int64_t heads_, key_dim_, value_dim_;
   std::uint64_t seed_;
   MultiHeadAttentionOptions o_;
   Variable kernel_[kProjections], bias_[kProjections];
-  std::vector<std::pair<std::size_t, const char*>> vars_;  ///< each variable's projection, in order
+  std::vector<std::size_t> vars_;  ///< each variable's projection, in order
   std::uint64_t calls_ = 0;
 };
 

@@ -42,27 +42,7 @@ Vec reference(const LayerRef& layer, const Tensor& query, const Tensor& value, c
   };
   const Vec q = project(qx, Tq, vars[0], vars[1]), k = project(kx, Tk, vars[2], vars[3]),
             v = project(vx, Tk, vars[4], vars[5]);
-  Vec o(static_cast<std::size_t>(B * Tq * H * V), 0.0);
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < H; ++h)
-      for (std::int64_t i = 0; i < Tq; ++i) {
-        Vec s(static_cast<std::size_t>(Tk), -INFINITY);
-        double mx = -INFINITY;
-        for (std::int64_t j = 0; j < Tk; ++j) {
-          if ((causal && j > i) || (!mask.empty() && !mask[(b * Tq + i) * Tk + j])) continue;
-          double d = 0;
-          for (std::int64_t e = 0; e < K; ++e) d += q[((b * Tq + i) * H + h) * K + e] * k[((b * Tk + j) * H + h) * K + e];
-          s[j] = d / std::sqrt(double(K));
-          mx = std::max(mx, s[j]);
-        }
-        if (mx == -INFINITY) continue;
-        double z = 0;
-        for (double sj : s) z += sj == -INFINITY ? 0 : std::exp(sj - mx);
-        for (std::int64_t j = 0; j < Tk; ++j)
-          if (s[j] != -INFINITY)
-            for (std::int64_t e = 0; e < V; ++e)
-              o[((b * Tq + i) * H + h) * V + e] += std::exp(s[j] - mx) / z * v[((b * Tk + j) * H + h) * V + e];
-      }
+  const Vec o = attention_reference(q, k, v, B, Tq, Tk, H, K, V, mask, causal, 1 / std::sqrt(double(K)));
   const Vec wo = host(vars[6]), bo = host(vars[7]);
   Vec y(static_cast<std::size_t>(B * Tq * out_dim));
   for (std::int64_t bt = 0; bt < B * Tq; ++bt)
@@ -73,7 +53,6 @@ Vec reference(const LayerRef& layer, const Tensor& query, const Tensor& value, c
     }
   return y;
 }
-
 
 /// Non-zero biases, so the reference checks that they are added where Keras adds them.
 void randomize_biases(const LayerRef& layer) {

@@ -11,37 +11,12 @@ namespace {
 
 using Vec = std::vector<double>;
 
-/// softmax(scale q kᵀ) v per (b, h) in float64, with the causal rule and a [B, Tq, Tk] mask
-/// (empty: none); a row that attends to nothing gives zeros.
+/// The float64 reference (attention_test_util.hpp) on tensors.
 Vec reference(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int>& mask, bool causal,
               double scale) {
   const auto& qs = q.shape();
-  const std::int64_t B = qs[0], Tq = qs[1], H = qs[2], D = qs[3], Tk = k.shape()[1], Dv = v.shape()[3];
-  const Vec qv = q.to_vector<double>(), kv = k.to_vector<double>(), vv = v.to_vector<double>();
-  Vec out(static_cast<std::size_t>(B * Tq * H * Dv), 0.0);
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < H; ++h)
-      for (std::int64_t i = 0; i < Tq; ++i) {
-        Vec s(static_cast<std::size_t>(Tk), -INFINITY);
-        double mx = -INFINITY;
-        for (std::int64_t j = 0; j < Tk; ++j) {
-          if ((causal && j > i) || (!mask.empty() && !mask[(b * Tq + i) * Tk + j])) continue;
-          double d = 0;
-          for (std::int64_t e = 0; e < D; ++e) d += qv[((b * Tq + i) * H + h) * D + e] * kv[((b * Tk + j) * H + h) * D + e];
-          s[j] = d * scale;
-          mx = std::max(mx, s[j]);
-        }
-        if (mx == -INFINITY) continue;
-        double z = 0;
-        for (std::int64_t j = 0; j < Tk; ++j) z += s[j] == -INFINITY ? 0 : std::exp(s[j] - mx);
-        for (std::int64_t j = 0; j < Tk; ++j) {
-          if (s[j] == -INFINITY) continue;
-          const double p = std::exp(s[j] - mx) / z;
-          for (std::int64_t e = 0; e < Dv; ++e)
-            out[((b * Tq + i) * H + h) * Dv + e] += p * vv[((b * Tk + j) * H + h) * Dv + e];
-        }
-      }
-  return out;
+  return attention_reference(q.to_vector<double>(), k.to_vector<double>(), v.to_vector<double>(), qs[0], qs[1],
+                             k.shape()[1], qs[2], qs[3], v.shape()[3], mask, causal, scale);
 }
 
 
