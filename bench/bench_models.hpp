@@ -3,6 +3,9 @@
 //   B  CIFAR CNN on 32x32x3: conv32-pool-conv64-pool-dense128-10 (batch 128)
 //   C  Fashion-MNIST CNN on 28x28x1: conv32-pool-conv64-pool-dense128-10 (batch 128)
 //   D  MLP 1024-2048x3-10 (batch 512)
+//   G  GPT-mini (issue 26): token Embedding(128, 256) + PositionEmbedding(256); 4 pre-norm blocks of
+//      causal MultiHeadAttention(4 heads of 64) and a GELU MLP (1024), residual Adds; final
+//      LayerNormalization; Dense(128) logits in float32; batch 16 of T = 256 (functional_model)
 // and a callback that timestamps every training step of fit.
 #pragma once
 
@@ -42,11 +45,39 @@ inline std::shared_ptr<mpt::Sequential> model(const std::string& name) {
   return nullptr;
 }
 
+/// Model G's sizes (bench/torch_cpu.py builds the same).
+struct GptMini {
+  static constexpr std::int64_t vocab = 128, seq = 256, d = 256, heads = 4, blocks = 4;
+};
+
+/// Model `name` as a trainable model: A-D as model() gives them, G the GPT-mini (int32 ids
+/// [B, 256] in, float32 logits [B, 256, 128] out); null for another name.
+inline std::shared_ptr<mpt::Model> training_model(const std::string& name) {
+  namespace layers = mpt::layers;
+  if (name != "G") return model(name);
+  using G = GptMini;
+  auto ids = mpt::Input({G::seq}, {.dtype = mpt::int32, .name = "ids"});
+  auto tokens = layers::Embedding(G::vocab, G::d)(ids);
+  auto h = layers::Add()({tokens, layers::PositionEmbedding(G::seq)(tokens)});
+  for (std::int64_t b = 0; b < G::blocks; ++b) {
+    auto a = layers::LayerNormalization({.epsilon = 1e-5})(h);
+    a = layers::MultiHeadAttention(G::heads, G::d / G::heads, {.use_causal_mask = true})({a, a});
+    h = layers::Add()({h, a});
+    auto f = layers::Dense(4 * G::d, {.activation = "gelu"})(layers::LayerNormalization({.epsilon = 1e-5})(h));
+    h = layers::Add()({h, layers::Dense(G::d)(f)});
+  }
+  auto logits = layers::Dense(G::vocab, {.dtype = "float32"})(layers::LayerNormalization({.epsilon = 1e-5})(h));
+  return std::make_shared<mpt::Model>(ids, logits, "gpt_mini");
+}
+
 /// Rows per batch of model `name` (per rank, under data parallelism).
-inline std::int64_t batch_size(const std::string& name) { return name == "A" ? 256 : name == "D" ? 512 : 128; }
+inline std::int64_t batch_size(const std::string& name) {
+  return name == "A" ? 256 : name == "D" ? 512 : name == "G" ? 16 : 128;
+}
 
 /// One input row's shape.
 inline mpt::Shape input_shape(const std::string& name) {
+  if (name == "G") return {GptMini::seq};
   if (name == "B") return {32, 32, 3};
   if (name == "D") return {1024};
   return {28, 28, 1};

@@ -1,6 +1,8 @@
-// mpt's half of the side-by-side with PyTorch (bench/side_by_side.py): trains model A, B, C or D
-// (bench_models.hpp) under one policy with fit on synthetic data and prints one JSON line: the
-// median and minimum ms per step, samples/s and peak RSS.
+// mpt's half of the side-by-side with PyTorch (bench/side_by_side.py): trains model A, B, C, D or
+// G (bench_models.hpp) under one policy with fit on synthetic data and prints one JSON line: the
+// median and minimum ms per step, samples/s and peak RSS. A-D train with Adam on softmax outputs;
+// G (the GPT-mini) with AdamW (weight decay 0.01, not on biases, norms and embeddings) on float32
+// logits against next-token ids [B, T].
 //
 //   bench_side --model D --policy mixed_bfloat16 [--steps 30] [--warmup 5]
 #include <sys/resource.h>
@@ -24,21 +26,31 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
     else steps = -1;
   }
-  auto model = bench::model(name);
+  auto model = bench::training_model(name);
   if (!model || steps < 3 || warmup < 1 || (argc - 1) % 2 != 0) {
-    std::fprintf(stderr, "usage: bench_side --model A|B|C|D --policy NAME [--steps N>=3] [--warmup N>=1]\n");
+    std::fprintf(stderr, "usage: bench_side --model A|B|C|D|G --policy NAME [--steps N>=3] [--warmup N>=1]\n");
     return 2;
   }
   try {
     mixed_precision::set_global_policy(policy);
     set_random_seed(1);
-    model = bench::model(name);  // under the policy
-    model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}), .loss = "sparse_categorical_crossentropy"});
+    model = bench::training_model(name);  // under the policy
     const std::int64_t batch = bench::batch_size(name);
     Shape shape{batch * steps};
     for (auto d : bench::input_shape(name)) shape.push_back(d);
-    const Tensor x = Tensor::random_uniform(shape, 0, 1, 2, float32, Device::cpu());
-    const Tensor y = ops::cast(Tensor::random_uniform({batch * steps}, 0, 9.99, 3, float32, Device::cpu()), int32);
+    Tensor x, y;
+    if (name == "G") {
+      auto adamw = optimizers::AdamW({.learning_rate = 1e-3, .weight_decay = 0.01});
+      adamw->exclude_from_weight_decay({"bias", "gamma", "beta", "embeddings"});
+      model->compile({.optimizer = adamw, .loss = losses::SparseCategoricalCrossentropy({.from_logits = true})});
+      const double top = static_cast<double>(bench::GptMini::vocab) - 0.01;
+      x = ops::cast(Tensor::random_uniform(shape, 0, top, 2, float32, Device::cpu()), int32);
+      y = ops::cast(Tensor::random_uniform(shape, 0, top, 3, float32, Device::cpu()), int32);
+    } else {
+      model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}), .loss = "sparse_categorical_crossentropy"});
+      x = Tensor::random_uniform(shape, 0, 1, 2, float32, Device::cpu());
+      y = ops::cast(Tensor::random_uniform({batch * steps}, 0, 9.99, 3, float32, Device::cpu()), int32);
+    }
     const std::int64_t w = std::min<std::int64_t>(warmup, steps) * batch;
     model->fit(x.slice(0, w), y.slice(0, w), {.batch_size = batch, .verbose = 0});
     auto clock = std::make_shared<bench::StepClock>();

@@ -14,6 +14,9 @@ sparse categorical cross-entropy as cross_entropy on float32 logits; Adam lr 1e-
      Flatten, Dense 128 relu, Dense 10 ('valid' padding).                             batch 128
   C  Fashion-MNIST CNN, 28x28x1: as B with 1 input channel (Flatten gives 1600).      batch 128
   D  MLP, 1024 inputs: Dense 2048 relu x3, Dense 10.                                  batch 512
+  G  GPT-mini (torch_models.GPTMini): 4 pre-norm blocks, d 256, 4 heads, causal
+     scaled_dot_product_attention, GELU MLP 1024, vocab 128; ids [16, 256]; AdamW (weight
+     decay 0.01 on the Linear weights only), cross-entropy over every position.        batch 16
 The CNNs flatten in Keras's NHWC order (a free view of the channels-last activations), so the
 Dense weights have Keras's layout.
 
@@ -50,13 +53,17 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_models import NUM_CLASSES, make_model  # noqa: E402
 
-BATCH = {"A": 256, "B": 128, "C": 128, "D": 512}
+BATCH = {"A": 256, "B": 128, "C": 128, "D": 512, "G": 16}
 NUM_BATCHES = 4  # pre-generated batches, cycled
 
 
 def make_data(which, batch):
     """NUM_BATCHES (x, y) pairs. CNN inputs are drawn as NHWC and viewed as N,C,H,W, which is
     exactly PyTorch's channels-last layout."""
+    if which == "G":
+        from torch_models import GPT
+        return [(torch.randint(0, GPT["vocab"], (batch, GPT["seq"])), torch.randint(0, GPT["vocab"], (batch, GPT["seq"])))
+                for _ in range(NUM_BATCHES)]
     shape = {"A": (batch, 784), "B": (batch, 32, 32, 3), "C": (batch, 28, 28, 1), "D": (batch, 1024)}[which]
     data = []
     for _ in range(NUM_BATCHES):
@@ -95,7 +102,14 @@ class Trainer:
         self.model = make_model(which)
         self.model.train()
         kw = {"fused": True} if adam_kind == "fused" else {"foreach": True}
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3, **kw)
+        if which == "G":  # AdamW, decay on the Linear weights only (the C++ side's exclusions)
+            decay = [p for n, p in self.model.named_parameters() if n.endswith("weight") and "ln" not in n
+                     and not n.startswith("tok")]
+            rest = [p for n, p in self.model.named_parameters() if not any(p is q for q in decay)]
+            self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+                                         lr=1e-3, **kw)
+        else:
+            self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3, **kw)
         self.dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[mode]
         self.scaler = make_scaler() if mode == "fp16" else None
         self.data = data
@@ -107,7 +121,8 @@ class Trainer:
         self.i += 1
         self.opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=self.dtype or torch.bfloat16, enabled=self.dtype is not None):
-            loss = F.cross_entropy(self.model(x).float(), y)
+            out = self.model(x).float()
+            loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.opt)
@@ -148,7 +163,7 @@ def cpu_capability():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, choices=["A", "B", "C", "D"])
+    p.add_argument("--model", required=True, choices=["A", "B", "C", "D", "G"])
     p.add_argument("--mode", required=True, choices=["fp32", "bf16", "fp16"])
     p.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")

@@ -1,5 +1,6 @@
 // ops::dot_product_attention against a float64 reference on every device and dtype, masks
 // exact, gradients against finite differences in float64.
+#include <array>
 #include <cmath>
 
 #include "attention_test_util.hpp"
@@ -29,7 +30,10 @@ TEST_CASE("dot_product_attention matches float64 softmax attention in every dtyp
   };
   const std::vector<Case> cases = {{2, 5, 5, 3, 8, 8, false, false}, {2, 7, 7, 2, 4, 6, true, false},
                                    {2, 4, 9, 2, 5, 3, false, true},  {3, 6, 6, 1, 16, 16, true, true},
-                                   {1, 1, 1, 1, 1, 1, false, false}};
+                                   {1, 1, 1, 1, 1, 1, false, false},
+                                   // several tiles of the CPU's 64 x 64 blocks, with ragged ends
+                                   {1, 70, 150, 2, 20, 17, false, true}, {2, 130, 130, 1, 8, 8, true, false},
+                                   {1, 65, 65, 2, 16, 16, true, true}};
   for_each_device([&](Device dev) {
     for (const Case& c : cases)
       for (DType dt : float_dtypes()) {
@@ -91,21 +95,25 @@ TEST_CASE("dot_product_attention: masked keys get probability exactly 0, any mas
 
 TEST_CASE("dot_product_attention gradients match finite differences in float64") {
   for_each_device([](Device dev) {
+    // One tile, and (second) several of the CPU's 64 x 64 tiles with ragged ends.
+    for (const std::array<std::int64_t, 6> size : {std::array<std::int64_t, 6>{2, 3, 4, 2, 3, 2}, {1, 66, 67, 1, 2, 2}}) {
+      const std::int64_t B = size[0], Tq = size[1], Tk = size[2], H = size[3], D = size[4], Dv = size[5];
+      const std::vector<int> m = padding_mask(B, Tq, Tk);
+      const Tensor mask = mask_tensor(m, {B, Tq, Tk}, dev);
+      for (bool causal : {false, true})
+        for (bool masked : {false, true}) {
+          ops::AttentionOptions o{.is_causal = causal, .scale = 0.7};
+          if (masked) o.mask = mask;
+          check_gradients(std::string("attention T") + std::to_string(Tq) + (causal ? " causal" : "") + (masked ? " masked" : ""),
+                          [&](const std::vector<Tensor>& in) {
+                            Tensor y = ops::dot_product_attention(in[0], in[1], in[2], o);
+                            return ops::mul(y, Tensor::random_uniform(y.shape(), 0.5, 1.5, 9, float64, y.device()));
+                          },
+                          {random({B, Tq, H, D}, float64, dev, 7), random({B, Tk, H, D}, float64, dev, 8),
+                           random({B, Tk, H, Dv}, float64, dev, 9)});
+        }
+    }
     const std::int64_t B = 2, Tq = 3, Tk = 4, H = 2, D = 3, Dv = 2;
-    const std::vector<int> m = padding_mask(B, Tq, Tk);
-    const Tensor mask = mask_tensor(m, {B, Tq, Tk}, dev);
-    for (bool causal : {false, true})
-      for (bool masked : {false, true}) {
-        ops::AttentionOptions o{.is_causal = causal, .scale = 0.7};
-        if (masked) o.mask = mask;
-        check_gradients(std::string("attention") + (causal ? " causal" : "") + (masked ? " masked" : ""),
-                        [&](const std::vector<Tensor>& in) {
-                          Tensor y = ops::dot_product_attention(in[0], in[1], in[2], o);
-                          return ops::mul(y, Tensor::random_uniform(y.shape(), 0.5, 1.5, 9, float64, y.device()));
-                        },
-                        {random({B, Tq, H, D}, float64, dev, 7), random({B, Tk, H, D}, float64, dev, 8),
-                         random({B, Tk, H, Dv}, float64, dev, 9)});
-      }
     // 16-bit inputs: gradients in the inputs' dtype, close to the float64 ones.
     Tensor q = random({B, Tq, H, D}, bfloat16, dev, 10), k = random({B, Tk, H, D}, bfloat16, dev, 11);
     Tensor v = random({B, Tk, H, Dv}, bfloat16, dev, 12);
