@@ -13,7 +13,9 @@
 // formula), its public function in ops, and its row in tests/ops/test_op_table.cpp.
 //
 // Arithmetic goes through exact:: so that nvcc does not contract a * b + c into an fma where the
-// CPU rounds twice; transcendentals are libm's on the host and CUDA's on the device (a few ulp).
+// CPU rounds twice; transcendentals are libm's on the host and CUDA's on the device (a few ulp),
+// except float32 GELU (forward and gradient), which is float_math.hpp's arithmetic everywhere: the
+// CPU runs it on vector lanes (libm's erff, called per element, was a quarter of a GPT step).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -204,6 +206,12 @@ MPT_HOST_DEVICE inline double erf(double v) { return ::erf(v); }
 MPT_HOST_DEVICE inline float pow(float a, float b) { return ::powf(a, b); }
 MPT_HOST_DEVICE inline double pow(double a, double b) { return ::pow(a, b); }
 }  // namespace fn
+}  // namespace mpt::common
+
+// float32 exp and GELU from arithmetic alone, one definition for scalars and vector lanes.
+#include "backend/common/float_math.hpp"
+
+namespace mpt::common {
 
 // ---- the formulas ---------------------------------------------------------------------------
 template <UnaryOp>
@@ -215,6 +223,7 @@ MPT_HOST_DEVICE inline C sigmoid(C v) { return exact::div(C(1), exact::add(C(1),
 /// d gelu / dx of the erf form: Φ(x) + x φ(x).
 template <class C>
 MPT_HOST_DEVICE inline C gelu_grad(C x) {
+  if constexpr (std::is_same_v<C, float>) return gelu_grad_f32<ScalarOps>(x);
   const C cdf = exact::mul(C(0.5), exact::add(C(1), fn::erf(exact::mul(x, C(M_SQRT1_2)))));
   const C pdf = exact::mul(fn::exp(exact::mul(exact::mul(C(-0.5), x), x)), C(0.3989422804014327));
   return exact::add(cdf, exact::mul(x, pdf));
@@ -253,6 +262,7 @@ MPT_HOST_DEVICE inline C unary_apply(C v, [[maybe_unused]] C p) {
   else if constexpr (Op == UnaryOp::Sqrt) return exact::sqrt(v);
   else if constexpr (Op == UnaryOp::Sigmoid) return sigmoid(v);
   else if constexpr (Op == UnaryOp::Tanh) return fn::tanh(v);
+  else if constexpr (Op == UnaryOp::Gelu && std::is_same_v<C, float>) return gelu_f32<ScalarOps>(v);
   else if constexpr (Op == UnaryOp::Gelu)
     return exact::mul(exact::mul(C(0.5), v), exact::add(C(1), fn::erf(exact::mul(v, C(M_SQRT1_2)))));
   else if constexpr (Op == UnaryOp::GeluTanh)

@@ -85,33 +85,8 @@ template <class C>
   return s;
 }
 
-/// e^x on float lanes for x <= 88: Cephes's expf (x = n ln 2 + r, |r| <= ln 2 / 2, a degree-5
-/// polynomial, times 2^n), within 2 ulp of e^x; exactly 0 below -87.33 (the log of the smallest
-/// normal float), so e^-inf is 0; NaN stays NaN.
-[[gnu::always_inline]] inline V<float> vexp(const V<float>& x0) {
-  using F = V<float>;
-  const M<float> under = x0 < vsplat(-87.336544f);
-  F x = vselect<float>(x0 > vsplat(88.0f), vsplat(88.0f), x0);
-  x = vselect<float>(under, vsplat(-87.0f), x);
-  const F magic = vsplat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  const F t = x * vsplat(1.44269504088896341f) + magic;
-  const F n = t - magic;
-  M<float> ni;
-  __builtin_memcpy(&ni, &t, sizeof ni);
-  ni = ni - 0x4B400000;  // the integer n, from t's mantissa
-  const F r = x - n * vsplat(0.693359375f) - n * vsplat(-2.12194440e-4f);
-  F p = vsplat(1.9875691500e-4f);
-  p = p * r + vsplat(1.3981999507e-3f);
-  p = p * r + vsplat(8.3334519073e-3f);
-  p = p * r + vsplat(4.1665795894e-2f);
-  p = p * r + vsplat(1.6666665459e-1f);
-  p = p * r + vsplat(5.0000001201e-1f);
-  p = p * r * r + r + vsplat(1.0f);
-  const M<float> bits = (ni + 127) << 23;
-  F scale;
-  __builtin_memcpy(&scale, &bits, sizeof scale);
-  return vselect<float>(under, F{}, p * scale);
-}
+/// e^x on float lanes: common/float_math.hpp's exp (0 for -inf; within 2 ulp).
+[[gnu::always_inline]] inline V<float> vexp(const V<float>& x) { return common::exp_f32<LaneOps>(x); }
 /// float64: libm's exp lane by lane (float64 attention is the reference, not a speed path).
 [[gnu::always_inline]] inline V<double> vexp(const V<double>& x) {
   V<double> r;

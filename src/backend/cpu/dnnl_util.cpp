@@ -106,6 +106,17 @@ bool bf16_dot_full_rate() {
   return full;
 }
 
+bool bf16_gemm_native() {
+  static const bool native = [] {
+    if (!dnnl_has_bf16()) return false;
+    const char* e = std::getenv("MPT_CPU_BF16_MATMUL");
+    if (e && !std::strcmp(e, "native")) return true;
+    if (e && !std::strcmp(e, "float32")) return false;
+    return amx_enabled() || bf16_dot_full_rate();
+  }();
+  return native;
+}
+
 dnnl::stream& dnnl_stream() {
   thread_local dnnl::stream stream(dnnl_engine());
   return stream;

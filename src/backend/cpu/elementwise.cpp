@@ -13,22 +13,31 @@ namespace {
 
 constexpr std::int64_t kGrain = 1 << 15;
 
-template <class C, class F>
-void map1(const Tensor& x, Tensor& out, F f) {
+/// out = block(x) in blocks of kBlock values of C: block(const C* x, C* out, m).
+template <class C, class B>
+void map1_blocks(const Tensor& x, Tensor& out, B block) {
   parallel_for(out.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
     C sx[kBlock], so[kBlock];
     for (std::int64_t i = b; i < e; i += kBlock) {
       std::int64_t m = std::min(kBlock, e - i);
       const C* px = load<C>(x, i, m, sx);
       C* po = store_target<C>(out, i, so);
-      for (std::int64_t j = 0; j < m; ++j) po[j] = f(px[j]);
+      block(px, po, m);
       store<C>(out, i, m, po);
     }
   });
 }
 
 template <class C, class F>
-void map3(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& out, F f) {
+void map1(const Tensor& x, Tensor& out, F f) {
+  map1_blocks<C>(x, out, [&](const C* px, C* po, std::int64_t m) {
+    for (std::int64_t j = 0; j < m; ++j) po[j] = f(px[j]);
+  });
+}
+
+/// out = block(x, y, dy) in blocks of kBlock values of C: block(x, y, dy, out, m).
+template <class C, class B>
+void map3_blocks(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& out, B block) {
   parallel_for(out.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
     C sx[kBlock], sy[kBlock], sd[kBlock], so[kBlock];
     for (std::int64_t i = b; i < e; i += kBlock) {
@@ -37,10 +46,47 @@ void map3(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& out, F f) 
       const C* py = load<C>(y, i, m, sy);
       const C* pd = load<C>(dy, i, m, sd);
       C* po = store_target<C>(out, i, so);
-      for (std::int64_t j = 0; j < m; ++j) po[j] = f(px[j], py[j], pd[j]);
+      block(px, py, pd, po, m);
       store<C>(out, i, m, po);
     }
   });
+}
+
+template <class C, class F>
+void map3(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& out, F f) {
+  map3_blocks<C>(x, y, dy, out, [&](const C* px, const C* py, const C* pd, C* po, std::int64_t m) {
+    for (std::int64_t j = 0; j < m; ++j) po[j] = f(px[j], py[j], pd[j]);
+  });
+}
+
+// ---- GELU on lanes ------------------------------------------------------------------------------
+// float32 GELU is common/float_math.hpp's arithmetic (unary_apply and unary_grad call its scalar
+// form): here on 16 lanes at a time, then the tail as scalars, the same bits in every lane.
+
+MPT_VECTOR_CLONES void gelu_block(const float* __restrict x, float* __restrict y, std::int64_t n) {
+  using T = LaneOps::T;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    T v;
+    __builtin_memcpy(&v, x + i, sizeof v);
+    const T r = common::gelu_f32<LaneOps>(v);
+    __builtin_memcpy(y + i, &r, sizeof r);
+  }
+  for (; i < n; ++i) y[i] = common::unary_apply<UnaryOp::Gelu>(x[i], 0.f);
+}
+
+MPT_VECTOR_CLONES void gelu_grad_block(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
+                                       std::int64_t n) {
+  using T = LaneOps::T;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    T v, d;
+    __builtin_memcpy(&v, x + i, sizeof v);
+    __builtin_memcpy(&d, dy + i, sizeof d);
+    const T r = d * common::gelu_grad_f32<LaneOps>(v);  // unary_grad's exact::mul(d, gelu_grad(a))
+    __builtin_memcpy(dx + i, &r, sizeof r);
+  }
+  for (; i < n; ++i) dx[i] = common::unary_grad<UnaryOp::Gelu>(x[i], 0.f, dy[i], 0.f);
 }
 
 /// Broadcasting map over K operands; f(const C* ptrs[K], strides, m, C* out).
@@ -162,7 +208,9 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double param) {
     constexpr UnaryOp Op = OpT::value;
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
-      if constexpr (std::is_floating_point_v<C> || common::unary_on_integers(Op))
+      if constexpr (Op == UnaryOp::Gelu && std::is_same_v<C, float>)
+        map1_blocks<C>(x, out, gelu_block);
+      else if constexpr (std::is_floating_point_v<C> || common::unary_on_integers(Op))
         if constexpr (common::unary_takes_param(Op))
           map1<C>(x, out, [p = C(param)](C v) { return common::unary_apply<OpT::value>(v, p); });
         else  // no capture: the loop keeps nothing but the values in registers
@@ -190,7 +238,11 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
     using OpT = decltype(o);
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
-      if constexpr (std::is_floating_point_v<C>)
+      if constexpr (OpT::value == UnaryOp::Gelu && std::is_same_v<C, float>)
+        map3_blocks<C>(x, y, dy, dx, [](const C* a, const C*, const C* d, C* o, std::int64_t m) {
+          gelu_grad_block(a, d, o, m);
+        });
+      else if constexpr (std::is_floating_point_v<C>)
         if constexpr (common::unary_takes_param(OpT::value))
           map3<C>(x, y, dy, dx, [p = C(param)](C a, C out, C d) { return common::unary_grad<OpT::value>(a, out, d, p); });
         else

@@ -1,6 +1,6 @@
 // GEMM through oneDNN's matmul primitive (bias and activation fused as post-ops).
-// float32 and bfloat16 run natively; float16 (and bfloat16 on CPUs where oneDNN has no bf16
-// kernels) computes in float32 and rounds back; float64 (gradient checks only) uses a plain loop.
+// float32 runs natively, bfloat16 where bf16_gemm_native (AMX, or AVX512-BF16 at the FMA rate);
+// float16 and other bfloat16 compute in float32 copies and round back; float64 (gradient checks only) uses a plain loop.
 #include <omp.h>
 
 #include <cmath>
@@ -124,7 +124,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
     transpose(b, {1, 0}, bt);
     tb = false;
   }
-  if (a.dtype() == float16 || (a.dtype() == bfloat16 && !dnnl_has_bf16())) {
+  if (a.dtype() == float16 || (a.dtype() == bfloat16 && !bf16_gemm_native())) {
     Tensor c = Tensor::empty(out.shape(), float32, out.device());
     dnnl_matmul(g, to_float32(a), to_float32(bt), ta, tb, to_float32(bias), act, c);
     cast(c, out);

@@ -23,6 +23,37 @@
 
 namespace mpt::cpu {
 
+/// 16 float32 lanes (one AVX-512 register in an avx512f clone) as common/float_math.hpp's
+/// operations policy: that file's formulas (exp, GELU) on lanes give the scalar formulas' bits,
+/// lane by lane, in files compiled without contraction.
+// Vector arguments and returns: always inlined into their caller's clone, so the warning that a
+// baseline call would pass them differently from an AVX-512 one never applies.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+struct LaneOps {
+  using T = float __attribute__((vector_size(64)));
+  using M = std::int32_t __attribute__((vector_size(64)));
+  [[gnu::always_inline]] static T splat(float v) { return T{} + v; }
+  [[gnu::always_inline]] static T select(M m, T a, T b) {
+    M ai, bi;
+    __builtin_memcpy(&ai, &a, sizeof ai);
+    __builtin_memcpy(&bi, &b, sizeof bi);
+    const M r = (ai & m) | (bi & ~m);
+    T out;
+    __builtin_memcpy(&out, &r, sizeof out);
+    return out;
+  }
+  [[gnu::always_inline]] static T from_bits_shifted(T t) {
+    M bits;
+    __builtin_memcpy(&bits, &t, sizeof bits);
+    bits = (bits - 0x4B400000 + 127) << 23;
+    T r;
+    __builtin_memcpy(&r, &bits, sizeof r);
+    return r;
+  }
+};
+#pragma GCC diagnostic pop
+
 /// The bits of a bfloat16 value.
 using bf16_bits = std::uint16_t;
 
