@@ -13,6 +13,7 @@
 //
 // Which test covers an op: its row below. A new op of the table fails "has a row" until it has one.
 #include <cmath>
+#include <cstring>
 #include <algorithm>
 
 #include "backend/common/binary_ops.hpp"
@@ -206,6 +207,45 @@ TEST_CASE("op table: forward against float64 references, every op, dtype and dev
         }
     }
   });
+}
+
+TEST_CASE("op table: float32 GELU (common/float_math.hpp) is close to float64 over its whole range, lanes = scalars") {
+  // 60001 points over [-15, 15]: the left tail (where ½(1 + erf) would cancel), the middle, and
+  // the right; the CPU runs 16 lanes at a time, the scalar formula (the CUDA bodies') on the tail.
+  std::vector<float> xs;
+  for (int i = -30000; i <= 30000; ++i) xs.push_back(static_cast<float>(i) * 5e-4f);
+  const Tensor x = Tensor::from_vector(xs, {static_cast<std::int64_t>(xs.size())});
+  const std::vector<float> y = ops::gelu(x).to_vector<float>();
+  GradientTape tape;
+  Tensor xw = x;
+  tape.watch(xw);
+  const std::vector<float> dy = tape.gradient(ops::sum(ops::gelu(xw)), {xw})[0].to_vector<float>();
+  double worst = 0, worst_grad = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const double v = xs[i], cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+    const double ref = v * cdf, ref_grad = cdf + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
+    // Relative to the value: a few float32 ulp in the middle; in the tails the rounding of x²
+    // inside exp (x² ~ 100 at |x| = 10: 6e-6 of it) bounds what float32 can do.
+    const double rtol = std::abs(v) <= 3 ? 2e-6 : 2e-5;
+    // Below x = -13.1 the value falls under the smallest normal float: exp flushes it to 0.
+    CHECK_MESSAGE(std::abs(y[i] - ref) <= rtol * std::abs(ref) + 2.4e-38, "gelu(", v, ") = ", y[i], ", float64 ", ref);
+    CHECK_MESSAGE(std::abs(dy[i] - ref_grad) <= rtol * std::abs(ref_grad) + 1e-7, "gelu'(", v, ") = ", dy[i], ", float64 ",
+                  ref_grad);
+    if (std::abs(ref) > 1e-30) worst = std::max(worst, std::abs(y[i] - ref) / std::abs(ref));
+    if (std::abs(v) <= 3) worst_grad = std::max(worst_grad, std::abs(dy[i] - ref_grad) / (std::abs(ref_grad) + 1e-3));
+    // The scalar formula gives the lanes' bits.
+    const float scalar = common::unary_apply<UnaryOp::Gelu>(xs[i], 0.f);
+    const float scalar_grad = common::unary_grad<UnaryOp::Gelu>(xs[i], 0.f, 1.f, 0.f);
+    CHECK_MESSAGE(std::memcmp(&scalar, &y[i], sizeof scalar) == 0, "gelu(", v, "): lanes ", y[i], ", scalar ", scalar);
+    CHECK_MESSAGE(std::memcmp(&scalar_grad, &dy[i], sizeof scalar) == 0, "gelu'(", v, "): lanes ", dy[i], ", scalar ",
+                  scalar_grad);
+  }
+  MESSAGE("float32 GELU: largest relative error ", worst, " over [-15, 15]; gradient ", worst_grad, " over [-3, 3] (relative to |ref| + 1e-3)");
+  // Non-finite inputs: as x Φ(x) in float64 (inf Φ(inf) = inf, -inf Φ(-inf) = NaN, NaN).
+  const std::vector<float> odd = ops::gelu(Tensor::from_vector<float>({INFINITY, -INFINITY, NAN}, {3})).to_vector<float>();
+  CHECK(odd[0] == INFINITY);
+  CHECK(std::isnan(odd[1]));
+  CHECK(std::isnan(odd[2]));
 }
 
 TEST_CASE("op table: backward against finite differences and the CPU's float64, every op, dtype and device") {
