@@ -33,6 +33,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_models import GPTMini  # noqa: E402
+
 
 def read_fortunes(d):
     names = sorted(n for n in os.listdir(d)
@@ -55,49 +58,25 @@ def glorot_(t, fan_in, fan_out):
         t.uniform_(-lim, lim)
 
 
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d, eps=1e-5), nn.LayerNorm(d, eps=1e-5)
-        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        kd = d // heads
-        for lin in (self.q, self.k, self.v):  # Keras's EinsumDense [d, heads, key_dim]: fans d, heads*key_dim
+def char_gpt(vocab, seq, d, heads, blocks):
+    """torch_models.GPTMini (the bench's GPT-mini module) with Keras's initializers, as the C++
+    example's layers have them: EinsumDense fans for q/k/v/out, Embedding uniform ±0.05, the
+    position table glorot-uniform, zero biases."""
+    model = GPTMini(vocab, seq, d, heads, blocks)
+    nn.init.uniform_(model.tok.weight, -0.05, 0.05)
+    glorot_(model.pos, seq, d)
+    kd = d // heads
+    for blk in model.blocks:
+        for lin in (blk.q, blk.k, blk.v):  # Keras's [d, heads, key_dim]: fans d, heads*key_dim
             glorot_(lin.weight, d, heads * kd)
-        glorot_(self.o.weight, heads * kd, d)
-        glorot_(self.fc1.weight, d, 4 * d)
-        glorot_(self.fc2.weight, 4 * d, d)
-        for lin in (self.q, self.k, self.v, self.o, self.fc1, self.fc2):
+        glorot_(blk.o.weight, heads * kd, d)
+        glorot_(blk.fc1.weight, d, 4 * d)
+        glorot_(blk.fc2.weight, 4 * d, d)
+        for lin in (blk.q, blk.k, blk.v, blk.o, blk.fc1, blk.fc2):
             nn.init.zeros_(lin.bias)
-
-    def forward(self, x):
-        B, T, d = x.shape
-        h = self.ln1(x)
-        q, k, v = (f(h).view(B, T, self.heads, d // self.heads).transpose(1, 2) for f in (self.q, self.k, self.v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.o(a.transpose(1, 2).reshape(B, T, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-
-class CharGPT(nn.Module):
-    def __init__(self, vocab, seq, d, heads, blocks):
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d)
-        nn.init.uniform_(self.tok.weight, -0.05, 0.05)
-        self.pos = nn.Parameter(torch.empty(seq, d))
-        glorot_(self.pos, seq, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(blocks))
-        self.ln_f = nn.LayerNorm(d, eps=1e-5)
-        self.head = nn.Linear(d, vocab)
-        glorot_(self.head.weight, d, vocab)
-        nn.init.zeros_(self.head.bias)
-
-    def forward(self, ids):
-        x = self.tok(ids) + self.pos[: ids.shape[1]]
-        for b in self.blocks:
-            x = b(x)
-        return self.head(self.ln_f(x))
+    glorot_(model.head.weight, d, vocab)
+    nn.init.zeros_(model.head.bias)
+    return model
 
 
 def window_starts(n, T, phase):
@@ -148,7 +127,7 @@ def main():
     print(f"torch {torch.__version__}, {a.threads} threads, {a.mode}; corpus {files} files, {len(text)} characters, "
           f"vocabulary {len(chars)}; train {n_train}, validation {len(val)} ({len(vs)} windows of {T})", flush=True)
 
-    model = CharGPT(len(chars), T, a.d_model, a.heads, a.blocks)
+    model = char_gpt(len(chars), T, a.d_model, a.heads, a.blocks)
     decay = [p for n, p in model.named_parameters() if n.endswith("weight") and "ln" not in n and not n.startswith("tok")]
     rest = [p for p in model.parameters() if not any(p is q for q in decay)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": rest, "weight_decay": 0.0}],
