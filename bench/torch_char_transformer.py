@@ -60,16 +60,19 @@ def glorot_(t, fan_in, fan_out):
 
 def char_gpt(vocab, seq, d, heads, blocks):
     """torch_models.GPTMini (the bench's GPT-mini module) with Keras's initializers, as the C++
-    example's layers have them: EinsumDense fans for q/k/v/out, Embedding uniform ±0.05, the
+    example's layers have them: Keras's fans of the EinsumDense kernels for q/k/v/out, Embedding uniform ±0.05, the
     position table glorot-uniform, zero biases."""
     model = GPTMini(vocab, seq, d, heads, blocks)
     nn.init.uniform_(model.tok.weight, -0.05, 0.05)
     glorot_(model.pos, seq, d)
     kd = d // heads
     for blk in model.blocks:
-        for lin in (blk.q, blk.k, blk.v):  # Keras's [d, heads, key_dim]: fans d, heads*key_dim
-            glorot_(lin.weight, d, heads * kd)
-        glorot_(blk.o.weight, heads * kd, d)
+        # Keras's fans of a kernel of rank 3: the leading dim is a receptive field, so the
+        # [d, heads, key_dim] q/k/v kernels have fan_in heads*d and fan_out key_dim*d, and the
+        # [heads, key_dim, d] output kernel fan_in key_dim*heads and fan_out d*heads.
+        for lin in (blk.q, blk.k, blk.v):
+            glorot_(lin.weight, heads * d, kd * d)
+        glorot_(blk.o.weight, kd * heads, d * heads)
         glorot_(blk.fc1.weight, d, 4 * d)
         glorot_(blk.fc2.weight, 4 * d, d)
         for lin in (blk.q, blk.k, blk.v, blk.o, blk.fc1, blk.fc2):

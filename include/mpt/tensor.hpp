@@ -190,8 +190,12 @@ Tensor operator-(double a, const Tensor& b);
 Tensor operator*(double a, const Tensor& b);
 Tensor operator/(double a, const Tensor& b);
 
-/// Threads used by mpt's CPU kernels and oneDNN (default: all cores).
+/// Threads used by mpt's CPU kernels and oneDNN (default: all cores): 1 to max_threads(), else an
+/// mpt::Error. An OMP_NUM_THREADS above max_threads() is lowered to it when the library loads,
+/// with a warning.
 void set_num_threads(int n);
+/// The most threads set_num_threads accepts: 16 per hardware thread, at least 256.
+int max_threads();
 int num_threads();
 
 }  // namespace mpt

@@ -1,6 +1,13 @@
 #include "mpt/callbacks.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <sstream>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -63,6 +70,32 @@ void EarlyStopping::on_train_end(const Logs&) {
 // ---- CSVLogger ----------------------------------------------------------------------------
 CSVLogger::CSVLogger(std::string filename, CSVLoggerOptions o) : filename_(std::move(filename)), o_(o) {}
 
+namespace {
+/// Appends text to path whole or not at all: a failed or short write (a full disk, a file-size
+/// limit) is cut back to the file's previous end and reported with the OS's reason.
+void append_whole(const std::string& path, const std::string& text, bool truncate_first) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (truncate_first ? O_TRUNC : O_APPEND), 0666);
+  MPT_CHECK(fd >= 0, "CSVLogger: cannot write '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
+  std::size_t done = 0;
+  int err = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  const bool cut = err != 0 && done > 0 && (before < 0 || ::ftruncate(fd, before) != 0);
+  if (::close(fd) != 0 && err == 0) err = errno;
+  MPT_CHECK(err == 0, "CSVLogger: writing '", path, "' failed: ", std::strerror(err),
+            cut ? " (the file ends in a partial row)" : "");
+}
+}  // namespace
+
 void CSVLogger::on_train_begin(const Logs&) {
   io::check_writable_file("CSVLogger", filename_);  // a FIFO would block the first write
   header_written_ = false;
@@ -70,21 +103,18 @@ void CSVLogger::on_train_begin(const Logs&) {
     std::ifstream in(filename_);
     header_written_ = in.good() && in.peek() != std::ifstream::traits_type::eof();
   } else {
-    std::ofstream out(filename_, std::ios::trunc);
-    MPT_CHECK(out.good(), "CSVLogger: cannot write '", filename_, "'");
+    append_whole(filename_, "", true);
   }
 }
 
 void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
   if (keys_.empty())
     for (const auto& [k, v] : logs) keys_.push_back(k);
-  std::ofstream out(filename_, std::ios::app);
-  MPT_CHECK(out.good(), "CSVLogger: cannot write '", filename_, "'");
+  std::ostringstream out;
   if (!header_written_) {
     out << "epoch";
     for (const auto& k : keys_) out << o_.separator << k;
     out << "\n";
-    header_written_ = true;
   }
   out << epoch;
   out.precision(17);
@@ -94,6 +124,8 @@ void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
     if (it != logs.end()) out << it->second;
   }
   out << "\n";
+  append_whole(filename_, out.str(), false);
+  header_written_ = true;
 }
 
 }  // namespace mpt::callbacks

@@ -42,14 +42,23 @@ std::string python_format(double v, bool is_int, const std::string& spec, const 
     if (!align) fill = '0', align = '=';
     ++i;
   }
-  std::size_t width = 0;
-  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) width = width * 10 + (spec[i++] - '0');
+  // A width or precision past these gives no usable file name (a name has at most 255 bytes):
+  // refused, never parsed into an overflow or a giant string.
+  constexpr std::size_t kMaxWidth = 255, kMaxPrecision = 100;
+  auto number = [&](std::size_t limit, const char* what) {
+    std::size_t n = 0;
+    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) {
+      n = n * 10 + static_cast<std::size_t>(spec[i++] - '0');
+      MPT_CHECK(n <= limit, where, ": the ", what, " in format spec '", spec, "' is more than ", limit);
+    }
+    return n;
+  };
+  const std::size_t width = number(kMaxWidth, "width");
   int precision = -1;
   if (i < spec.size() && spec[i] == '.') {
     ++i;
     MPT_CHECK(i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])), where, ": bad format spec '", spec, "'");
-    precision = 0;
-    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) precision = precision * 10 + (spec[i++] - '0');
+    precision = static_cast<int>(number(kMaxPrecision, "precision"));
   }
   char type = i < spec.size() ? spec[i++] : 0;
   MPT_CHECK(i == spec.size() && (type == 0 || std::string("dfFeEgG%").find(type) != std::string::npos), where,
@@ -66,7 +75,7 @@ std::string python_format(double v, bool is_int, const std::string& spec, const 
     body = python_repr(a);
   } else {
     const char t = type == 0 ? 'g' : type == '%' ? 'f' : type;
-    std::string fmt = std::string("%") + (alt ? "#" : "") + "." + std::to_string(precision < 0 ? 6 : std::min(precision, 100)) + t;
+    std::string fmt = std::string("%") + (alt ? "#" : "") + "." + std::to_string(precision < 0 ? 6 : precision) + t;
     std::snprintf(buf, sizeof buf, fmt.c_str(), type == '%' ? a * 100 : a);
     body = buf;
     if (type == '%') body += "%";

@@ -30,6 +30,28 @@ inline Json parse_json(std::string_view text, const std::string& what) {
   }
 }
 
+/// mpt::Error naming `what`, the key path and the innermost enclosing "name" (a layer's) when a
+/// number in v is NaN or infinite: JSON has neither (nlohmann writes null, which then fails to load).
+template <class J>
+void check_json_finite(const J& v, const std::string& what, const std::string& path = "", const std::string& owner = "") {
+  if (v.is_number_float()) {
+    const double d = v.template get<double>();
+    if (!std::isfinite(d))
+      fail(what, ": ", path.empty() ? std::string("the value") : "'" + path + "'",
+           owner.empty() ? std::string() : " (of '" + owner + "')", " is ", d,
+           ", which JSON cannot hold; give it a finite value");
+    return;
+  }
+  if (v.is_object()) {
+    std::string name = owner;
+    if (const auto it = v.find("name"); it != v.end() && it->is_string()) name = it->template get<std::string>();
+    for (auto it = v.begin(); it != v.end(); ++it)
+      check_json_finite(it.value(), what, path.empty() ? it.key() : path + "." + it.key(), name);
+  } else if (v.is_array()) {
+    for (std::size_t i = 0; i < v.size(); ++i) check_json_finite(v[i], what, path + "[" + std::to_string(i) + "]", owner);
+  }
+}
+
 /// Compact text; mpt::Error naming `what` when a string is not valid UTF-8.
 template <class J>
 std::string dump_json(const J& v, const std::string& what, int indent = -1) {

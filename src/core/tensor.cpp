@@ -2,12 +2,14 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <iomanip>
 #include <limits>
 #include <ostream>
 #include <sstream>
+#include <thread>
 
 #include "backend/backend.hpp"
 #include "core/convert.hpp"
@@ -99,6 +101,8 @@ Tensor Tensor::random_uniform(const Shape& shape, double minval, double maxval, 
                               DType dtype, Device device, std::uint64_t offset) {
   MPT_CHECK(std::isfinite(minval) && std::isfinite(maxval) && maxval >= minval, "random_uniform: needs finite ",
             "minval <= maxval, got minval=", minval, ", maxval=", maxval);
+  MPT_CHECK(is_floating(dtype), "random_uniform: dtype must be floating (as Keras's random.uniform), got ",
+            to_string(dtype), ": draw floats and cast them for integers");
   Tensor t = empty(shape, dtype, device);
   if (t.numel() > 0) detail::backend(device).random(Backend::Distribution::Uniform, minval, maxval, seed, offset, t);
   return t;
@@ -108,6 +112,8 @@ Tensor Tensor::random_normal(const Shape& shape, double mean, double stddev, std
                              DType dtype, Device device, std::uint64_t offset) {
   MPT_CHECK(std::isfinite(mean) && std::isfinite(stddev) && stddev >= 0, "random_normal: needs a finite mean ",
             "and stddev >= 0, got mean=", mean, ", stddev=", stddev);
+  MPT_CHECK(is_floating(dtype), "random_normal: dtype must be floating (as Keras's random.normal), got ",
+            to_string(dtype), " (its values would be truncated)");
   Tensor t = empty(shape, dtype, device);
   if (t.numel() > 0) detail::backend(device).random(Backend::Distribution::Normal, mean, stddev, seed, offset, t);
   return t;
@@ -185,6 +191,8 @@ Tensor Tensor::copy() const {
 }
 
 void Tensor::copy_to_host(void* dst, DType dtype) const {
+  MPT_CHECK(dst != nullptr || numel() == 0, "Tensor::copy_to_host: the destination is a null pointer (copying ",
+            numel(), " elements of shape ", to_string(shape()), ")");
   Tensor host = to(Device::cpu());
   detail::convert(host.data_ptr(), host.dtype(), dst, dtype, static_cast<std::size_t>(numel()));
 }
@@ -248,8 +256,15 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str
 std::ostream& operator<<(std::ostream& os, DType dtype) { return os << to_string(dtype); }
 std::ostream& operator<<(std::ostream& os, const Device& device) { return os << device.str(); }
 
+int max_threads() {
+  return std::max(256, 16 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 void set_num_threads(int n) {
   MPT_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got ", n);
+  // libgomp crashes or exits the process when asked for tens of thousands of threads.
+  MPT_CHECK(n <= max_threads(), "set_num_threads: ", n, " threads is more than mpt allows (", max_threads(),
+            ": 16 per hardware thread, at least 256; this machine has ", std::thread::hardware_concurrency(), ")");
   omp_set_num_threads(n);
 }
 int num_threads() { return omp_get_max_threads(); }

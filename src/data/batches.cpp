@@ -82,8 +82,19 @@ void check_labels(const char* where, const Tensor& y, std::int64_t num_classes) 
   if (!y.defined() || y.dtype() == bool_ || y.numel() == 0) return;
   // Float class ids (Keras takes 3.0 for class 3) only where they are known to be class ids.
   if (!is_integer(y.dtype()) && (!is_floating(y.dtype()) || num_classes < 0)) return;
-  const auto labels = y.to_vector<double>();  // exact for int64 up to 2^53, and says 1e+30 as it is
   const std::int64_t per_sample = std::max<std::int64_t>(1, y.numel() / std::max<std::int64_t>(y.shape()[0], 1));
+  if (is_integer(y.dtype())) {  // compared and printed exactly, whatever their size
+    const auto ids = y.to_vector<std::int64_t>();
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::int64_t l = ids[i], sample = static_cast<std::int64_t>(i) / per_sample;
+      if (l >= 0 && (num_classes < 0 || l < num_classes)) continue;
+      if (num_classes < 0) fail(where, ": label ", l, " of sample ", sample, " is negative; class labels are 0, 1, ...");
+      fail(where, ": label ", l, " of sample ", sample, " is out of range [0, ", num_classes, ") for ", num_classes,
+           " classes");
+    }
+    return;
+  }
+  const auto labels = y.to_vector<double>();  // float class ids: says 1e+30 as it is
   for (std::size_t i = 0; i < labels.size(); ++i) {
     const double l = labels[i];
     const std::int64_t sample = static_cast<std::int64_t>(i) / per_sample;

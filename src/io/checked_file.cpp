@@ -152,8 +152,13 @@ std::string temp_path_for(const std::string& path) {
   static std::atomic<std::uint64_t> counter{0};
   const std::size_t slash = path.find_last_of('/');
   const std::string prefix = slash == std::string::npos ? "" : path.substr(0, slash + 1);
-  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  return prefix + "." + base + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::string suffix = ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  // "." + base + suffix must fit in one name (NAME_MAX, 255 bytes on Linux's file systems): a
+  // legal long name gets a shortened base here, never "File name too long".
+  constexpr std::size_t kNameMax = 255;
+  if (1 + base.size() + suffix.size() > kNameMax) base.resize(kNameMax - 1 - suffix.size());
+  return prefix + "." + base + suffix;
 }
 
 /// Renames the finished temporary file over `path` and makes the rename durable.
@@ -294,6 +299,8 @@ std::vector<char> read_verified(const std::string& path, std::string* keras_conf
     verify_zip_stamp(bytes, path);
     // Read every entry through: libzip checks their CRCs.
     std::vector<char> config = zip_entry(bytes, "config.json", path);
+    MPT_CHECK(!config.empty(), "'", path, "': the archive's config.json is empty (0 bytes): a .keras file "
+              "holds the model's config there");
     zip_entry(bytes, "metadata.json", path);
     if (keras_config) keras_config->assign(config.begin(), config.end());
     std::vector<char> inner = zip_entry(bytes, "model.weights.h5", path);

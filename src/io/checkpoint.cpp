@@ -45,7 +45,9 @@ void Model::save(const std::string& filepath) const {
   // Data parallelism: every rank holds the same model; rank 0 alone writes.
   if (const auto* dp = distribution(); dp && dp->rank() != 0) return;
   const std::string where = "save: model '" + name_ + "'";
-  const std::string model_config = io::dump_json(io::model_config_json(*this), where);
+  const io::Json config_json = io::model_config_json(*this);
+  io::check_json_finite(config_json, where + ", the model config");  // refused here, not a file that fails to load
+  const std::string model_config = io::dump_json(config_json, where);
   const std::string compile_config = compiled() ? io::dump_json(io::compile_config_json(*this), where) : "";
   const std::string state = io::dump_json(state_json(*this), where);
   auto write = [&](const std::string& tmp) {

@@ -3,6 +3,7 @@
 // inbound_nodes): Keras's load_model reads what mpt writes, and mpt reads the config.json Keras
 // writes for Sequential and functional models.
 #include <algorithm>
+#include <cctype>
 #include <functional>
 #include <map>
 #include <set>
@@ -123,9 +124,32 @@ std::shared_ptr<losses::Loss> loss_from(const Json& v, const std::string& w) {
   return losses::get(name);
 }
 
+/// A metric instance load_model can rebuild from its name alone: one of metrics::get's, under a
+/// name metrics::get gives that class ("accuracy" resolves by the loss, as at compile).
+void check_metric_rebuildable(const metrics::Metric& metric) {
+  const std::string name = metric.name();
+  std::shared_ptr<metrics::Metric> rebuilt;
+  try {
+    rebuilt = metrics::get(name);
+  } catch (const Error&) {
+  }
+  const std::string lower = [&] {
+    std::string s = name;
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+  }();
+  const bool same = rebuilt && (lower == "accuracy" || lower == "acc" || typeid(*rebuilt) == typeid(metric));
+  MPT_CHECK(same, "save: metric '", name, "' is not a built-in metric under a name load_model can rebuild it "
+            "from (a custom metric, or a custom name); compile with a metric name "
+            "(e.g. \"accuracy\", \"mae\") or use save_weights");
+}
+
 Json metric_names(const Model& m) {
   Json metrics = Json::array();
-  for (const auto& a : Access::metric_args(m)) metrics.push_back(a.object() ? a.object()->name() : a.name());
+  for (const auto& a : Access::metric_args(m)) {
+    if (a.object()) check_metric_rebuildable(*a.object());
+    metrics.push_back(a.object() ? a.object()->name() : a.name());
+  }
   return metrics;
 }
 

@@ -140,6 +140,10 @@ void Model::fit_epoch(FitRun& run, int epoch) {
     for (auto& c : run.cbs) wanted = c->wants_batch_logs(step) || wanted;
     run.logs = wanted ? epoch_logs(loss_mean, nullptr) : Logs{};
     for (auto& c : run.cbs) c->on_train_batch_end(step, run.logs);
+    // Keras 3 stops after the batch whose callback set stop_training (then ends the epoch as
+    // usual: validation, on_epoch_end). Under data parallelism every rank stops at the same step.
+    if (run.dp) stop_training = run.dp->all_reduce({stop_training ? 1.0 : 0.0}, distributed::ReduceOp::max)[0] > 0;
+    if (stop_training) break;
   }
   Logs& logs = run.logs;
   logs = epoch_logs(loss_mean, run.dp);
@@ -184,6 +188,8 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   for (auto& c : run.cbs) c->set_model(this);
 
   stop_training = false;
+  if (trainable_variables().empty() && o.epochs > o.initial_epoch)  // Keras warns too
+    mpt::log(LogLevel::warning, "fit: model '", name_, "' has no trainable weights: training changes nothing");
   // The optimizer's slots before the first step (Keras builds the optimizer here too): created
   // during the first step instead, they take the memory its temporaries just freed, and the
   // second step's temporaries need new memory (on a GPU, a cudaMalloc after the first step).

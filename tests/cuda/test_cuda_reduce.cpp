@@ -513,7 +513,8 @@ void check_gather_words(const std::vector<std::uint8_t>& x, std::size_t row, con
   std::vector<W> xs(x.size() / sizeof(W)), out(idx.size() * static_cast<std::size_t>(row_words));
   std::memcpy(xs.data(), x.data(), x.size());
   emulate(Dim{3, 1, 1}, Dim{32, 1, 1}, [&](const Thread& t) {
-    gather_rows_body(t, xs.data(), idx.data(), out.data(), static_cast<std::int64_t>(idx.size()), row_words);
+    gather_rows_body(t, xs.data(), idx.data(), out.data(), static_cast<std::int64_t>(idx.size()), row_words,
+                     static_cast<std::int64_t>(x.size() / row));
   });
   INFO("gather_rows word ", sizeof(W), " row bytes ", row);
   CHECK(std::memcmp(out.data(), expect.data(), expect.size()) == 0);
@@ -548,6 +549,17 @@ TEST_CASE("cuda gather_rows copies the CPU's rows bit for bit, every word size")
     check_gather_words<std::uint64_t>(xv, row, idx, expect);
     check_gather_words<uint4>(xv, row, idx, expect);
   }
+}
+
+TEST_CASE("cuda gather_rows gives zero rows for indices outside x, never reading outside it") {
+  // 4 rows of 2 floats, after them a guard row the body must never copy.
+  std::vector<float> x{1, 2, 3, 4, 5, 6, 7, 8, 99, 99};
+  const Vec<std::int64_t> idx{2, -1, 4, std::int64_t{1} << 40, 0, -(std::int64_t{1} << 62), 3};
+  std::vector<float> out(idx.size() * 2, -1.0f);
+  emulate(Dim{2, 1, 1}, Dim{4, 1, 1}, [&](const Thread& t) {
+    gather_rows_body(t, x.data(), idx.data(), out.data(), static_cast<std::int64_t>(idx.size()), 2, 4);
+  });
+  CHECK(out == std::vector<float>{5, 6, 0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 7, 8});
 }
 
 /// The scatter-add body against the CPU's scatter_add_rows, bit for bit: src of storage type S,

@@ -13,6 +13,7 @@
 #include <future>
 
 #include "io/checkpoint_util.hpp"
+#include "io/keras_zip.hpp"
 #include "io/model_config.hpp"
 
 using namespace mpt;
@@ -263,4 +264,284 @@ TEST_CASE("wrapped shapes through broadcast_to, the Reshape layer and a checkpoi
   REQUIRE(config["config"]["layers"][1]["config"]["units"] == 16);
   config["config"]["layers"][1]["config"]["units"] = 1000000000000;
   CHECK(contains(error_or_type([&] { io::model_from_config(config, "test")->build({4}); }), "out of host memory"));
+}
+
+// ---- round 3 (issue 29) ---------------------------------------------------------------------
+
+TEST_CASE("integer ops wrap as NumPy's do: INT64_MIN / -1 (was SIGFPE), overflowing + - x, negative, abs, sum") {
+  constexpr std::int64_t lo = std::numeric_limits<std::int64_t>::min(), hi = std::numeric_limits<std::int64_t>::max();
+  using V = std::vector<std::int64_t>;
+  for_each_device([&](Device dev) {
+    const Tensor a = Tensor::from_vector(V{lo, hi, lo, 7, lo}, {5}, dev);
+    const Tensor b = Tensor::from_vector(V{-1, 1, 0, -1, 2}, {5}, dev);
+    CHECK(ops::div(a, b).to_vector<std::int64_t>() == V{lo, hi, 0, -7, lo / 2});
+    CHECK(ops::add(a, b).to_vector<std::int64_t>() == V{hi, lo, lo, 6, lo + 2});
+    CHECK(ops::sub(a, b).to_vector<std::int64_t>() == V{lo + 1, hi - 1, lo, 8, hi - 1});
+    CHECK(ops::mul(a, b).to_vector<std::int64_t>() == V{lo, hi, 0, -7, 0});
+    CHECK(ops::neg(a).to_vector<std::int64_t>() == V{lo, -hi, lo, -7, lo});
+    CHECK(ops::abs(a).to_vector<std::int64_t>() == V{lo, hi, lo, 7, lo});
+    CHECK(ops::sum(Tensor::from_vector(V{hi, 1, 0}, {3}, dev)).to_vector<std::int64_t>() == V{lo});
+    // int32 computes in int64 and narrows modulo 2^32.
+    const Tensor c = Tensor::from_vector(std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min()}, {1}, dev);
+    CHECK(ops::div(c, Tensor::from_vector(std::vector<std::int32_t>{-1}, {1}, dev)).to_vector<std::int32_t>() ==
+          std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min()});
+  });
+}
+
+TEST_CASE("gather_rows with an index outside x is an error naming it, not a read outside the tensor (was SIGSEGV)") {
+  for_each_device([&](Device dev) {
+    if (dev.type == DeviceType::CUDA) return;  // the CUDA body gives zero rows (tests/cuda/test_cuda_reduce.cpp)
+    const Tensor x = Tensor::ones({10, 3}, float32, dev);
+    for (std::int64_t bad : {std::int64_t{1} << 40, std::int64_t{-1}, std::int64_t{10}}) {
+      const Tensor idx = Tensor::from_vector(std::vector<std::int64_t>{0, bad, 9}, {3}, dev);
+      const std::string e = error_or_type([&] { ops::gather_rows(x, idx); });
+      CHECK(contains(e, "gather_rows: index " + std::to_string(bad) + " (position 1) is outside [0, 10)"));
+    }
+    CHECK(ops::gather_rows(x, Tensor::from_vector(std::vector<std::int64_t>{9, 0}, {2}, dev)).shape() == Shape{2, 3});
+  });
+}
+
+TEST_CASE("copy_to_host into a null pointer is an error (was SIGSEGV); absurd thread counts are refused") {
+  const Tensor t = Tensor::ones({4});
+  CHECK(contains(error_or_type([&] { t.copy_to_host(nullptr, float32); }), "destination is a null pointer"));
+  Tensor::zeros({0}).copy_to_host(nullptr, float32);  // nothing to copy: fine
+  const int before = num_threads();
+  for (int n : {40000, 100000, std::numeric_limits<int>::max()})
+    CHECK(contains(error_or_type([&] { set_num_threads(n); }), "more than mpt allows"));
+  CHECK(num_threads() == before);
+  set_num_threads(max_threads());  // the limit itself is allowed
+  CHECK(num_threads() == max_threads());
+  set_num_threads(before);
+}
+
+TEST_CASE("OMP_NUM_THREADS=100000 is lowered to max_threads() with a warning when the library loads (was SIGSEGV)") {
+  // A child process: the environment is read when libmpt loads.
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::setenv("OMP_NUM_THREADS", "100000", 1);
+    std::string self = fs::read_symlink("/proc/self/exe").string();
+    ::execl(self.c_str(), self.c_str(), "-tc=*child: a parallel step*", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("child: a parallel step under an absurd OMP_NUM_THREADS") {
+  // Run by the test above with OMP_NUM_THREADS=100000 (and alone it is a plain small step).
+  CHECK(num_threads() <= max_threads());
+  auto m = small_mlp();
+  m->compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(64, 2);
+  CHECK(std::isfinite(m->fit(x, y, {.epochs = 1, .verbose = 0}).history["loss"].back()));
+}
+
+TEST_CASE("ModelCheckpoint format widths and precisions past any file name are mpt::Errors (were bad_alloc, UB)") {
+  ScratchDir dir("ckpt-format");
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(16, 3);
+  auto fit_with = [&](const std::string& name) {
+    auto m = small_mlp();
+    m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});
+    return error_or_type([&] {
+      m->fit(x, y, {.epochs = 1, .verbose = 0, .callbacks = {std::make_shared<callbacks::ModelCheckpoint>(dir / name)}});
+    });
+  };
+  CHECK(contains(fit_with("m-{epoch:99999999999999999999d}.weights.h5"), "width in format spec"));
+  CHECK(contains(fit_with("m-{epoch:1000000000000d}.weights.h5"), "is more than 255"));
+  CHECK(contains(fit_with("m-{epoch:.99999999999e}.weights.h5"), "precision in format spec"));
+  CHECK(fit_with("m-{epoch:03d}.weights.h5") == "(no error)");
+  CHECK(fs::exists(dir / "m-001.weights.h5"));
+}
+
+TEST_CASE("CSVLogger under a file-size limit and in a missing folder: mpt::Errors with the OS reason, no half row") {
+  ScratchDir dir("csv-limits");
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(16, 4);
+  auto fit_logging = [&](const std::string& path, int epochs) {
+    auto m = small_mlp();
+    m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy", .metrics = {"accuracy"}});
+    return error_or_type([&] {
+      m->fit(x, y, {.epochs = epochs, .verbose = 0, .callbacks = {std::make_shared<callbacks::CSVLogger>(path)}});
+    });
+  };
+  CHECK(contains(fit_logging(dir / "missing/log.csv", 1), "No such file or directory"));
+  const std::string path = dir / "log.csv";
+  fflush(nullptr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    set_num_threads(1);  // no OpenMP team in a forked child
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim {200, 200};  // the header and a few rows
+    setrlimit(RLIMIT_FSIZE, &lim);
+    int code = contains(fit_logging(path, 50), "File too large") ? 0 : 1;
+    // TensorBoard's event file under the same limit (standing in for a full disk).
+    auto m = small_mlp();
+    m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});
+    const std::string tb = error_or_type([&] {
+      m->fit(x, y, {.epochs = 50, .verbose = 0, .callbacks = {std::make_shared<callbacks::TensorBoard>(
+                                                     callbacks::TensorBoardOptions{.log_dir = dir / "tb", .histogram_freq = 1})}});
+    });
+    if (!contains(tb, "cannot write the event file") || !contains(tb, "File too large")) code |= 2;
+    _exit(code);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // bit 1: CSVLogger's message, 2: TensorBoard's
+  const std::vector<char> text = read_bytes(path);
+  REQUIRE(text.size() > 0);
+  CHECK(text.size() <= 200);
+  CHECK(text.back() == '\n');  // whole rows only
+  CHECK(std::count(text.begin(), text.end(), '\n') >= 2);  // the header and at least one row
+}
+
+TEST_CASE("saving to a legal 250-byte file name works: the temporary name always fits (was File name too long)") {
+  ScratchDir dir("long-name");
+  auto m = small_mlp();
+  m->build({8});
+  const std::string name = std::string(250 - std::string(".weights.h5").size(), 'w') + ".weights.h5";
+  REQUIRE(name.size() == 250);
+  CHECK(error_or_type([&] { m->save_weights(dir / name); }) == "(no error)");
+  CHECK(fs::exists(dir / name));
+  auto back = small_mlp();
+  back->build({8});
+  back->load_weights(dir / name);
+  CHECK(same_weights(*m, *back));
+  std::size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(dir.path)) entries += e.is_regular_file();
+  CHECK(entries == 1);  // no temporary file left
+}
+
+TEST_CASE("random_normal and random_uniform into an integer dtype are errors (were truncated values)") {
+  for (DType d : {int32, int64, uint8, bool_}) {
+    CHECK(contains(error_or_type([&] { Tensor::random_normal({4}, 0, 1, 1, d); }), "random_normal: dtype must be floating"));
+    CHECK(contains(error_or_type([&] { Tensor::random_uniform({4}, 0, 1, 1, d); }), "random_uniform: dtype must be floating"));
+  }
+  CHECK(Tensor::random_normal({4}, 0, 1, 1, bfloat16).dtype() == bfloat16);
+}
+
+TEST_CASE("fit prints an out-of-range int64 label exactly (was 9.22337e+18); device names parse strictly") {
+  auto m = small_mlp();
+  m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(4, 5);
+  std::vector<std::int64_t> labels{0, 1, std::numeric_limits<std::int64_t>::max(), 2};
+  const std::string e = error_or_type([&] { m->fit(x, Tensor::from_vector(labels, {4}), {.verbose = 0}); });
+  CHECK(contains(e, "label 9223372036854775807 of sample 2 is out of range [0, 4)"));
+  labels[2] = (std::int64_t{1} << 53) + 1;  // no double holds it
+  CHECK(contains(error_or_type([&] { m->fit(x, Tensor::from_vector(labels, {4}), {.verbose = 0}); }),
+                 "label 9007199254740993 of sample 2"));
+  for (const char* bad : {"cuda:99999999999999999999", "cuda:-1", "cuda:0abc", "cuda:", "gpu"})
+    CHECK(contains(error_or_type([&] { Device::parse(bad); }), std::string("got '") + bad + "'"));
+  CHECK(Device::parse("cuda:7").index == 7);
+}
+
+TEST_CASE("stop_training set in a batch stops after that batch, as Keras 3 does (was: the epoch finished)") {
+  auto m = small_mlp();
+  m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(64, 6);
+  std::int64_t batches = 0, epochs_ended = 0;
+  auto cb = std::make_shared<callbacks::LambdaCallback>();
+  cb->batch_end = [&](std::int64_t step, const Logs&) {
+    ++batches;
+    if (step == 2) m->stop_training = true;
+  };
+  cb->epoch_end = [&](int, const Logs&) { ++epochs_ended; };
+  History h = m->fit(x, y, {.batch_size = 8, .epochs = 3, .verbose = 0, .callbacks = {cb}});
+  CHECK(batches == 3);       // steps 0, 1, 2 of the 8 in an epoch
+  CHECK(epochs_ended == 1);  // the epoch still ends (its logs, on_epoch_end), and no other starts
+  CHECK(h.epoch.size() == 1);
+}
+
+TEST_CASE("fit of a model without trainable weights warns, as Keras does (was silent)") {
+  auto m = small_mlp();
+  m->build({8});
+  for (const Variable& v : m->variables()) v.set_trainable(false);
+  m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});
+  std::vector<std::string> warnings;
+  set_log_sink([&](LogLevel level, const std::string& message) {
+    if (level == LogLevel::warning) warnings.push_back(message);
+  });
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(16, 7);
+  m->fit(x, y, {.epochs = 1, .verbose = 0});
+  set_log_sink(nullptr);
+  REQUIRE(warnings.size() == 1);
+  CHECK(contains(warnings[0], "has no trainable weights"));
+}
+
+TEST_CASE("a .keras archive whose config.json is empty says so (was: not an mpt full checkpoint)") {
+  ScratchDir dir("empty-config");
+  auto m = small_mlp();
+  m->build({8});
+  const std::string good = dir / "m.keras", bad = dir / "bad.keras";
+  m->save(good);
+  const std::vector<char> zip = read_bytes(good);
+  write_bytes(bad, io::make_zip({{"metadata.json", io::zip_entry(zip, "metadata.json", good)},
+                                 {"config.json", {}},
+                                 {"model.weights.h5", io::zip_entry(zip, "model.weights.h5", good)}},
+                                bad));
+  CHECK(contains(error_or_type([&] { load_model(bad); }), "config.json is empty"));
+}
+
+namespace {
+/// A user layer whose config holds a float the user left NaN.
+class NanConfig : public Layer {
+ public:
+  explicit NanConfig(std::string name) : Layer("NanConfig", std::nullopt, std::move(name)) {}
+  Tensor call(const Tensor& x, bool) override { return x; }
+  nlohmann::json config() const override { return {{"alpha", std::nan("")}, {"beta", 1.5}}; }
+};
+}  // namespace
+
+TEST_CASE("a custom layer config holding NaN is refused at save, naming the layer and key (was a file that failed to load)") {
+  ScratchDir dir("nan-config");
+  Sequential m({layers::Input({4}), LayerRef(std::make_shared<NanConfig>("odd_layer"))});
+  m.build({4});
+  for (const std::string name : {"m.keras", "m.h5"}) {
+    const std::string e = error_or_type([&] { m.save(dir / name); });
+    CHECK(contains(e, "config.alpha'"));
+    CHECK(contains(e, "(of 'odd_layer')"));
+    CHECK(contains(e, "JSON cannot hold"));
+    CHECK_FALSE(fs::exists(dir / name));
+  }
+}
+
+namespace {
+/// A user metric: the mean of y_pred's first column.
+class FirstColumn : public metrics::Mean {
+ public:
+  FirstColumn() : Mean("first_column") {}
+  void update_state(const Tensor&, const Tensor& y_pred) override { update(ops::slice(y_pred, 1, 0, 1)); }
+  std::shared_ptr<metrics::Metric> clone() const override { return std::make_shared<FirstColumn>(); }
+};
+}  // namespace
+
+TEST_CASE("a model compiled with a custom metric instance is refused at save (was: saved, then evaluate failed)") {
+  ScratchDir dir("custom-metric");
+  Tensor x, y;
+  std::tie(x, y) = quadrant_data(16, 8);
+  auto m = small_mlp();
+  m->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy",
+              .metrics = {metrics::MetricArg(std::make_shared<FirstColumn>())}});
+  m->fit(x, y, {.epochs = 1, .verbose = 0});
+  for (const std::string name : {"m.keras", "m.h5"}) {
+    CHECK(contains(error_or_type([&] { m->save(dir / name); }), "metric 'first_column' is not a built-in metric"));
+    CHECK_FALSE(fs::exists(dir / name));
+  }
+  // Built-in instances and names still save, and the loaded model evaluates.
+  auto ok = small_mlp();
+  ok->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy",
+               .metrics = {metrics::MetricArg("accuracy"),
+                           metrics::MetricArg(metrics::SparseCategoricalAccuracy("sparse_categorical_accuracy"))}});
+  ok->fit(x, y, {.epochs = 1, .verbose = 0});
+  ok->save(dir / "ok.keras");
+  CHECK(load_model(dir / "ok.keras")->evaluate(x, y).count("sparse_categorical_accuracy") == 1);
 }

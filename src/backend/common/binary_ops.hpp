@@ -96,7 +96,8 @@ template <BinaryOp>
 inline constexpr bool kNoBinaryFormula = false;
 
 /// The op on two values of the compute type C (float, double, int64); comparisons give C(0) or
-/// C(1). Integer division by zero gives 0 (NumPy's result; ops check nothing per element).
+/// C(1). Integer division by zero gives 0 and INT_MIN / -1 gives INT_MIN (NumPy's results; ops
+/// check nothing per element); integer +, -, × wrap around.
 template <BinaryOp Op, class C>
 MPT_HOST_DEVICE inline C binary_apply(C x, C y) {
   if constexpr (Op == BinaryOp::Add) return exact::add(x, y);
@@ -104,7 +105,7 @@ MPT_HOST_DEVICE inline C binary_apply(C x, C y) {
   else if constexpr (Op == BinaryOp::Mul) return exact::mul(x, y);
   else if constexpr (Op == BinaryOp::Div) {
     if constexpr (std::is_floating_point_v<C>) return exact::div(x, y);
-    else return y == 0 ? C(0) : C(x / y);
+    else return y == 0 ? C(0) : y == C(-1) ? exact::neg(x) : C(x / y);  // MIN / -1 wraps to MIN
   } else if constexpr (Op == BinaryOp::Pow) {
     if constexpr (std::is_floating_point_v<C>) return fn::pow(x, y);
     else return trunc_to_int<C>(fn::pow(static_cast<double>(x), static_cast<double>(y)));

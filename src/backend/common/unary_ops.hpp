@@ -138,13 +138,31 @@ inline std::string activation_names() {
 // ---- arithmetic both backends round the same way -------------------------------------------
 namespace exact {
 template <class C>
+inline constexpr bool kWrapsAround = std::is_integral_v<C> && !std::is_same_v<C, bool>;
+// Integer +, -, × wrap around modulo 2^bits (NumPy's result, and no undefined behaviour on
+// overflow): computed modulo 2^64, then narrowed (modular since C++20).
+template <class C>
+MPT_HOST_DEVICE inline C wrap_add(C a, C b) {
+  return static_cast<C>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
+}
+template <class C>
+MPT_HOST_DEVICE inline C wrap_sub(C a, C b) {
+  return static_cast<C>(static_cast<std::uint64_t>(a) - static_cast<std::uint64_t>(b));
+}
+template <class C>
+MPT_HOST_DEVICE inline C wrap_mul(C a, C b) {
+  return static_cast<C>(static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(b));
+}
+template <class C>
 MPT_HOST_DEVICE inline C mul(C a, C b) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<C, float>) return __fmul_rn(a, b);
   else if constexpr (std::is_same_v<C, double>) return __dmul_rn(a, b);
+  else if constexpr (kWrapsAround<C>) return wrap_mul(a, b);
   else return a * b;
 #else
-  return a * b;
+  if constexpr (kWrapsAround<C>) return wrap_mul(a, b);
+  else return a * b;
 #endif
 }
 template <class C>
@@ -152,9 +170,11 @@ MPT_HOST_DEVICE inline C add(C a, C b) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<C, float>) return __fadd_rn(a, b);
   else if constexpr (std::is_same_v<C, double>) return __dadd_rn(a, b);
+  else if constexpr (kWrapsAround<C>) return wrap_add(a, b);
   else return a + b;
 #else
-  return a + b;
+  if constexpr (kWrapsAround<C>) return wrap_add(a, b);
+  else return a + b;
 #endif
 }
 template <class C>
@@ -162,9 +182,11 @@ MPT_HOST_DEVICE inline C sub(C a, C b) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<C, float>) return __fsub_rn(a, b);
   else if constexpr (std::is_same_v<C, double>) return __dsub_rn(a, b);
+  else if constexpr (kWrapsAround<C>) return wrap_sub(a, b);
   else return a - b;
 #else
-  return a - b;
+  if constexpr (kWrapsAround<C>) return wrap_sub(a, b);
+  else return a - b;
 #endif
 }
 template <class C>
@@ -176,6 +198,12 @@ MPT_HOST_DEVICE inline C div(C a, C b) {
 #else
   return a / b;
 #endif
+}
+/// -a; integers wrap (-INT64_MIN is INT64_MIN, as NumPy gives), floats flip the sign (-0 of +0).
+template <class C>
+MPT_HOST_DEVICE inline C neg(C a) {
+  if constexpr (kWrapsAround<C>) return wrap_sub(C(0), a);
+  else return -a;
 }
 MPT_HOST_DEVICE inline float sqrt(float v) {
 #if defined(__CUDA_ARCH__)
@@ -250,8 +278,8 @@ MPT_HOST_DEVICE inline C gelu_tanh_grad(C x) {
 template <UnaryOp Op, class C>
 MPT_HOST_DEVICE inline C unary_apply(C v, [[maybe_unused]] C p) {
   if constexpr (Op == UnaryOp::Linear) return v;
-  else if constexpr (Op == UnaryOp::Neg) return C(-v);
-  else if constexpr (Op == UnaryOp::Abs) return v < C(0) ? C(-v) : v;
+  else if constexpr (Op == UnaryOp::Neg) return exact::neg(v);
+  else if constexpr (Op == UnaryOp::Abs) return v < C(0) ? exact::neg(v) : v;
   else if constexpr (Op == UnaryOp::Square) return exact::mul(v, v);
   else if constexpr (Op == UnaryOp::Sign) return C((v > C(0)) - (v < C(0)));
   else if constexpr (Op == UnaryOp::Relu) return v > C(0) ? v : C(0);

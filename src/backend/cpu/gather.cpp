@@ -14,6 +14,10 @@ void CpuBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out
   const auto* src = static_cast<const char*>(x.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
   const auto* idx = indices.data<std::int64_t>();
+  const std::int64_t rows = x.shape()[0];
+  for (std::int64_t k = 0; k < count; ++k)  // one sequential pass: an index outside x is an error, never a read
+    MPT_CHECK(idx[k] >= 0 && idx[k] < rows, "gather_rows: index ", idx[k], " (position ", k, ") is outside [0, ",
+              rows, ") for x of ", rows, " rows");
   // Scattered rows are memory-latency bound: both threads help from a few hundred KB on.
   parallel_for(count, std::max<std::int64_t>(1, (std::int64_t{1} << 17) / static_cast<std::int64_t>(row)),
                [&](std::int64_t b, std::int64_t e) {
@@ -26,7 +30,10 @@ void CpuBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, Tens
   const std::int64_t count = indices.numel(), rows = out.shape()[0];
   const std::int64_t width = rows > 0 ? out.numel() / rows : 0;
   if (count == 0 || width == 0) return;
-  const auto* idx = indices.data<std::int64_t>();  // in range: ops checks them, as for gather_rows
+  const auto* idx = indices.data<std::int64_t>();
+  for (std::int64_t k = 0; k < count; ++k)  // ops checks the ids it scatters by; this is the last guard
+    MPT_CHECK(idx[k] >= 0 && idx[k] < rows, "scatter_add_rows: index ", idx[k], " (position ", k,
+              ") is outside [0, ", rows, ") for a table of ", rows, " rows");
   with_compute_type(out.dtype(), [&](auto c) {
     using C = decltype(c);
     C* o = out.data<C>();

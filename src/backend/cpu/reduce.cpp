@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/vector_types.hpp"
+#include "backend/common/unary_ops.hpp"  // exact::add: integer sums wrap around
 
 namespace mpt::cpu {
 namespace {
@@ -20,7 +21,7 @@ MPT_VECTOR_CLONES void combine_row(C* __restrict acc, const C* __restrict p, std
       for (std::int64_t j = 0; j < m; ++j) acc[j] = (p[j] < acc[j] || p[j] != p[j]) ? p[j] : acc[j];
       return;
     default:
-      for (std::int64_t j = 0; j < m; ++j) acc[j] = acc[j] + p[j];
+      for (std::int64_t j = 0; j < m; ++j) acc[j] = common::exact::add(acc[j], p[j]);  // integers wrap
   }
 }
 
@@ -38,7 +39,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor&
       switch (op) {
         case ReduceOp::Max: return (v > acc || v != v) ? v : acc;
         case ReduceOp::Min: return (v < acc || v != v) ? v : acc;
-        default: return C(acc + v);
+        default: return common::exact::add(acc, v);
       }
     };
     auto finish = [op, n](C acc) { return op == ReduceOp::Mean ? C(acc / C(n)) : acc; };

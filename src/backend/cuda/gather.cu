@@ -14,8 +14,8 @@ constexpr unsigned kThreads = 256;
 
 template <class W>
 __global__ void gather_rows_kernel(const W* x, const std::int64_t* indices, W* out, std::int64_t count,
-                                   std::int64_t row_words) {
-  gather_rows_body(this_thread(), x, indices, out, count, row_words);
+                                   std::int64_t row_words, std::int64_t rows) {
+  gather_rows_body(this_thread(), x, indices, out, count, row_words, rows);
 }
 
 template <class S, class C>
@@ -56,7 +56,7 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& ou
     const auto row_words = static_cast<std::int64_t>(row / sizeof(W));
     gather_rows_kernel<W><<<blocks_for(count * row_words, kThreads), kThreads, 0, stream(guard.index())>>>(
         static_cast<const W*>(x.data_ptr()), indices.data<std::int64_t>(), static_cast<W*>(out.data_ptr()), count,
-        row_words);
+        row_words, x.shape()[0]);
     check_launch("gather_rows");
   });
 }

@@ -169,14 +169,22 @@ void EventFileWriter::add_histogram(const std::string& tag, const Histogram& h, 
   write_event(e.SerializeAsString());
 }
 
+namespace {
+/// The OS's reason for the stream's failed write (errno, cleared before the write), if it gave one.
+std::string write_reason() { return errno != 0 ? std::strerror(errno) : "the stream refused the write"; }
+}  // namespace
+
 void EventFileWriter::write_event(const std::string& event_bytes) {
+  errno = 0;
   out_ << tfrecord(event_bytes);
-  if (!out_.good()) fail(owner_, ": cannot write the event file '", path_, "'");
+  out_.flush();  // a full disk shows here, at the event that did not fit, with its reason
+  if (!out_.good()) fail(owner_, ": cannot write the event file '", path_, "': ", write_reason());
 }
 
 void EventFileWriter::flush() {
+  errno = 0;
   out_.flush();
-  if (!out_.good()) fail(owner_, ": cannot write the event file '", path_, "'");
+  if (!out_.good()) fail(owner_, ": cannot write the event file '", path_, "': ", write_reason());
 }
 
 }  // namespace mpt::tensorboard

@@ -9,14 +9,16 @@
 
 namespace mpt::kernels {
 
-/// out row k = x row indices[k]; rows of row_words words.
+/// out row k = x row indices[k] of x's `rows` rows of row_words words; an index outside
+/// [0, rows) gives a row of zeros, never a read outside x (the CPU refuses such an index; ops
+/// checks the ids it gathers by, as Embedding does).
 template <class W>
 MPT_HOST_DEVICE void gather_rows_body(const Thread& t, const W* x, const std::int64_t* indices, W* out,
-                                      std::int64_t count, std::int64_t row_words) {
+                                      std::int64_t count, std::int64_t row_words, std::int64_t rows) {
   const std::int64_t total = count * row_words;
   for (std::int64_t u = t.global(); u < total; u += t.stride()) {
-    const std::int64_t k = u / row_words, w = u - k * row_words;
-    out[u] = x[indices[k] * row_words + w];
+    const std::int64_t k = u / row_words, w = u - k * row_words, i = indices[k];
+    out[u] = i >= 0 && i < rows ? x[i * row_words + w] : W{};
   }
 }
 

@@ -135,7 +135,7 @@ struct ReduceCombine {
     switch (op) {
       case ReduceOp::Max: return (v > acc || v != v) ? v : acc;
       case ReduceOp::Min: return (v < acc || v != v) ? v : acc;
-      default: return C(acc + v);
+      default: return common::exact::add(acc, v);  // integers wrap, as on the CPU
     }
   }
 };
