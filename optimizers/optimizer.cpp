@@ -87,6 +87,7 @@ ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const s
   MPT_CHECK(grads.size() == vars.size(), "optimizer '", name_, "': apply_gradients got ",
             grads.size(), " gradients for ", vars.size(), " variables");
   if (grads.empty()) return {};
+  check_variables(vars);
   NoGradGuard no_grad;
   std::vector<Tensor> g;
   std::vector<Variable> v;
@@ -210,7 +211,15 @@ Tensor& Optimizer::slot(const Variable& var, const std::string& slot_name) {
   return t->second;
 }
 
+void Optimizer::check_variables(const std::vector<Variable>& vars) const {
+  for (const Variable& v : vars)
+    MPT_CHECK(v.dtype() == float32 || is_half(v.dtype()), "optimizer '", name_, "': variable '", v.path(), "' is ",
+              to_string(v.dtype()), "; mpt's optimizers update float32 (and float16/bfloat16) variables: use the "
+              "float32 or a mixed policy for the model, or dtype float32 for that layer");
+}
+
 void Optimizer::build(const std::vector<Variable>& vars) {
+  check_variables(vars);
   const std::vector<std::string> names = slot_names();
   for (const Variable& v : vars)
     for (const std::string& n : names) (void)slot(v, n);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/common/binary_ops.hpp"  // trunc_to_int: the casts to integers both backends give
 #include "mpt/half.hpp"
 
 namespace mpt::detail {
@@ -46,6 +47,8 @@ template <class T> T from_double(double v) {
     return T(to_float_round_odd(v));
   else if constexpr (std::is_same_v<T, bool>)
     return v != 0.0;
+  else if constexpr (std::is_integral_v<T>)
+    return common::trunc_to_int<T>(v);  // NaN and out-of-range values defined (as x86 and the CUDA cast give)
   else
     return static_cast<T>(v);
 }
@@ -84,6 +87,10 @@ void convert(const void* src, DType sd, void* dst, DType dd, std::size_t n) {
         for (std::size_t i = 0; i < n; ++i) dp[i] = sp[i];
       } else if constexpr (std::is_same_v<S, double> && std::is_same_v<D, float>) {
         for (std::size_t i = 0; i < n; ++i) dp[i] = static_cast<float>(sp[i]);
+      } else if constexpr (std::is_integral_v<S> && std::is_integral_v<D> && !std::is_same_v<D, bool>) {
+        // Integer to integer directly: modulo 2^bits (NumPy's astype), never through a double
+        // that cannot hold every int64.
+        for (std::size_t i = 0; i < n; ++i) dp[i] = static_cast<D>(sp[i]);
       } else {
         for (std::size_t i = 0; i < n; ++i) dp[i] = from_double<D>(to_double(sp[i]));
       }

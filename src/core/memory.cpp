@@ -3,6 +3,7 @@
 // Raw memory and copies come from each device's backend.
 #include "mpt/memory.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,10 +37,25 @@ struct Pool {
   MemoryStats stats;
 };
 
-Pool& pool_for(Device device) {
+using Pools = std::array<Pool, kMaxCudaDevices + 2>;
+
+Pools& all_pools() {
   // Never destroyed: tensors in static storage may be freed after other statics, and the
   // cached blocks stay reachable (not leaks) for LeakSanitizer.
-  static auto* pools = new std::array<Pool, kMaxCudaDevices + 2>;
+  static Pools* pools = [] {
+    auto* p = new Pools;
+    // Fork-safe, as glibc's malloc is: no pool is locked by another thread at the fork, so a
+    // forked child (io::parse_guarded's) can allocate.
+    pthread_atfork([] { for (Pool& q : all_pools()) q.mutex.lock(); },
+                   [] { for (Pool& q : all_pools()) q.mutex.unlock(); },
+                   [] { for (Pool& q : all_pools()) q.mutex.unlock(); });
+    return p;
+  }();
+  return *pools;
+}
+
+Pool& pool_for(Device device) {
+  Pools* pools = &all_pools();
   MPT_CHECK(!device.is_cuda() || (device.index >= 0 && device.index < kMaxCudaDevices),
             "allocator: invalid device ", device.str());
   return (*pools)[device.is_cpu() ? 0 : device.is_test() ? 1 : device.index + 2];

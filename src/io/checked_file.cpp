@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "io/hdf5_file.hpp"
 #include "io/keras_zip.hpp"
 #include "mpt/error.hpp"
 
@@ -345,6 +346,10 @@ void parse_guarded(const std::vector<char>& bytes, const std::string& path, cons
   const bool stamped = bytes.size() >= kUserblockSize && magic_distance(p, sizeof kMagic) == 0;  // and verified
   if (stamped) return parse();
   constexpr int kSeconds = 10;
+  // No other thread of this process is inside libhdf5 while this one holds the HDF5 lock, so the
+  // child never inherits libhdf5's lock taken (a valid file called malformed after a hang);
+  // the child's copy of this thread's depth lets its parse take the scope without waiting.
+  const h5::ProcessScope hdf5_lock;
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   MPT_CHECK(pid >= 0, "'", path, "': cannot start the parse check: ", errno_text());

@@ -130,6 +130,11 @@ void Handle::close(const std::string& what) {
   check(closer_(id), what);
 }
 
+namespace {
+std::mutex g_process_lock;    // ProcessScope's
+thread_local int t_depth = 0;  // ProcessScopes held by this thread
+}  // namespace
+
 void init() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -392,8 +397,18 @@ std::optional<std::int64_t> Group::attr_int(const std::string& name) const {
   return v;
 }
 
+// ---- ProcessScope ---------------------------------------------------------------------------
+ProcessScope::ProcessScope() : held_(true) {
+  if (t_depth++ == 0) g_process_lock.lock();
+}
+
+ProcessScope::~ProcessScope() {
+  if (held_ && --t_depth == 0) g_process_lock.unlock();
+}
+
 // ---- File ---------------------------------------------------------------------------------
 File File::create(const std::string& path, std::size_t userblock, const std::string& display_name) {
+  const ProcessScope scope;  // before H5Fcreate; the File's own scope holds it after
   init();
   Handle fcpl = make_handle(H5Pcreate(H5P_FILE_CREATE), H5Pclose, "H5Pcreate");
   if (userblock > 0) check(H5Pset_userblock(fcpl.get(), userblock), "H5Pset_userblock");
@@ -403,6 +418,7 @@ File File::create(const std::string& path, std::size_t userblock, const std::str
 }
 
 File File::open_image(const std::vector<char>& bytes, const std::string& display_name) {
+  const ProcessScope scope;
   init();
   static std::atomic<std::uint64_t> counter{0};
   Handle fapl = make_handle(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate");

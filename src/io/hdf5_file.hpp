@@ -14,6 +14,22 @@
 
 namespace mpt::io::h5 {
 
+/// Holds the process's HDF5 lock for its lifetime: mpt's HDF5 work (every File, from before it
+/// opens to after it closes, and a guarded parse with its fork) runs one thread at a time, so
+/// no thread is inside libhdf5 when io::parse_guarded forks (a child forked then would inherit
+/// libhdf5's lock taken and hang). Reentrant on one thread (a depth count); movable.
+class ProcessScope {
+ public:
+  ProcessScope();
+  ProcessScope(ProcessScope&& o) noexcept : held_(std::exchange(o.held_, false)) {}
+  ProcessScope& operator=(ProcessScope&&) = delete;
+  ProcessScope(const ProcessScope&) = delete;
+  ~ProcessScope();
+
+ private:
+  bool held_ = false;
+};
+
 /// An owned hid_t, closed with the matching H5*close when it goes out of scope.
 class Handle {
  public:
@@ -94,7 +110,8 @@ class Group {
   std::string file_, path_;
 };
 
-class File : public Group {
+// ProcessScope first: taken before the file's handle exists, released after it is closed.
+class File : private ProcessScope, public Group {
  public:
   /// Creates (truncates) `path` with a `userblock` bytes userblock (0 or a power of 2 >= 512).
   static File create(const std::string& path, std::size_t userblock, const std::string& display_name);
@@ -104,7 +121,7 @@ class File : public Group {
   void close();
 
  private:
-  File(Handle h, std::string name) : Group(std::move(h), std::move(name), "/") {}
+  File(Handle h, std::string name) : ProcessScope(), Group(std::move(h), std::move(name), "/") {}
 };
 
 }  // namespace mpt::io::h5

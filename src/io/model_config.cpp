@@ -138,7 +138,8 @@ void check_metric_rebuildable(const metrics::Metric& metric) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
     return s;
   }();
-  const bool same = rebuilt && (lower == "accuracy" || lower == "acc" || typeid(*rebuilt) == typeid(metric));
+  const metrics::Metric* r = rebuilt.get();
+  const bool same = r && (lower == "accuracy" || lower == "acc" || typeid(*r) == typeid(metric));
   MPT_CHECK(same, "save: metric '", name, "' is not a built-in metric under a name load_model can rebuild it "
             "from (a custom metric, or a custom name); compile with a metric name "
             "(e.g. \"accuracy\", \"mae\") or use save_weights");

@@ -13,6 +13,7 @@ namespace mpt {
 
 /// The state of one fit call, shared by its epochs.
 struct Model::FitRun {
+  explicit FitRun(const FitOptions& options) : o(options) {}
   const FitOptions& o;
   Tensor x, y, vx, vy;  // training and validation data
   std::int64_t n = 0, steps = 0;

@@ -90,6 +90,10 @@ void Model::compile(CompileOptions o) {
   optimizer_ = o.optimizer.get();
   if (o.auto_scale_loss && policy_.name() == "mixed_float16" && !loss_scale_optimizer())
     optimizer_ = std::make_shared<mixed_precision::LossScaleOptimizer>(optimizer_);
+  // A built model's variables are checked now (float64 ones), not inside the first step.
+  const std::vector<LayerRef> model_layers = layers();  // a copy: one vector to iterate
+  if (std::all_of(model_layers.begin(), model_layers.end(), [](const LayerRef& l) { return l->built(); }))
+    optimizer_->check_variables(trainable_variables());
   metric_args_ = o.metrics;
   distribution_ = o.distribution;
   metrics_.clear(), val_metrics_.clear();

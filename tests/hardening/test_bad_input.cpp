@@ -545,3 +545,82 @@ TEST_CASE("a model compiled with a custom metric instance is refused at save (wa
   ok->save(dir / "ok.keras");
   CHECK(load_model(dir / "ok.keras")->evaluate(x, y).count("sparse_categorical_accuracy") == 1);
 }
+
+TEST_CASE("loading a foreign .weights.h5 while another thread saves weights never calls it malformed (was 2-3 of 40)") {
+  // A file without mpt's stamp (as Keras writes one) is parsed first in a forked child; a fork
+  // while another thread was inside libhdf5 left the child hanging on libhdf5's lock.
+  ScratchDir dir("hdf5-race");
+  auto m = small_mlp();
+  m->build({8});
+  m->save_weights(dir / "w.weights.h5");
+  std::vector<char> bytes = read_bytes(dir / "w.weights.h5");
+  std::fill(bytes.begin(), bytes.begin() + 64, 0);  // no mpt stamp: HDF5 finds its superblock at 512
+  write_bytes(dir / "foreign.weights.h5", bytes);
+  auto loader = small_mlp();
+  loader->build({8});
+  std::atomic<bool> stop{false};
+  std::atomic<int> saves{0};
+  std::thread saver([&] {
+    auto s = small_mlp();
+    s->build({8});
+    while (!stop) s->save_weights(dir / ("s" + std::to_string(saves++ % 2) + ".weights.h5"));
+  });
+  int failures = 0;
+  std::string first;
+  for (int k = 0; k < 40; ++k) {
+    const std::string e = error_or_type([&] { loader->load_weights(dir / "foreign.weights.h5"); });
+    if (e != "(no error)" && failures++ == 0) first = e;
+  }
+  stop = true;
+  saver.join();
+  CHECK_MESSAGE(failures == 0, first);
+  CHECK(saves > 0);
+  CHECK(same_weights(*m, *loader));
+}
+
+TEST_CASE("float64 variables with mpt's optimizers are refused at compile, naming the variable (was: inside the update)") {
+  {
+    PolicyScope scope("float64");  // a listed policy
+    Sequential m({layers::Input({8}), layers::Dense(4)});
+    for (const char* opt : {"adam", "sgd", "rmsprop", "adamw"})
+      CHECK(contains(error_or_type([&] { m.compile({.optimizer = opt, .loss = "mse"}); }),
+                     "variable 'dense/kernel' is float64"));
+  }
+  PolicyScope scope("mixed_float16");
+  Sequential m({layers::Input({8}), layers::Dense(4, {.dtype = "float64"}), layers::Dense(2)});
+  const std::string e = error_or_type([&] { m.compile({.optimizer = "adam", .loss = "mse"}); });
+  CHECK(contains(e, "is float64"));
+  CHECK(contains(e, "dtype float32 for that layer"));
+  // An unbuilt model is checked when fit builds the optimizer.
+  PolicyScope f64("float64");
+  Sequential lazy({layers::Dense(4)});
+  lazy.compile({.optimizer = "sgd", .loss = "mse"});
+  CHECK(contains(error_or_type([&] {
+          lazy.fit(Tensor::ones({4, 8}, float64), Tensor::ones({4, 4}, float64), {.verbose = 0});
+        }),
+        "is float64"));
+}
+
+TEST_CASE("NaN, inf and out-of-range floats convert to integers as x86 and the CUDA cast do (was undefined behaviour)") {
+  const std::vector<double> v{std::nan(""), INFINITY, -INFINITY, 1e30, -1e30, 3.9, -3.9};
+  const Tensor t = Tensor::from_vector(v, {7});
+  constexpr std::int64_t lo = std::numeric_limits<std::int64_t>::min();
+  CHECK(t.to_vector<std::int64_t>() == std::vector<std::int64_t>{lo, lo, lo, lo, lo, 3, -3});
+  constexpr std::int32_t lo32 = std::numeric_limits<std::int32_t>::min();
+  CHECK(t.to_vector<std::int32_t>() == std::vector<std::int32_t>{lo32, lo32, lo32, lo32, lo32, 3, -3});
+  for_each_device([&](Device dev) {
+    CHECK(ops::cast(t.to(dev), int64).to_vector<std::int64_t>() == std::vector<std::int64_t>{lo, lo, lo, lo, lo, 3, -3});
+  });
+}
+
+TEST_CASE("integer to integer conversions wrap modulo 2^bits and keep every int64 (were through a double)") {
+  const std::vector<std::int64_t> v{(std::int64_t{1} << 53) + 1, std::int64_t{1} << 31, -1, std::numeric_limits<std::int64_t>::max()};
+  const Tensor t = Tensor::from_vector(v, {4});
+  CHECK(t.to_vector<std::int64_t>() == v);
+  CHECK(t.to_vector<std::int32_t>() == std::vector<std::int32_t>{1, std::numeric_limits<std::int32_t>::min(), -1, -1});
+  CHECK(t.to_vector<std::uint8_t>() == std::vector<std::uint8_t>{1, 0, 255, 255});
+  for_each_device([&](Device dev) {
+    CHECK(ops::cast(t.to(dev), int32).to_vector<std::int32_t>() ==
+          std::vector<std::int32_t>{1, std::numeric_limits<std::int32_t>::min(), -1, -1});
+  });
+}

@@ -99,6 +99,10 @@ class Optimizer {
   /// allocates no more than later ones: fit calls it before its first step. Slots restored
   /// from a checkpoint are taken as at the first step; existing slots stay.
   virtual void build(const std::vector<Variable>& vars);
+  /// mpt::Error naming the first variable the fused updates cannot take (they update float32
+  /// and 16-bit variables; float64 ones are refused here, at compile and at build, rather than
+  /// inside a step).
+  void check_variables(const std::vector<Variable>& vars) const;
   /// The slots update_step creates for every variable under these options ("m", "v", ...);
   /// none by default (a custom optimizer's slots are then created at its first step).
   virtual std::vector<std::string> slot_names() const { return {}; }

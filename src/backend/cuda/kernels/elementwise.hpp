@@ -114,7 +114,8 @@ MPT_HOST_DEVICE inline D convert_value(S v) {
   else if constexpr (is_half_v<S> && is_half_v<D>) return ew::f32_to_half<D>(ew::half_to_f32(v));
   else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, double>) return ew::f32_to_f64(v);
   else if constexpr (std::is_same_v<S, double> && std::is_same_v<D, float>) return ew::f64_to_f32(v);
-  else if constexpr (std::is_integral_v<S> && std::is_same_v<D, std::int64_t>) return static_cast<std::int64_t>(v);  // exact
+  else if constexpr (std::is_integral_v<S> && std::is_integral_v<D> && !std::is_same_v<D, bool>)
+    return static_cast<D>(v);  // modulo 2^bits, as the CPU's convert (never through a double)
   else return ew::from_double<D>(ew::to_double(v));
 }
 
