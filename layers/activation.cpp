@@ -14,10 +14,7 @@ class ActivationLayer : public Layer {
   }
   Tensor call(const Tensor& x, bool) override { return ops::activation(x, activation_); }
   bool ends_in_softmax() const override { return activation_ == "softmax"; }
-  nlohmann::json config() const override {
-    if (class_name() == "ReLU") return {{"max_value", nullptr}, {"negative_slope", 0.0}, {"threshold", 0.0}};  // Keras's
-    return {{"activation", activation_}};
-  }
+  nlohmann::json config() const override { return {{"activation", activation_}}; }
 
  private:
   std::string activation_;
@@ -37,6 +34,47 @@ class SoftmaxLayer : public Layer {
   std::int64_t axis_;
 };
 
+class ReluLayer : public Layer {
+ public:
+  explicit ReluLayer(ReLUOptions o) : Layer("ReLU", o.dtype, o.name), o_(o) {
+    if (o_.max_value && !(*o_.max_value >= 0 && std::isfinite(*o_.max_value)))
+      error("max_value must be a finite number >= 0 (or none), got ", *o_.max_value);
+    if (!(o_.negative_slope >= 0) || !std::isfinite(o_.negative_slope))
+      error("negative_slope must be a finite number >= 0, got ", o_.negative_slope);
+    if (!(o_.threshold >= 0) || !std::isfinite(o_.threshold))
+      error("threshold must be a finite number >= 0, got ", o_.threshold);
+  }
+  // keras.activations.relu's formula, op for op.
+  Tensor call(const Tensor& x, bool) override {
+    const bool slope = o_.negative_slope != 0.0;
+    if (slope && !o_.max_value && o_.threshold == 0.0) return ops::leaky_relu(x, o_.negative_slope);
+    auto scalar = [&](double v) { return Tensor::scalar(v, x.dtype(), x.device()); };
+    Tensor negative_part;
+    if (slope) negative_part = ops::relu(o_.threshold != 0.0 ? ops::sub(scalar(o_.threshold), x) : ops::neg(x));
+    Tensor y;
+    bool clip = o_.max_value.has_value();
+    if (o_.threshold != 0.0) {
+      y = ops::mul(x, ops::cast(ops::greater(x, scalar(o_.threshold)), x.dtype()));
+    } else if (o_.max_value && *o_.max_value == 6.0) {
+      y = ops::relu6(x);
+      clip = false;
+    } else {
+      y = ops::relu(x);
+    }
+    if (clip) y = ops::minimum(ops::maximum(y, scalar(0.0)), scalar(*o_.max_value));
+    if (slope) y = ops::sub(y, ops::mul(scalar(o_.negative_slope), negative_part));
+    return y;
+  }
+  nlohmann::json config() const override {
+    return {{"max_value", o_.max_value ? nlohmann::json(*o_.max_value) : nlohmann::json(nullptr)},
+            {"negative_slope", o_.negative_slope},
+            {"threshold", o_.threshold}};
+  }
+
+ private:
+  ReLUOptions o_;
+};
+
 class LeakyReluLayer : public Layer {
  public:
   explicit LeakyReluLayer(LeakyReLUOptions o) : Layer("LeakyReLU", o.dtype, o.name), slope_(o.negative_slope) {
@@ -50,6 +88,13 @@ class LeakyReluLayer : public Layer {
 };
 
 const bool registered = [] {
+  register_layer("ReLU", [](const LayerConfig& c) {
+    return ReLU({.max_value = c.has("max_value") ? std::optional<double>(c.get_double("max_value")) : std::nullopt,
+                 .negative_slope = c.has("negative_slope") ? c.get_double("negative_slope") : 0.0,
+                 .threshold = c.has("threshold") ? c.get_double("threshold") : 0.0,
+                 .dtype = c.dtype,
+                 .name = c.name});
+  });
   register_layer("LeakyReLU", [](const LayerConfig& c) {
     // Keras 3 writes negative_slope; Keras 2 wrote alpha.
     const double slope = c.has("negative_slope") ? c.get_double("negative_slope")
@@ -66,7 +111,7 @@ LayerRef Activation(const std::string& activation, LayerOptions o) {
   return std::make_shared<ActivationLayer>(activation, std::move(o));
 }
 LayerRef Softmax(SoftmaxOptions o) { return std::make_shared<SoftmaxLayer>(std::move(o)); }
-LayerRef ReLU(LayerOptions o) { return std::make_shared<ActivationLayer>("relu", std::move(o), "ReLU"); }
+LayerRef ReLU(ReLUOptions o) { return std::make_shared<ReluLayer>(std::move(o)); }
 LayerRef LeakyReLU(LeakyReLUOptions o) { return std::make_shared<LeakyReluLayer>(std::move(o)); }
 
 }  // namespace mpt::layers

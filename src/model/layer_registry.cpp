@@ -33,7 +33,6 @@ std::map<std::string, LayerFactory> core_layers() {
   m["Softmax"] = [](const LayerConfig& c) {
     return layers::Softmax({.axis = c.has("axis") ? c.get_int("axis") : -1, .dtype = c.dtype, .name = c.name});
   };
-  m["ReLU"] = [](const LayerConfig& c) { return layers::ReLU({.dtype = c.dtype, .name = c.name}); };
   m["Flatten"] = [](const LayerConfig& c) { return layers::Flatten({.dtype = c.dtype, .name = c.name}); };
   m["Reshape"] = [](const LayerConfig& c) {
     return layers::Reshape(c.get_shape("target_shape"), {.dtype = c.dtype, .name = c.name});

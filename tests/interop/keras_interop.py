@@ -199,6 +199,22 @@ def main():
         subprocess.run([helper, "import_model", os.path.join(d, "keras.keras"), os.path.join(d, "inputs.f32"), out],
                        check=True)
         report("mpt predict after load_model(keras.keras)", read_f32(out, (N, OUT)), want)
+        # ReLU's options (MobileNet's ReLU6 and the rest): loaded as what they are, not as a plain
+        # ReLU (issue 27: a plain ReLU predicted up to 74 apart). Weights large enough to cap.
+        # clear_session: fresh layer names, whose config names then match Keras's weight paths (mpt
+        # still finds weights by config name: issue 27).
+        for relu_options in ({"max_value": 6.0}, {"max_value": 2.5, "negative_slope": 0.1, "threshold": 0.5}):
+            keras.backend.clear_session()
+            relu = keras.layers.ReLU(**relu_options)
+            kq = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(16), relu, keras.layers.Dense(OUT)])
+            kq.set_weights([w * 8 for w in kq.get_weights()])
+            kq.save(os.path.join(d, "keras_relu.keras"))
+            subprocess.run([helper, "import_model", os.path.join(d, "keras_relu.keras"), os.path.join(d, "inputs.f32"), out],
+                           check=True)
+            kwant = kq.predict(x, verbose=0)  # outputs in the hundreds: float32's tolerance relative to them
+            report(f"mpt predict after load_model(keras_relu.keras), ReLU({relu_options})", read_f32(out, (N, OUT)),
+                   kwant, tol=1e-6 * float(np.abs(kwant).max()))
+        keras.backend.clear_session()
         kr = residual_cnn()
         kr.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
         xi = np.random.default_rng(1).normal(size=(128, 8, 8, 3)).astype("float32")

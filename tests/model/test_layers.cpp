@@ -17,6 +17,9 @@ TEST_CASE("core layers through the layer harness") {
       {"Softmax", [] { return layers::Softmax(); }, {3, 4}, {3, 4}},
       {"Softmax axis 1", [] { return layers::Softmax({.axis = 1}); }, {2, 3, 4}, {2, 3, 4}},
       {"ReLU", [] { return layers::ReLU(); }, {3, 4}, {3, 4}, 0.1, 2},
+      {"ReLU max_value 6", [] { return layers::ReLU({.max_value = 6}); }, {3, 4}, {3, 4}, -3, 8},
+      {"ReLU max 2.5 slope 0.1 threshold 0.5",
+       [] { return layers::ReLU({.max_value = 2.5, .negative_slope = 0.1, .threshold = 0.5}); }, {3, 4}, {3, 4}, -2, 4},
       {"LeakyReLU", [] { return layers::LeakyReLU(); }, {3, 4}, {3, 4}},
       {"LeakyReLU 0.05", [] { return layers::LeakyReLU({.negative_slope = 0.05}); }, {3, 4}, {3, 4}},
       {"Activation relu6", [] { return layers::Activation("relu6"); }, {3, 4}, {3, 4}, -3, 8},
@@ -43,6 +46,34 @@ TEST_CASE("LeakyReLU is Keras's: slope 0.3 by default, negative slopes refused, 
   CHECK_THROWS_WITH_AS(layers::LeakyReLU({.negative_slope = -1}), doctest::Contains("negative_slope"), mpt::Error);
   LayerRef k2 = layer_from_config({"LeakyReLU", "lr", mixed_precision::Policy("float32"), true, {{"alpha", 0.1}}});
   CHECK(k2(x).to_vector<float>()[0] == doctest::Approx(-0.2));
+}
+
+TEST_CASE("ReLU is Keras's: max_value, negative_slope and threshold honoured, saved and loaded (was a plain ReLU)") {
+  mixed_precision::set_global_policy("float32");
+  Tensor x = Tensor::from_vector<float>({-2, -0.5f, 0.3f, 0.5f, 1, 3, 7}, {7});
+  auto near = [](const std::vector<float>& a, const std::vector<double>& b) {
+    bool ok = a.size() == b.size();
+    for (std::size_t i = 0; ok && i < a.size(); ++i) ok = std::fabs(a[i] - b[i]) <= 1e-6 * (1 + std::fabs(b[i]));
+    return ok;
+  };
+  CHECK(near(layers::ReLU()(x).to_vector<float>(), {0, 0, 0.3, 0.5, 1, 3, 7}));
+  CHECK(near(layers::ReLU({.max_value = 6})(x).to_vector<float>(), {0, 0, 0.3, 0.5, 1, 3, 6}));
+  // keras.layers.ReLU(max_value=2.5, negative_slope=0.1, threshold=0.5): x (x > 0.5), clipped to
+  // [0, 2.5], minus 0.1 relu(0.5 - x).
+  LayerRef odd = layers::ReLU({.max_value = 2.5, .negative_slope = 0.1, .threshold = 0.5});
+  CHECK(near(odd(x).to_vector<float>(), {-0.25, -0.1, -0.02, 0, 1, 2.5, 2.5}));
+  CHECK(near(layers::ReLU({.negative_slope = 0.2})(x).to_vector<float>(), {-0.4, -0.1, 0.3, 0.5, 1, 3, 7}));
+  CHECK(odd->config() == nlohmann::json{{"max_value", 2.5}, {"negative_slope", 0.1}, {"threshold", 0.5}});
+  CHECK(layers::ReLU()->config() == nlohmann::json{{"max_value", nullptr}, {"negative_slope", 0.0}, {"threshold", 0.0}});
+  // A Keras config (MobileNet's ReLU6) loads as what it is.
+  LayerRef relu6 = layer_from_config({"ReLU", "re_lu", mixed_precision::Policy("float32"), true,
+                                      {{"max_value", 6.0}, {"negative_slope", 0.0}, {"threshold", 0.0}}});
+  CHECK(near(relu6(x).to_vector<float>(), {0, 0, 0.3, 0.5, 1, 3, 6}));
+  LayerRef back = layer_from_config({"ReLU", "r", mixed_precision::Policy("float32"), true, odd->config()});
+  CHECK(back(x).to_vector<float>() == odd(x).to_vector<float>());
+  CHECK_THROWS_WITH_AS(layers::ReLU({.max_value = -1}), doctest::Contains("max_value"), mpt::Error);
+  CHECK_THROWS_WITH_AS(layers::ReLU({.negative_slope = -0.1}), doctest::Contains("negative_slope"), mpt::Error);
+  CHECK_THROWS_WITH_AS(layers::ReLU({.threshold = -1}), doctest::Contains("threshold"), mpt::Error);
 }
 
 TEST_CASE("RMSNormalization is Keras's: x / sqrt(mean(x^2) + eps) * scale") {

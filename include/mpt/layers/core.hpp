@@ -46,7 +46,17 @@ struct SoftmaxOptions {
   std::string name = "";
 };
 LayerRef Softmax(SoftmaxOptions options = {});
-LayerRef ReLU(LayerOptions options = {});
+
+/// Keras's ReLU layer: x for threshold <= x < max_value, max_value from max_value on, and
+/// negative_slope * (x - threshold) below the threshold (ReLU6: {.max_value = 6}).
+struct ReLUOptions {
+  std::optional<double> max_value = std::nullopt;  ///< no cap (Keras's None); else >= 0
+  double negative_slope = 0.0;                      ///< >= 0
+  double threshold = 0.0;                           ///< >= 0
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+LayerRef ReLU(ReLUOptions options = {});
 
 struct EmbeddingOptions {
   std::string embeddings_initializer = "uniform";  ///< Keras's default: RandomUniform(-0.05, 0.05)
