@@ -8,8 +8,8 @@ namespace {
 
 class ActivationLayer : public Layer {
  public:
-  ActivationLayer(std::string activation, LayerOptions o, const char* class_name = "Activation")
-      : Layer(class_name, o.dtype, o.name), activation_(std::move(activation)) {
+  ActivationLayer(std::string activation, LayerOptions o)
+      : Layer("Activation", o.dtype, o.name), activation_(std::move(activation)) {
     ops::check_activation(activation_);
   }
   Tensor call(const Tensor& x, bool) override { return ops::activation(x, activation_); }

@@ -48,13 +48,11 @@ template <class C> using M = typename Simd<C>::M;
 
 template <class C>
 [[gnu::always_inline]] inline V<C> vload(const C* p) {
-  V<C> v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
+  return load_lanes<V<C>>(p);
 }
 template <class C>
 [[gnu::always_inline]] inline void vstore(C* p, const V<C>& v) {
-  __builtin_memcpy(p, &v, sizeof v);
+  store_lanes(p, v);
 }
 /// x in every lane (a vector-scalar operation broadcasts: one instruction, not one per lane).
 template <class C>

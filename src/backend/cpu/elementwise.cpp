@@ -67,10 +67,7 @@ MPT_VECTOR_CLONES void gelu_block(const float* __restrict x, float* __restrict y
   using T = LaneOps::T;
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    T v;
-    __builtin_memcpy(&v, x + i, sizeof v);
-    const T r = common::gelu_f32<LaneOps>(v);
-    __builtin_memcpy(y + i, &r, sizeof r);
+    store_lanes(y + i, common::gelu_f32<LaneOps>(load_lanes<T>(x + i)));
   }
   for (; i < n; ++i) y[i] = common::unary_apply<UnaryOp::Gelu>(x[i], 0.f);
 }
@@ -80,11 +77,8 @@ MPT_VECTOR_CLONES void gelu_grad_block(const float* __restrict x, const float* _
   using T = LaneOps::T;
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    T v, d;
-    __builtin_memcpy(&v, x + i, sizeof v);
-    __builtin_memcpy(&d, dy + i, sizeof d);
-    const T r = d * common::gelu_grad_f32<LaneOps>(v);  // unary_grad's exact::mul(d, gelu_grad(a))
-    __builtin_memcpy(dx + i, &r, sizeof r);
+    // unary_grad's exact::mul(d, gelu_grad(a))
+    store_lanes(dx + i, load_lanes<T>(dy + i) * common::gelu_grad_f32<LaneOps>(load_lanes<T>(x + i)));
   }
   for (; i < n; ++i) dx[i] = common::unary_grad<UnaryOp::Gelu>(x[i], 0.f, dy[i], 0.f);
 }

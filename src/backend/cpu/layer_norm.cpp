@@ -21,9 +21,7 @@ template <class C> using L8 = typename Lanes8<C>::T;
 // Always inlined into their caller's clone.
 template <class C>
 [[gnu::always_inline]] inline L8<C> load8(const C* p) {
-  L8<C> v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
+  return load_lanes<L8<C>>(p);
 }
 template <class C>
 [[gnu::always_inline]] inline D8 widen(L8<C> v) { return __builtin_convertvector(v, D8); }

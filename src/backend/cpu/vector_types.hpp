@@ -23,6 +23,19 @@
 
 namespace mpt::cpu {
 
+/// A vector V of lanes read from p (unaligned), and written back: always inlined into the
+/// caller's clone, so a memcpy of one register's bytes, never a call.
+template <class V, class T>
+[[gnu::always_inline]] inline V load_lanes(const T* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V, class T>
+[[gnu::always_inline]] inline void store_lanes(T* p, const V& v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+
 /// 16 float32 lanes (one AVX-512 register in an avx512f clone) as common/float_math.hpp's
 /// operations policy: that file's formulas (exp, GELU) on lanes give the scalar formulas' bits,
 /// lane by lane, in files compiled without contraction.
