@@ -111,7 +111,10 @@ class BatchNormalizationLayer : public Layer {
 const bool registered = [] {
   register_layer("BatchNormalization", [](const LayerConfig& c) {
     BatchNormalizationOptions o{.dtype = c.dtype, .name = c.name};
-    if (c.has("axis")) o.axis = c.get_ints("axis").at(0);
+    if (c.has("axis")) o.axis = detail::one_axis(c, "axis");
+    c.expect("synchronized", false);  // one device per process: nothing to synchronize
+    c.expect("renorm", false);
+    c.has("renorm_momentum");  // used by renorm only
     if (c.has("momentum")) o.momentum = c.get_double("momentum");
     if (c.has("epsilon")) o.epsilon = c.get_double("epsilon");
     if (c.has("center")) o.center = c.get_bool("center");

@@ -24,4 +24,13 @@ inline IntPair pair_of(const LayerConfig& c, const std::string& key) {
   return v.size() == 1 ? IntPair(v[0]) : IntPair(v[0], v[1]);
 }
 
+/// One axis (or dimension), given as a number or a one-element list: Keras's axis=-1 and
+/// axis=[-1] are the same; several axes are refused, not cut to the first.
+inline std::int64_t one_axis(const LayerConfig& c, const std::string& key) {
+  auto v = c.get_ints(key);
+  MPT_CHECK(v.size() == 1, c.class_name, " '", c.name, "': ", key, " = ", c.at(key).dump(),
+            " is not supported by mpt's ", c.class_name, " (one ", key == "axis" ? "axis" : "entry", ")");
+  return v[0];
+}
+
 }  // namespace mpt::layers::detail

@@ -77,6 +77,8 @@ class Conv2DLayer : public Layer {
 
 const bool registered = [] {
   register_layer("Conv2D", [](const LayerConfig& c) {
+    c.expect("data_format", "channels_last");
+    c.expect("groups", 1);
     return Conv2D(c.get_int("filters"), detail::pair_of(c, "kernel_size"),
                   {.strides = c.has("strides") ? detail::pair_of(c, "strides") : IntPair(1),
                    .padding = c.get("padding", "valid"),

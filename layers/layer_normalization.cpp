@@ -46,7 +46,8 @@ class LayerNormalizationLayer : public Layer {
 const bool registered = [] {
   register_layer("LayerNormalization", [](const LayerConfig& c) {
     LayerNormalizationOptions o{.dtype = c.dtype, .name = c.name};
-    if (c.has("axis")) o.axis = c.get_ints("axis").at(0);
+    if (c.has("axis")) o.axis = detail::one_axis(c, "axis");
+    c.expect("rms_scaling", false);
     if (c.has("epsilon")) o.epsilon = c.get_double("epsilon");
     if (c.has("center")) o.center = c.get_bool("center");
     if (c.has("scale")) o.scale = c.get_bool("scale");

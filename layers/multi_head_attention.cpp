@@ -3,6 +3,7 @@
 // projection back to the query's features.
 #include <cmath>
 
+#include "config_values.hpp"
 #include "mpt/layers/attention.hpp"
 #include "mpt/nn_ops.hpp"
 #include "mpt/ops.hpp"
@@ -22,7 +23,7 @@ class MultiHeadAttentionLayer : public Layer {
         heads_(num_heads),
         key_dim_(key_dim),
         value_dim_(o.value_dim.value_or(key_dim)),
-        seed_(o.seed ? *o.seed : detail::next_seed()),
+        seed_(o.seed ? *o.seed : mpt::detail::next_seed()),
         o_(std::move(o)) {
     if (heads_ <= 0 || key_dim_ <= 0 || value_dim_ <= 0)
       error("num_heads, key_dim and value_dim must be positive, got ", heads_, ", ", key_dim_, " and ", value_dim_);
@@ -214,7 +215,7 @@ const bool registered = [] {
                                 .dtype = c.dtype,
                                 .name = c.name};
     if (c.has("value_dim")) o.value_dim = c.get_int("value_dim");
-    if (c.has("output_shape")) o.output_shape = c.get_ints("output_shape").at(0);
+    if (c.has("output_shape")) o.output_shape = detail::one_axis(c, "output_shape");
     if (c.has("seed")) o.seed = c.get_uint("seed");
     return MultiHeadAttention(c.get_int("num_heads"), c.get_int("key_dim"), std::move(o));
   });

@@ -56,6 +56,7 @@ class GlobalAveragePooling2DLayer : public Layer {
 };
 
 Pooling2DOptions pooling_options(const LayerConfig& c) {
+  c.expect("data_format", "channels_last");
   return {.strides = c.has("strides") ? std::optional<IntPair>(detail::pair_of(c, "strides"))
                                                                     : std::nullopt,
           .padding = c.get("padding", "valid"),
@@ -71,6 +72,7 @@ const bool registered = [] {
     return AveragePooling2D(c.has("pool_size") ? detail::pair_of(c, "pool_size") : IntPair(2), pooling_options(c));
   });
   register_layer("GlobalAveragePooling2D", [](const LayerConfig& c) {
+    c.expect("data_format", "channels_last");
     return GlobalAveragePooling2D(
         {.keepdims = c.has("keepdims") ? c.get_bool("keepdims") : false, .dtype = c.dtype, .name = c.name});
   });

@@ -1,5 +1,6 @@
 // RMSNormalization (Keras 3's keras.layers.RMSNormalization): x / sqrt(mean(x², last axis) + ε)
 // times a learned "scale", built from mpt::ops with float32 statistics under every policy.
+#include "config_values.hpp"
 #include "mpt/layers/normalization.hpp"
 #include "mpt/ops.hpp"
 
@@ -41,7 +42,7 @@ class RMSNormalizationLayer : public Layer {
 const bool registered = [] {
   register_layer("RMSNormalization", [](const LayerConfig& c) {
     RMSNormalizationOptions o{.dtype = c.dtype, .name = c.name};
-    if (c.has("axis")) o.axis = c.get_ints("axis").at(0);
+    if (c.has("axis")) o.axis = detail::one_axis(c, "axis");
     if (c.has("epsilon")) o.epsilon = c.get_double("epsilon");
     return RMSNormalization(std::move(o));
   });

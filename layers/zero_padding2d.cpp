@@ -32,6 +32,7 @@ class ZeroPadding2DLayer : public Layer {
 
 const bool registered = [] {
   register_layer("ZeroPadding2D", [](const LayerConfig& c) {
+    c.expect("data_format", "channels_last");
     Padding2D p;
     if (c.has("padding")) {
       // [[top, bottom], [left, right]], [h, w] or one number

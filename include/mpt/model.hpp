@@ -206,6 +206,7 @@ class Model {
   // Functional graph: input nodes, output tensors, nodes in execution order.
   std::vector<KerasTensor> inputs_, outputs_;
   std::vector<std::shared_ptr<FunctionalNode>> nodes_;
+  std::vector<LayerRef> layer_order_;  // a functional model's layers in Keras's order (map_graph)
   std::shared_ptr<optimizers::Optimizer> optimizer_;
   std::shared_ptr<losses::Loss> loss_;
   std::vector<metrics::MetricArg> metric_args_;
@@ -238,9 +239,16 @@ class Sequential : public Model {
   Shape input_shape_;
 };
 
-/// Rebuilds a model saved with Model::save, compiled and with its optimizer, loss-scale,
-/// epoch and random-generator state restored, so fit(..., {.initial_epoch = m->epoch()})
-/// continues exactly where the saved run stood.
-std::unique_ptr<Model> load_model(const std::string& filepath);
+/// Keras's load_model arguments.
+struct LoadModelOptions {
+  /// false: the model comes back uncompiled (no optimizer, loss or metrics are read, so a
+  /// compile config mpt cannot rebuild does not stop the load); compile it yourself.
+  bool compile = true;
+};
+
+/// Rebuilds a model saved with Model::save (or a Keras .keras archive), compiled and with its
+/// optimizer, loss-scale, epoch and random-generator state restored, so
+/// fit(..., {.initial_epoch = m->epoch()}) continues exactly where the saved run stood.
+std::unique_ptr<Model> load_model(const std::string& filepath, LoadModelOptions options = {});
 
 }  // namespace mpt

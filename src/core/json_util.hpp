@@ -1,8 +1,10 @@
 #pragma once
 // JSON through nlohmann-json for checkpoint configs: parsing with a nesting bound, and typed
 // reads whose mpt::Error names the file and key (nlohmann's own messages name neither).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -126,6 +128,22 @@ template <class J>
 const J& as_array(const J& v, const std::string& where) {
   MPT_CHECK(v.is_array(), where, ": expected an array, found ", v.type_name());
   return v;
+}
+
+/// Loads nothing silently (as Keras's from_config, which passes every field to a constructor):
+/// each entry of the config object `c` is one the reader honours, is null, or holds the value
+/// `inert` gives it (a field that changes nothing at that value); anything else is an
+/// mpt::Error naming `who` and the field.
+template <class J>
+void check_fields(const J& c, std::initializer_list<std::string_view> honoured, const J& inert, const std::string& who) {
+  if (!c.is_object()) return;
+  for (const auto& [k, v] : c.items()) {
+    if (v.is_null() || std::find(honoured.begin(), honoured.end(), k) != honoured.end()) continue;
+    const J* at_inert = inert.is_object() ? find(inert, k) : nullptr;
+    if (at_inert && *at_inert == v) continue;
+    fail(who, ": field ", k, " = ", v.dump(), " is not supported by mpt",
+         at_inert ? " (only " + at_inert->dump() + ")" : std::string(" (loading would drop it)"));
+  }
 }
 
 }  // namespace mpt::io

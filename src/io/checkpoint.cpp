@@ -79,7 +79,7 @@ void Model::save(const std::string& filepath) const {
 
 namespace {
 std::unique_ptr<Model> load_from(const std::vector<char>& bytes, const std::string& keras_config,
-                                 const std::string& filepath) {
+                                 const std::string& filepath, bool compile) {
   io::h5::File f = io::h5::File::open_image(bytes, filepath);
   const std::string w = "file '" + filepath + "'";
   const auto format = f.attr_string("mpt_format");
@@ -105,9 +105,11 @@ std::unique_ptr<Model> load_from(const std::vector<char>& bytes, const std::stri
 
   std::unique_ptr<Model> m = io::model_from_config(model_config, w + ", model_config");
   // mpt saved the optimizer compile made (no second wrapping); Keras saved compile's argument.
-  if (compile_config) io::compile_from_config(*m, *compile_config, w + ", compile_config", !mpt_file);
-  io::PendingState pending =
-      io::read_weights(f, *m, mpt_file ? io::OptimizerState::Required : io::OptimizerState::IfMatching);
+  if (compile_config && compile) io::compile_from_config(*m, *compile_config, w + ", compile_config", !mpt_file);
+  io::PendingState pending = io::read_weights(f, *m,
+                                              !compile   ? io::OptimizerState::Ignore
+                                              : mpt_file ? io::OptimizerState::Required
+                                                         : io::OptimizerState::IfMatching);
   if (!mpt_file) {
     pending.commit(*m);
     return m;
@@ -145,12 +147,12 @@ std::unique_ptr<Model> load_from(const std::vector<char>& bytes, const std::stri
 }
 }  // namespace
 
-std::unique_ptr<Model> load_model(const std::string& filepath) {
+std::unique_ptr<Model> load_model(const std::string& filepath, LoadModelOptions options) {
   try {
     std::string keras_config;
     std::vector<char> bytes = io::read_verified(filepath, &keras_config);
     std::unique_ptr<Model> m;
-    io::parse_guarded(bytes, filepath, [&] { m = load_from(bytes, keras_config, filepath); });
+    io::parse_guarded(bytes, filepath, [&] { m = load_from(bytes, keras_config, filepath, options.compile); });
     return m;
   } catch (const Error& e) {
     throw Error(std::string("load_model: ") + e.what());

@@ -65,6 +65,24 @@ Json layer_json(const Layer& l, bool keras_view) {
   return {{"module", "keras.layers"}, {"class_name", l.class_name()}, {"config", c}, {"registered_name", nullptr}};
 }
 
+/// A Keras initializer object as the name mpt's initialize() takes. mpt's initializers have
+/// Keras's default arguments; other arguments are refused, not dropped (a seed passes: it
+/// changes which random draw, not the distribution).
+std::string initializer_name(const Json& v, const std::string& w) {
+  const std::string cls = as_string(at(v, "class_name", w), w + ", class_name");
+  static const std::map<std::string, Json> defaults = {
+      {"RandomNormal", {{"mean", 0.0}, {"stddev", 0.05}}}, {"RandomUniform", {{"minval", -0.05}, {"maxval", 0.05}}}};
+  if (const Json* c = find(v, "config"); c && c->is_object())
+    for (const auto& [arg, value] : c->items()) {
+      if (arg == "seed" || value.is_null()) continue;
+      const auto d = defaults.find(cls);
+      const Json* want = d != defaults.end() ? find(d->second, arg) : nullptr;
+      MPT_CHECK(want && *want == value, w, ": initializer ", cls, " with ", arg, " = ", value.dump(),
+                " is not supported (mpt's initializers take Keras's default arguments)");
+    }
+  return to_snake_case(cls);
+}
+
 LayerConfig layer_config_from(const Json& v, const std::string& where) {
   LayerConfig c;
   c.class_name = as_string(at(v, "class_name", where), where + ", class_name");
@@ -79,7 +97,7 @@ LayerConfig layer_config_from(const Json& v, const std::string& where) {
     // Keras serializes initializers as {"module": "keras.initializers", "class_name": "GlorotUniform", ...}.
     const Json* module = find(val, "module");
     if (module && module->is_string() && *module == "keras.initializers" && find(val, "class_name"))
-      c.config[k] = to_snake_case(as_string(at(val, "class_name", w), w + ", " + k));
+      c.config[k] = initializer_name(val, w + ", " + k);
     else
       c.config[k] = nlohmann::json(val);
   }
@@ -111,6 +129,13 @@ std::shared_ptr<losses::Loss> loss_from(const Json& v, const std::string& w) {
   const Json* n = find(v, "name");                               // ... or {"class_name": ..., "config": ...}
   const std::string name = n ? as_string(*n, w + ", loss") : to_snake_case(as_string(at(v, "class_name", w), w + ", loss"));
   const Json& c = at(v, "config", w);
+  const Json inert = {{"reduction", "sum_over_batch_size"}, {"axis", -1}};
+  const std::string who = w + ", loss " + name;
+  if (name == "sparse_categorical_crossentropy")
+    check_fields(c, {"name", "from_logits", "ignore_class", "label_smoothing"}, inert, who);
+  else if (name == "categorical_crossentropy" || name == "binary_crossentropy")
+    check_fields(c, {"name", "from_logits", "label_smoothing"}, inert, who);
+  else check_fields(c, {"name"}, inert, who);
   losses::CrossentropyOptions o;
   if (const Json* f = find(c, "from_logits")) o.from_logits = as_bool(*f, w + ", from_logits");
   if (const Json* s = find(c, "label_smoothing")) o.label_smoothing = as_double(*s, w + ", label_smoothing");

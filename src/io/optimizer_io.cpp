@@ -68,12 +68,16 @@ LearningRate schedule_from_json(const Json& v, const std::string& where) {
   const std::string w = where + ", learning_rate";
   const std::string& cls = as_string(at(v, "class_name", w), w + ", class_name");
   const Json& c = at(v, "config", w);
-  if (cls == "ExponentialDecay")
+  const std::string who = w + " (" + cls + ")";
+  if (cls == "ExponentialDecay") {
+    check_fields(c, {"name", "initial_learning_rate", "decay_steps", "decay_rate", "staircase"}, Json::object(), who);
     return schedules::ExponentialDecay({.initial_learning_rate = num(c, "initial_learning_rate", w),
                                         .decay_steps = integer(c, "decay_steps", w),
                                         .decay_rate = num(c, "decay_rate", w),
                                         .staircase = as_bool(at(c, "staircase", w), w + ", staircase")});
+  }
   if (cls == "PiecewiseConstantDecay") {
+    check_fields(c, {"name", "boundaries", "values"}, Json::object(), who);
     std::vector<std::int64_t> b;
     std::vector<double> vals;
     for (const auto& x : as_array(at(c, "boundaries", w), w + ", boundaries")) b.push_back(as_int(x, w + ", boundaries"));
@@ -81,6 +85,8 @@ LearningRate schedule_from_json(const Json& v, const std::string& where) {
     return schedules::PiecewiseConstantDecay(b, vals);
   }
   if (cls == "CosineDecay") {
+    check_fields(c, {"name", "initial_learning_rate", "decay_steps", "alpha", "warmup_target", "warmup_steps"},
+                 Json::object(), who);
     const Json& t = at(c, "warmup_target", w);
     return schedules::CosineDecay({.initial_learning_rate = num(c, "initial_learning_rate", w),
                                    .decay_steps = integer(c, "decay_steps", w),
@@ -114,6 +120,22 @@ double get_double(const Json& c, const char* key, double fallback, const std::st
 bool get_bool(const Json& c, const char* key, bool fallback, const std::string& w) {
   const Json* v = find(c, key);
   return v ? as_bool(*v, w + ", " + key) : fallback;
+}
+
+/// Checks an optimizer config's fields: Keras's base arguments mpt honours, `own` (the class's),
+/// and the base arguments mpt does not implement yet, which pass only at values that change
+/// nothing (use_ema false, weight_decay 0, ...).
+void check_optimizer_fields(const Json& c, std::initializer_list<std::string_view> own, const std::string& w) {
+  std::vector<std::string_view> honoured{"name", "learning_rate", "clipnorm", "global_clipnorm", "clipvalue"};
+  honoured.insert(honoured.end(), own.begin(), own.end());
+  const Json* ema = find(c, "use_ema");
+  if (!ema || *ema == Json(false)) honoured.push_back("ema_momentum");  // used only with use_ema
+  const Json inert = {{"use_ema", false}, {"weight_decay", 0.0}, {"gradient_accumulation_steps", 1},
+                      {"is_legacy_optimizer", false}};
+  Json checked = Json::object();
+  for (const auto& [k, v] : c.items())
+    if (std::find(honoured.begin(), honoured.end(), k) == honoured.end()) checked[k] = v;
+  check_fields(checked, {}, inert, w);
 }
 
 template <class Options>
@@ -228,6 +250,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
   const std::string w = where + ", optimizer " + cls;
   const Json& c = at(v, "config", w);
   if (cls == "SGD") {
+    check_optimizer_fields(c, {"momentum", "nesterov"}, w);
     SGDOptions o;
     read_common(o, c, w);
     o.momentum = get_double(c, "momentum", o.momentum, w);
@@ -235,11 +258,13 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
     return std::make_shared<SGDOptimizer>(o);
   }
   if (cls == "Adam") {
+    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "amsgrad"}, w);
     AdamOptions o;
     read_adam(o, c, w);
     return std::make_shared<AdamOptimizer>(o);
   }
   if (cls == "AdamW") {
+    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "amsgrad", "weight_decay", "exclude_from_weight_decay"}, w);
     AdamWOptions o;
     read_adam(o, c, w);
     o.weight_decay = get_double(c, "weight_decay", o.weight_decay, w);
@@ -253,6 +278,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
     return adamw;
   }
   if (cls == "RMSprop") {
+    check_optimizer_fields(c, {"rho", "momentum", "epsilon", "centered"}, w);
     RMSpropOptions o;
     read_common(o, c, w);
     o.rho = get_double(c, "rho", o.rho, w);
@@ -262,6 +288,9 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
     return std::make_shared<RMSpropOptimizer>(o);
   }
   if (cls == "LossScaleOptimizer") {
+    check_fields(c, {"name", "inner_optimizer", "initial_scale", "dynamic_growth_steps", "dynamic", "hysteresis",
+                     "min_scale", "max_scale"},
+                 Json::object(), w);
     mixed_precision::LossScaleOptions o;
     o.initial_scale = get_double(c, "initial_scale", o.initial_scale, w);
     if (const Json* g = find(c, "dynamic_growth_steps")) o.dynamic_growth_steps = as_int(*g, w + ", dynamic_growth_steps");

@@ -173,6 +173,24 @@ void read_optimizer(const h5::File& f, const Model& model, PendingState& st, boo
   st.has_optimizer = true;
 }
 
+}  // namespace
+
+std::vector<std::string> object_paths(const std::vector<LayerRef>& layers) {
+  std::map<std::string, int> used;
+  std::vector<std::string> out;
+  for (const auto& l : layers) {
+    std::string cls = l->class_name();
+    if (const auto gt = cls.rfind('>'); gt != std::string::npos) cls = cls.substr(gt + 1);  // "package>Class"
+    std::string path = to_snake_case(cls);
+    auto [it, fresh] = used.emplace(path, 0);
+    if (!fresh) path += "_" + std::to_string(++it->second);
+    out.push_back(path);
+  }
+  return out;
+}
+
+namespace {
+
 /// A layer's variables by the Keras 3 sub-object that holds them ("" for the layer's own), each
 /// group's indices in variable order.
 std::map<std::string, std::vector<std::size_t>> variable_groups(const Layer& layer) {
@@ -187,13 +205,24 @@ PendingState read_keras3(const h5::File& f, const Model& model, OptimizerState o
   h5::Group lg = f.group("layers");
   std::vector<std::string> file_layers = lg.children();
   std::vector<std::string> used;
-  for (const auto& layer : model.layers()) {
+  const auto layers = model.layers();
+  const auto paths = object_paths(layers);
+  // Keras finds a layer's group by its object path; mpt files written before mpt followed
+  // Keras there keyed it by layer name, which is read back when the paths are not all present.
+  bool by_path = true, by_name = true;
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    if (!layers[i]->variables().empty()) {
+      by_path = by_path && lg.has_group(paths[i]);
+      by_name = by_name && lg.has_group(layers[i]->name());
+    }
+  for (std::size_t li = 0; li < layers.size(); ++li) {
+    const Layer* layer = layers[li].ptr().get();
     const auto vars = layer->variables();
     if (vars.empty()) continue;
-    const std::string& name = layer->name();
-    MPT_CHECK(lg.has_group(name), "file '", f.file_name(), "': layer '", name,
-              "' (", layer->class_name(), ", ", vars.size(), " variables) is not in the file; the file has layers: ",
-              join(file_layers));
+    const std::string name = by_path || !by_name ? paths[li] : layer->name();
+    MPT_CHECK(lg.has_group(name), "file '", f.file_name(), "': layer '", layer->name(), "' (", layer->class_name(),
+              ", ", vars.size(), " variables) is not in the file: Keras keeps it at layers/", name,
+              " (its class and position among the model's layers); the file has layers: ", join(file_layers));
     h5::Group layer_group = lg.group(name);
     for (const auto& [group, indices] : variable_groups(*layer)) {
       MPT_CHECK(group.empty() || layer_group.has_group(group), layer_group.where(group), ": missing; layer '", name,
@@ -212,7 +241,7 @@ PendingState read_keras3(const h5::File& f, const Model& model, OptimizerState o
         const Variable& v = vars[indices[j]];
         MPT_CHECK(vg.has_dataset(key), vg.where(key), ": missing variable ", j, " ('", v.name(), "') of layer '", name,
                   "'");
-        st.weights.emplace_back(v, read_for(vg, key, v, *layer, name));
+        st.weights.emplace_back(v, read_for(vg, key, v, *layer, "layers/" + name));
       }
     }
     used.push_back(name);
@@ -221,10 +250,11 @@ PendingState read_keras3(const h5::File& f, const Model& model, OptimizerState o
     if (std::find(used.begin(), used.end(), name) != used.end() || !lg.has_group(name)) continue;
     h5::Group g = lg.group(name);
     const std::size_t n = g.has_group("vars") ? g.group("vars").children().size() : 0;
-    MPT_CHECK(n == 0, "file '", f.file_name(), "': holds ", n, " variables for layer '", name,
-              "', which the model does not have (or has without variables); the model's layers: ", [&] {
+    MPT_CHECK(n == 0, "file '", f.file_name(), "': holds ", n, " variables at layers/", name,
+              ", which the model does not have (or has without variables); the model's layers: ", [&] {
                 std::vector<std::string> names;
-                for (const auto& l : model.layers()) names.push_back(l->name());
+                for (std::size_t i = 0; i < layers.size(); ++i)
+                  names.push_back(layers[i]->name() + " (layers/" + paths[i] + ")");
                 return join(names);
               }());
   }
@@ -281,11 +311,13 @@ PendingState read_legacy(const h5::File& f, const Model& model) {
 void write_keras3(const h5::Group& root, const Model& model, const SaveWeightsOptions& o) {
   {
     h5::Group lg = root.create_group("layers");
-    for (const auto& layer : model.layers()) {
-      MPT_CHECK(layer->name().find('/') == std::string::npos && !layer->name().empty() && layer->name() != "." &&
-                    layer->name() != "..",
-                "save_weights: layer name '", layer->name(), "' cannot be an HDF5 group name");
-      h5::Group layer_group = lg.create_group(layer->name());
+    const auto layers = model.layers();
+    const auto paths = object_paths(layers);
+    for (std::size_t li = 0; li < layers.size(); ++li) {
+      const LayerRef& layer = layers[li];
+      MPT_CHECK(!paths[li].empty(), "save_weights: layer class '", layer->class_name(),
+                "' gives no Keras object path");
+      h5::Group layer_group = lg.create_group(paths[li]);
       const auto vars = layer->variables();
       auto groups = variable_groups(*layer);
       groups.try_emplace("");  // every layer has its own vars group, as Keras writes it

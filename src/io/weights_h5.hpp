@@ -13,6 +13,10 @@
 namespace mpt::io {
 
 /// Keras 3's model.weights.h5: /layers/<name>/vars/<i>, /optimizer/vars/<i>, /vars.
+/// Keras 3's object path of each layer under /layers: its class in snake_case, with _1, _2, ...
+/// for the second, third, ... layer of that class in model.layers() order (saving_lib's
+/// _save_container_state), whatever the layers' names.
+std::vector<std::string> object_paths(const std::vector<LayerRef>& layers);
 void write_keras3(const h5::Group& root, const Model& model, const SaveWeightsOptions& options);
 /// Keras 2's legacy layout: root attributes layer_names, backend, keras_version; one group per
 /// layer with a weight_names attribute and datasets <layer>/<layer>/<var>:0.

@@ -1,5 +1,6 @@
 // The functional API: symbolic calls record FunctionalNodes (computing a one-example value to
 // build layers and learn shapes); Model(inputs, outputs) orders them and replays them on data.
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -24,6 +25,10 @@ KerasTensor Input(const Shape& shape, FunctionalInputOptions options) {
   s.insert(s.begin(), 1);
   return KerasTensor(node, Tensor::zeros(s, options.dtype));
 }
+
+namespace {
+std::vector<LayerRef> keras_order(const std::vector<KerasTensor>& outputs);
+}  // namespace
 
 KerasTensor LayerRef::operator()(const KerasTensor& x) const { return (*this)(std::vector<KerasTensor>{x}); }
 
@@ -77,16 +82,61 @@ Model::Model(const std::vector<KerasTensor>& inputs, const std::vector<KerasTens
     MPT_CHECK(out.defined(), "Model '", name, "': undefined output");
     visit(out.node());
   }
+  layer_order_ = keras_order(outputs);
   assign_layer_names();
 }
 
-std::vector<LayerRef> Model::layers() const {
+namespace {
+
+/// The layers in the order of Keras's Functional.layers (keras/src/ops/function.py map_graph):
+/// by depth from the outputs, deepest first, ties in first-visit order of a depth-first walk
+/// from the outputs. Keras names a model's weights by class and position in this list
+/// (layers/dense, layers/dense_1, ...), and lists its trainable variables, hence the optimizer's
+/// slots, in it: mpt keeps the same order so that .keras and .weights.h5 files match either way.
+std::vector<LayerRef> keras_order(const std::vector<KerasTensor>& outputs) {
+  // An "operation" is a layer, or the InputLayer of one Input node.
+  auto op_of = [](const FunctionalNode* n) -> const void* {
+    return n->layer ? static_cast<const void*>(n->layer.get()) : n;
+  };
+  std::map<const void*, std::size_t> op_index;
+  std::set<const FunctionalNode*> finished;
+  std::vector<const FunctionalNode*> by_decreasing_depth;
+  std::function<void(const FunctionalNode*)> walk = [&](const FunctionalNode* n) {
+    if (finished.count(n)) return;
+    op_index.emplace(op_of(n), op_index.size());
+    for (const auto& in : n->inputs) walk(in.node().get());
+    finished.insert(n);
+    by_decreasing_depth.push_back(n);
+  };
+  for (const auto& out : outputs) walk(out.node().get());
+  std::map<const FunctionalNode*, std::size_t> node_depth;
+  std::map<const void*, std::size_t> op_depth;
+  for (auto it = by_decreasing_depth.rbegin(); it != by_decreasing_depth.rend(); ++it) {
+    const FunctionalNode* n = *it;
+    std::size_t depth = std::max(node_depth[n], op_depth[op_of(n)]);
+    op_depth[op_of(n)] = depth;
+    node_depth[n] = depth;
+    for (const auto& in : n->inputs) {
+      std::size_t& d = node_depth[in.node().get()];
+      d = std::max(d, depth + 1);
+    }
+  }
+  std::map<const Layer*, std::shared_ptr<Layer>> layer_of;
+  for (const FunctionalNode* n : by_decreasing_depth)
+    if (n->layer) layer_of.emplace(n->layer.get(), n->layer);
+  std::vector<std::pair<const Layer*, std::shared_ptr<Layer>>> ops(layer_of.begin(), layer_of.end());
+  std::sort(ops.begin(), ops.end(), [&](const auto& a, const auto& b) {
+    const std::size_t da = op_depth.at(a.first), db = op_depth.at(b.first);
+    return da != db ? da > db : op_index.at(a.first) < op_index.at(b.first);
+  });
   std::vector<LayerRef> out;
-  std::set<const Layer*> seen;
-  for (const auto& n : nodes_)
-    if (seen.insert(n->layer.get()).second) out.push_back(LayerRef(n->layer));
+  for (const auto& [layer, ptr] : ops) out.emplace_back(ptr);
   return out;
 }
+
+}  // namespace
+
+std::vector<LayerRef> Model::layers() const { return layer_order_; }
 
 void Model::check_input(const Tensor& x) const {
   MPT_CHECK(x.defined(), "Model '", name_, "': undefined input");

@@ -1,9 +1,10 @@
 #include "mpt/layers/layer.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <algorithm>
 #include <cmath>
+#include <regex>
 
 #include "mpt/autograd.hpp"
 #include "mpt/ops.hpp"
@@ -83,19 +84,12 @@ std::string batch_shape_string(const Shape& per_example) {
 }
 
 std::string to_snake_case(const std::string& s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (std::isupper(static_cast<unsigned char>(c))) {
-      bool boundary = i > 0 && (std::islower(static_cast<unsigned char>(s[i - 1])) ||
-                                (i + 1 < s.size() && std::islower(static_cast<unsigned char>(s[i + 1])) &&
-                                 std::isupper(static_cast<unsigned char>(s[i - 1]))));
-      if (boundary) out += '_';
-      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    } else {
-      out += c;
-    }
-  }
+  // Keras's naming.to_snake_case, step for step, so that names and object paths match Keras's.
+  static const std::regex non_word(R"(\W+)"), word(R"((.)([A-Z][a-z]+))"), lower_upper(R"(([a-z])([A-Z]))");
+  std::string out = std::regex_replace(s, non_word, "");
+  out = std::regex_replace(out, word, "$1_$2");
+  out = std::regex_replace(out, lower_upper, "$1_$2");
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
 

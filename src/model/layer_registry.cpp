@@ -15,6 +15,9 @@ std::string where(const LayerConfig& c) { return "layer config of " + c.class_na
 std::map<std::string, LayerFactory> core_layers() {
   std::map<std::string, LayerFactory> m;
   m["InputLayer"] = [](const LayerConfig& c) {
+    c.expect("sparse", false);
+    c.expect("ragged", false);
+    c.expect("optional", false);
     Shape s = c.get_shape("batch_shape");
     if (!s.empty()) s.erase(s.begin());  // the batch dimension
     return layers::Input(s, {.name = c.name});
@@ -33,7 +36,10 @@ std::map<std::string, LayerFactory> core_layers() {
   m["Softmax"] = [](const LayerConfig& c) {
     return layers::Softmax({.axis = c.has("axis") ? c.get_int("axis") : -1, .dtype = c.dtype, .name = c.name});
   };
-  m["Flatten"] = [](const LayerConfig& c) { return layers::Flatten({.dtype = c.dtype, .name = c.name}); };
+  m["Flatten"] = [](const LayerConfig& c) {
+    c.expect("data_format", "channels_last");
+    return layers::Flatten({.dtype = c.dtype, .name = c.name});
+  };
   m["Reshape"] = [](const LayerConfig& c) {
     return layers::Reshape(c.get_shape("target_shape"), {.dtype = c.dtype, .name = c.name});
   };
@@ -60,11 +66,13 @@ std::string where(const LayerConfig& c, const std::string& key) { return where(c
 }  // namespace
 
 bool LayerConfig::has(const std::string& key) const {
+  read_.insert(key);
   const nlohmann::json* v = io::find(config, key);
   return v && !v->is_null();
 }
 
 const nlohmann::json& LayerConfig::at(const std::string& key) const {
+  read_.insert(key);
   const nlohmann::json* v = io::find(config, key);
   MPT_CHECK(v != nullptr, where(*this), ": missing entry '", key, "'");
   return *v;
@@ -104,6 +112,21 @@ std::vector<std::int64_t> LayerConfig::get_ints(const std::string& key) const {
   return get_shape(key);
 }
 
+void LayerConfig::expect(const std::string& key, const nlohmann::json& supported) const {
+  if (!has(key)) return;
+  const nlohmann::json& v = at(key);
+  MPT_CHECK(v == supported, class_name, " '", name, "': ", key, " = ", v.dump(), " is not supported by mpt's ",
+            class_name, " (only ", supported.dump(), ")");
+}
+
+std::vector<std::string> LayerConfig::unread() const {
+  std::vector<std::string> out;
+  if (config.is_object())
+    for (const auto& [k, v] : config.items())
+      if (!v.is_null() && !read_.count(k)) out.push_back(k);
+  return out;
+}
+
 void register_layer(const std::string& class_name, LayerFactory factory) {
   MPT_CHECK(!class_name.empty() && factory, "register_layer: needs a class name and a factory");
   std::lock_guard<std::mutex> lock(registry_mutex());
@@ -125,6 +148,15 @@ LayerRef layer_from_config(const LayerConfig& c) {
   }
   LayerRef layer = factory(c);
   MPT_CHECK(static_cast<bool>(layer), "load_model: the factory for '", c.class_name, "' returned no layer");
+  // As Keras's from_config, which passes every field to the constructor: a field the factory
+  // never looked at would be dropped, so the layer would compute something else.
+  if (const auto left = c.unread(); !left.empty()) {
+    std::string fields;
+    for (const auto& k : left) fields += (fields.empty() ? "" : ", ") + k + " = " + c.config[k].dump();
+    fail("load_model: ", c.class_name, " '", c.name, "': config field", left.size() > 1 ? "s " : " ", fields,
+         left.size() > 1 ? " are" : " is", " not supported by mpt's ", c.class_name,
+         " (loading would drop ", left.size() > 1 ? "them" : "it", " and compute something else)");
+  }
   if (layer->name() != c.name) layer->set_name(c.name);
   if (!(layer->dtype_policy() == c.dtype)) layer->set_dtype_policy(c.dtype);
   if (!c.trainable) layer->set_trainable(false);

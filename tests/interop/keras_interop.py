@@ -44,17 +44,16 @@ def mlp(dtype=None):
 
 
 def residual_cnn():
-    """The functional residual CNN of keras_interop_helper's residual_cnn(). Layer names are
-    given so that they equal the weight paths Keras derives from class names (mpt loads
-    weights by layer name)."""
+    """The functional residual CNN of keras_interop_helper's residual_cnn(), with the names
+    Keras gives (conv2d_3, ... when built after other layers): weights go by object path."""
     inp = keras.Input((8, 8, 3))
-    x = keras.layers.Conv2D(4, 3, padding="same", name="conv2d")(inp)
-    x = keras.layers.BatchNormalization(name="batch_normalization")(x)
-    x = keras.layers.ReLU(name="re_lu")(x)
-    y = keras.layers.Conv2D(4, 3, padding="same", name="conv2d_1")(x)
-    z = keras.layers.Add(name="add")([x, y])
-    z = keras.layers.GlobalAveragePooling2D(name="global_average_pooling2d")(z)
-    out = keras.layers.Dense(5, activation="softmax", name="dense")(z)
+    x = keras.layers.Conv2D(4, 3, padding="same")(inp)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.ReLU()(x)
+    y = keras.layers.Conv2D(4, 3, padding="same")(x)
+    z = keras.layers.Add()([x, y])
+    z = keras.layers.GlobalAveragePooling2D()(z)
+    out = keras.layers.Dense(5, activation="softmax")(z)
     return keras.Model(inp, out, name="residual")
 
 
@@ -70,6 +69,15 @@ def gpt():
     a = keras.layers.MultiHeadAttention(2, 8)(h, h, attention_mask=mask, use_causal_mask=True)
     h = keras.layers.LayerNormalization()(keras.layers.Add()([h, a]))
     return keras.Model([ids, mask], keras.layers.Dense(VOCAB)(h), name="gpt")
+
+
+def crossed(names):
+    """out = Add([c(x), b(a(x))]) named a, b, c = names; Keras lists its layers a, c, b."""
+    x = keras.Input((4,), name="features")
+    ya = keras.layers.Dense(3, name=names[0])(x)
+    yb = keras.layers.Dense(4, name=names[1])(ya)
+    yc = keras.layers.Dense(4, activation="relu", name=names[2])(x)
+    return keras.Model(x, keras.layers.Add()([yc, yb]))
 
 
 def read_f32(path, shape):
@@ -150,6 +158,19 @@ def main():
         report("Keras predict after load_model(mpt_residual.keras)", kr.predict(ximg, verbose=0),
                read_f32(os.path.join(d, "preds_residual.f32"), (N, 5)))
 
+        # User-chosen layer names, in a graph whose Keras order (a, c, b) is not its call order.
+        x4 = read_f32(os.path.join(d, "inputs4.f32"), (N, 4))
+        want4 = read_f32(os.path.join(d, "preds_crossed.f32"), (N, 4))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kx = keras.saving.load_model(os.path.join(d, "mpt_crossed.keras"))
+        print("  Keras load_model(mpt_crossed.keras): " + ", ".join(l.name for l in kx.layers))
+        report("Keras predict after load_model(mpt_crossed.keras)", kx.predict(x4, verbose=0), want4)
+        kx2 = crossed(["p", "q", "r"])  # other names: weights go by object path
+        kx2.load_weights(os.path.join(d, "mpt_crossed.weights.h5"))
+        report("Keras predict after load_weights(mpt_crossed.weights.h5), other names", kx2.predict(x4, verbose=0),
+               want4)
+
         # A token model with causal MultiHeadAttention and a mask input (the call's kwargs).
         subprocess.run([helper, "gpt_export", d], check=True)
         ids = read_f32(os.path.join(d, "gpt_ids.f32"), (N, T)).astype("int32")
@@ -199,12 +220,35 @@ def main():
         subprocess.run([helper, "import_model", os.path.join(d, "keras.keras"), os.path.join(d, "inputs.f32"), out],
                        check=True)
         report("mpt predict after load_model(keras.keras)", read_f32(out, (N, OUT)), want)
+        # A model built second in the session: its config names (dense_3, ...) are not its weight
+        # paths (dense, ...); mpt follows the paths, as Keras does.
+        keras.layers.Dense(1)  # takes the name "dense", as a model built before would
+        k2 = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(64, activation="relu"),
+                               keras.layers.Dense(32, activation="tanh"), keras.layers.Dense(OUT),
+                               keras.layers.Activation("softmax")])
+        k2.set_weights([w * 0.5 for w in k.get_weights()])
+        assert k2.layers[0].name != "dense", k2.layers[0].name
+        k2.save(os.path.join(d, "keras_second.keras"))
+        subprocess.run([helper, "import_model", os.path.join(d, "keras_second.keras"), os.path.join(d, "inputs.f32"),
+                        out], check=True)
+        report(f"mpt predict after load_model(keras_second.keras), layers named {k2.layers[0].name}, ...",
+               read_f32(out, (N, OUT)), k2.predict(x, verbose=0))
+        # User-chosen names in Keras's crossed graph: .keras and .weights.h5 into mpt's own names.
+        kx3 = crossed(["alpha", "beta", "gamma"])
+        rng = np.random.default_rng(4)
+        kx3.set_weights([rng.uniform(-1, 1, w.shape).astype("float32") for w in kx3.get_weights()])
+        kx3.save(os.path.join(d, "keras_crossed.keras"))
+        kx3.save_weights(os.path.join(d, "keras_crossed.weights.h5"))
+        want4 = kx3.predict(x4, verbose=0)
+        subprocess.run([helper, "import_model", os.path.join(d, "keras_crossed.keras"), os.path.join(d, "inputs4.f32"),
+                        out, "4"], check=True)
+        report("mpt predict after load_model(keras_crossed.keras)", read_f32(out, (N, 4)), want4)
+        subprocess.run([helper, "crossed_import", os.path.join(d, "keras_crossed.weights.h5"),
+                        os.path.join(d, "inputs4.f32"), out], check=True)
+        report("mpt predict after load_weights(keras_crossed.weights.h5), mpt's names", read_f32(out, (N, 4)), want4)
         # ReLU's options (MobileNet's ReLU6 and the rest): loaded as what they are, not as a plain
         # ReLU (issue 27: a plain ReLU predicted up to 74 apart). Weights large enough to cap.
-        # clear_session: fresh layer names, whose config names then match Keras's weight paths (mpt
-        # still finds weights by config name: issue 27).
         for relu_options in ({"max_value": 6.0}, {"max_value": 2.5, "negative_slope": 0.1, "threshold": 0.5}):
-            keras.backend.clear_session()
             relu = keras.layers.ReLU(**relu_options)
             kq = keras.Sequential([keras.Input((IN,)), keras.layers.Dense(16), relu, keras.layers.Dense(OUT)])
             kq.set_weights([w * 8 for w in kq.get_weights()])
@@ -214,7 +258,6 @@ def main():
             kwant = kq.predict(x, verbose=0)  # outputs in the hundreds: float32's tolerance relative to them
             report(f"mpt predict after load_model(keras_relu.keras), ReLU({relu_options})", read_f32(out, (N, OUT)),
                    kwant, tol=1e-6 * float(np.abs(kwant).max()))
-        keras.backend.clear_session()
         kr = residual_cnn()
         kr.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
         xi = np.random.default_rng(1).normal(size=(128, 8, 8, 3)).astype("float32")

@@ -65,6 +65,16 @@ std::unique_ptr<mpt::Model> gpt() {
   return std::make_unique<mpt::Model>(std::vector{ids, mask}, std::vector{layers::Dense(kVocab)(h)}, "gpt");
 }
 
+/// out = Add([c(x), b(a(x))]) with user-chosen names: Keras orders its layers a, c, b and keeps
+/// their weights at layers/dense, dense_1, dense_2 whatever the names.
+std::unique_ptr<mpt::Model> crossed() {
+  auto in = mpt::Input({4}, {.name = "features"});
+  auto a = layers::Dense(3, {.name = "encoder"})(in);
+  auto b = layers::Dense(4, {.name = "decoder"})(a);
+  auto c = layers::Dense(4, {.activation = "relu", .name = "skip"})(in);
+  return std::make_unique<mpt::Model>(in, layers::Add({.name = "merge"})({c, b}), "crossed");
+}
+
 void write_f32(const std::string& path, const mpt::Tensor& t) {
   auto v = t.to(mpt::float32).to_vector<float>();
   std::ofstream out(path, std::ios::binary);
@@ -147,6 +157,14 @@ int run(int argc, char** argv) {
     mpt::Tensor inputs_img = mpt::Tensor::random_uniform({kSamples, 8, 8, 3}, -2, 2, 14);
     write_f32(dir + "/inputs_img.f32", inputs_img);
     write_f32(dir + "/preds_residual.f32", r->predict(inputs_img));
+    // User-chosen names: Keras finds the weights by object path, in .keras and .weights.h5 alike.
+    mpt::set_random_seed(31);
+    auto k = crossed();
+    k->save(dir + "/mpt_crossed.keras");
+    k->save_weights(dir + "/mpt_crossed.weights.h5");
+    mpt::Tensor inputs4 = mpt::Tensor::random_uniform({kSamples, 4}, -2, 2, 15);
+    write_f32(dir + "/inputs4.f32", inputs4);
+    write_f32(dir + "/preds_crossed.f32", k->predict(inputs4));
     std::cout << "exported to " << dir << " (optimizer iterations " << m->optimizer().iterations() << ")\n";
     return 0;
   }
@@ -154,6 +172,12 @@ int run(int argc, char** argv) {
     auto m = mlp();
     m->load_weights(argv[2]);
     write_f32(argv[4], m->predict(read_f32(argv[3], {kSamples, kIn})));
+    return 0;
+  }
+  if (mode == "crossed_import" && argc == 5) {
+    auto m = crossed();
+    m->load_weights(argv[2]);
+    write_f32(argv[4], m->predict(read_f32(argv[3], {kSamples, 4})));
     return 0;
   }
   if (mode == "import_model" && argc >= 5) {

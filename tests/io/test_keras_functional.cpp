@@ -1,8 +1,11 @@
 // Functional models in .keras archives: Keras 3's functional config (layers with inbound_nodes,
-// input_layers, output_layers) in config.json, and the same graph rebuilt by load_model.
+// input_layers, output_layers) in config.json, and the same graph rebuilt by load_model;
+// Keras's object paths and layer order in weights files, load_model(compile = false), and
+// configs that load nothing silently (every field honoured or refused naming it).
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint_util.hpp"
+#include "io/hdf5_file.hpp"
 #include "io/keras_zip.hpp"
 #include "io/model_config.hpp"
 
@@ -174,4 +177,228 @@ TEST_CASE("damaged functional configs give mpt::Error naming the key") {
   CHECK(contains(error_of([] { io::parse_json("{\"a\": [1, 2", "cfg.json"); }), "cfg.json: malformed JSON"));
   CHECK(contains(error_of([] { io::parse_json(std::string(1000, '[') + std::string(1000, ']'), "deep"); }), "deeper than 64"));
   CHECK(contains(error_of([] { io::model_from_config(io::Json::array(), "test"); }), "test: expected an object"));
+}
+
+namespace {
+
+/// out = Add([c(in), b(a(in))]): Keras lists its layers a, c, b, add (map_graph: by depth from
+/// the outputs, ties in first-visit order), while a depth-first call order gives c, a, b.
+std::unique_ptr<Model> crossed(const std::string& a, const std::string& b, const std::string& c) {
+  auto in = mpt::Input({4}, {.name = "x"});
+  auto ya = layers::Dense(3, {.name = a})(in);
+  auto yb = layers::Dense(4, {.name = b})(ya);
+  auto yc = layers::Dense(4, {.activation = "relu", .name = c})(in);
+  return std::make_unique<Model>(in, layers::Add()({yc, yb}), "crossed");
+}
+
+std::vector<std::string> names_of(const Model& m) {
+  std::vector<std::string> out;
+  for (const auto& l : m.layers()) out.push_back(l->name());
+  return out;
+}
+
+std::vector<std::string> groups_in(const std::string& path) {
+  const auto bytes = read_bytes(path);
+  io::h5::File f = io::h5::File::open_image(bytes, path);
+  return f.group("layers").children();
+}
+
+}  // namespace
+
+TEST_CASE("a functional model lists its layers in Keras's order (map_graph), not its call order") {
+  auto mp = crossed("a", "b", "c");
+  const Model& m = *mp;
+  CHECK(names_of(m) == std::vector<std::string>{"a", "c", "b", "add"});
+  // The trainable variables, hence the optimizer slots Keras lists, follow the same order.
+  std::vector<std::string> vars;
+  for (const auto& v : m.trainable_variables()) vars.push_back(v.path());
+  CHECK(vars == std::vector<std::string>{"a/kernel", "a/bias", "c/kernel", "c/bias", "b/kernel", "b/bias"});
+}
+
+TEST_CASE("weights files keep layers at Keras's object paths, so any names load") {
+  for_each_device([](Device dev) {
+    PolicyDeviceScope scope("float32", dev);
+    ScratchDir dir("keras-paths");
+    set_random_seed(3);
+    auto saved_p = crossed("first", "second", "third");
+    Model& saved = *saved_p;
+    const std::string path = dir / "m.weights.h5";
+    saved.save_weights(path);
+    // Keras's paths: class in snake_case, numbered by position in model.layers(); names play no part.
+    CHECK(groups_in(path) == std::vector<std::string>{"add", "dense", "dense_1", "dense_2"});
+
+    set_random_seed(4);
+    auto other_p = crossed("p", "q", "r");  // other names, other initial values
+    Model& other = *other_p;
+    REQUIRE(!same_weights(saved, other));
+    other.load_weights(path);
+    CHECK(same_weights(saved, other));
+    Tensor x = Tensor::random_uniform({5, 4}, -1, 1, 8, float32, dev);
+    CHECK(bits_of(other.predict(x)) == bits_of(saved.predict(x)));
+
+    // A model whose layers differ at a path is refused naming the path, not loaded crosswise.
+    auto in = mpt::Input({4});
+    auto h = layers::Dense(3)(in);
+    Model wrong(in, layers::Dense(5)(h), "wrong");
+    const std::string e = error_of([&] { wrong.load_weights(path); });
+    CHECK(contains(e, "layers/dense_1"));
+    CHECK_MESSAGE(contains(e, "expected shape (3, 5), found (4, 4)"), e);
+  });
+}
+
+TEST_CASE("weights files written by layer name (mpt before object paths) still load") {
+  ScratchDir dir("keras-paths-old");
+  set_random_seed(5);
+  auto saved_p = crossed("first", "second", "third");
+  const Model& saved = *saved_p;
+  const std::string path = dir / "old.weights.h5";
+  {
+    io::h5::File f = io::h5::File::create(path, 0, path);
+    io::h5::Group lg = f.create_group("layers");
+    for (const auto& l : saved.layers()) {
+      io::h5::Group vg = lg.create_group(l->name()).create_group("vars");
+      const auto vars = l->variables();
+      for (std::size_t i = 0; i < vars.size(); ++i) vg.write(std::to_string(i), vars[i].value());
+    }
+    f.create_group("vars");
+    f.close();
+  }
+  set_random_seed(6);
+  auto other_p = crossed("first", "second", "third");
+  Model& other = *other_p;
+  REQUIRE(!same_weights(saved, other));
+  other.load_weights(path);
+  CHECK(same_weights(saved, other));
+}
+
+TEST_CASE("load_model(path, {.compile = false}) gives the uncompiled model with its weights") {
+  ScratchDir dir("keras-nocompile");
+  set_random_seed(7);
+  auto mp = crossed("a", "b", "c");
+  Model& m = *mp;
+  m.compile({.optimizer = optimizers::Adam(), .loss = "mse"});
+  Tensor x = Tensor::random_uniform({6, 4}, -1, 1, 9);
+  m.fit(x, Tensor::random_uniform({6, 4}, -1, 1, 10), {.batch_size = 3, .epochs = 1, .verbose = 0});
+  for (const std::string name : {"m.h5", "m.keras"}) {
+    CAPTURE(name);
+    const std::string path = dir / name;
+    const std::string e = error_of([&] { m.save(path); });
+    if (contains(e, "without libzip")) continue;
+    REQUIRE(e == "(no error)");
+    auto loaded = load_model(path, {.compile = false});
+    CHECK(!loaded->compiled());
+    CHECK(same_weights(m, *loaded));
+    CHECK(bits_of(loaded->predict(x)) == bits_of(m.predict(x)));
+    CHECK(load_model(path)->compiled());
+  }
+  // A Keras-written archive (config.json and Keras's weights layout) whose compile config mpt
+  // cannot rebuild stops load_model, and not load_model without compile.
+  const std::string keras = dir / "m.keras";
+  if (!std::filesystem::exists(keras)) return;
+  const auto zip = read_bytes(keras);
+  auto cfg = nlohmann::json::parse(io::zip_entry(zip, "config.json", keras));
+  cfg["compile_config"]["loss"] = "my_custom_loss";
+  const std::string text = cfg.dump();
+  m.save_weights(dir / "plain.weights.h5");
+  const std::string edited = dir / "custom_loss.keras";
+  write_bytes(edited, io::make_zip({{"metadata.json", io::zip_entry(zip, "metadata.json", keras)},
+                                    {"config.json", std::vector<char>(text.begin(), text.end())},
+                                    {"model.weights.h5", read_bytes(dir / "plain.weights.h5")}},
+                                   edited));
+  CHECK(contains(error_of([&] { load_model(edited); }), "my_custom_loss"));
+  auto loaded = load_model(edited, {.compile = false});
+  CHECK(bits_of(loaded->predict(x)) == bits_of(m.predict(x)));
+}
+
+TEST_CASE("configs load nothing silently: every field is honoured or refused naming it") {
+  auto in = mpt::Input({6, 6, 2}, {.name = "x"});
+  auto h = layers::Conv2D(4, {3, 3}, {.name = "conv"})(in);
+  h = layers::BatchNormalization({.name = "bn"})(h);
+  h = layers::LayerNormalization({.name = "ln"})(h);
+  h = layers::Flatten({.name = "flat"})(h);
+  Model m(in, layers::Dense(3, {.name = "d"})(h), "m");
+  const io::Json good = io::model_config_json(m, true);
+  auto layer_index = [&](const std::string& name) {
+    const auto& ls = good["config"]["layers"];
+    for (std::size_t i = 0; i < ls.size(); ++i)
+      if (ls[i]["name"] == name) return i;
+    FAIL("no layer ", name);
+    return std::size_t{0};
+  };
+  auto error_for = [&](const std::string& layer, const std::string& key, const io::Json& value) {
+    io::Json c = good;
+    c["config"]["layers"][layer_index(layer)]["config"][key] = value;
+    return error_of([&] { io::model_from_config(c, "test"); });
+  };
+  CHECK(error_of([&] { io::model_from_config(good, "test"); }) == "(no error)");
+  const io::Json l2 = {{"module", "keras.regularizers"}, {"class_name", "L2"}, {"config", {{"l2", 0.01}}}};
+  std::string e = error_for("d", "kernel_regularizer", l2);
+  CHECK(contains(e, "Dense 'd'"));
+  CHECK(contains(e, "kernel_regularizer"));
+  CHECK(contains(e, "not supported"));
+  CHECK(contains(error_for("d", "lora_rank", 4), "lora_rank = 4"));
+  CHECK(contains(error_for("conv", "groups", 2), "groups = 2"));
+  CHECK(contains(error_for("conv", "data_format", "channels_first"), "data_format = \"channels_first\""));
+  CHECK(contains(error_for("bn", "renorm", true), "renorm = true"));
+  CHECK(contains(error_for("bn", "synchronized", true), "synchronized = true"));
+  CHECK(contains(error_for("ln", "axis", io::Json::array({1, 2, 3})), "axis = [1,2,3]"));
+  CHECK(contains(error_for("ln", "rms_scaling", true), "rms_scaling = true"));
+  CHECK(contains(error_for("flat", "data_format", "channels_first"), "Flatten 'flat'"));
+  // Fields at values that change nothing pass: nulls, Keras's defaults, a one-element axis list.
+  CHECK(error_for("d", "kernel_regularizer", nullptr) == "(no error)");
+  CHECK(error_for("conv", "groups", 1) == "(no error)");
+  CHECK(error_for("ln", "axis", io::Json::array({-1})) == "(no error)");
+  // Initializers: Keras's default arguments (any seed) load, others are refused naming them.
+  auto init = [](const std::string& cls, io::Json config) {
+    return io::Json{{"module", "keras.initializers"}, {"class_name", cls}, {"config", config}};
+  };
+  CHECK(error_for("d", "kernel_initializer", init("RandomNormal", {{"mean", 0.0}, {"stddev", 0.05}, {"seed", 3}})) ==
+        "(no error)");
+  e = error_for("d", "kernel_initializer", init("RandomNormal", {{"mean", 0.0}, {"stddev", 0.5}, {"seed", nullptr}}));
+  CHECK(contains(e, "kernel_initializer"));
+  CHECK(contains(e, "stddev = 0.5"));
+  CHECK(contains(error_for("d", "kernel_initializer", init("GlorotUniform", {{"seed", nullptr}, {"input_axes", 1}})),
+                 "input_axes = 1"));
+}
+
+TEST_CASE("optimizer, schedule and loss configs load nothing silently") {
+  auto in = mpt::Input({3}, {.name = "x"});
+  Model m(in, layers::Dense(2)(in), "m");
+  m.compile({.optimizer = optimizers::Adam(), .loss = "mse"});
+  const io::Json good = io::compile_config_json(m);
+  auto error_for = [&](auto&& damage) {
+    io::Json cc = good;
+    damage(cc);
+    Model fresh(in, layers::Dense(2)(in), "fresh");
+    return error_of([&] { io::compile_from_config(fresh, cc, "test", false); });
+  };
+  CHECK(error_for([](io::Json&) {}) == "(no error)");
+  CHECK(contains(error_for([](io::Json& c) { c["optimizer"]["config"]["use_ema"] = true; }), "use_ema = true"));
+  CHECK(contains(error_for([](io::Json& c) { c["optimizer"]["config"]["weight_decay"] = 0.01; }),
+                 "weight_decay = 0.01"));
+  CHECK(contains(error_for([](io::Json& c) { c["optimizer"]["config"]["gradient_accumulation_steps"] = 4; }),
+                 "gradient_accumulation_steps = 4"));
+  CHECK(contains(error_for([](io::Json& c) { c["optimizer"]["config"]["loss_scale_factor"] = 8.0; }),
+                 "loss_scale_factor = 8.0"));
+  // Values that change nothing pass.
+  CHECK(error_for([](io::Json& c) {
+          c["optimizer"]["config"]["use_ema"] = false;
+          c["optimizer"]["config"]["ema_momentum"] = 0.5;
+          c["optimizer"]["config"]["weight_decay"] = 0.0;
+        }) == "(no error)");
+  CHECK(contains(error_for([](io::Json& c) {
+                   c["optimizer"]["config"]["learning_rate"] = {
+                       {"class_name", "ExponentialDecay"},
+                       {"config",
+                        {{"initial_learning_rate", 0.1}, {"decay_steps", 10}, {"decay_rate", 0.9}, {"staircase", false},
+                         {"cycle", true}}}};
+                 }),
+                 "cycle = true"));
+  CHECK(contains(error_for([](io::Json& c) {
+                   c["loss"] = {{"class_name", "MeanSquaredError"}, {"config", {{"reduction", "sum"}}}};
+                 }),
+                 "reduction = \"sum\""));
+  CHECK(error_for([](io::Json& c) {
+          c["loss"] = {{"class_name", "MeanSquaredError"}, {"config", {{"reduction", "sum_over_batch_size"}}}};
+        }) == "(no error)");
 }

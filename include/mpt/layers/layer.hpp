@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -180,6 +181,15 @@ class LayerRef {
 /// objects arrive as their snake_case names). The getters raise mpt::Error naming the layer
 /// and the key.
 struct LayerConfig {
+  LayerConfig() = default;
+  LayerConfig(std::string class_name, std::string name, mixed_precision::Policy dtype, bool trainable = true,
+              nlohmann::json config = nlohmann::json::object())
+      : class_name(std::move(class_name)),
+        name(std::move(name)),
+        dtype(std::move(dtype)),
+        trainable(trainable),
+        config(std::move(config)) {}
+
   std::string class_name;
   std::string name;
   mixed_precision::Policy dtype;
@@ -201,6 +211,15 @@ struct LayerConfig {
   Shape get_shape(const std::string& key) const;
   /// A list or a single number, e.g. kernel_size 3 or [3, 3].
   std::vector<std::int64_t> get_ints(const std::string& key) const;
+  /// For a Keras field mpt supports only at one value: absent, null or `supported` passes;
+  /// anything else is an mpt::Error naming the class, the layer, the field and the value.
+  void expect(const std::string& key, const nlohmann::json& supported) const;
+  /// The entries no getter, has() or expect() has looked at, whose values are not null:
+  /// layer_from_config refuses a layer whose factory left any (nothing loads silently).
+  std::vector<std::string> unread() const;
+
+ private:
+  mutable std::set<std::string> read_;
 };
 
 /// Rebuilds a layer of one class from its saved config (a public factory call).
