@@ -409,7 +409,7 @@ std::vector<const Json*> call_tensors(const Layer& layer, const Json& args, cons
         by_name[it - names.begin()] = &v;
         continue;
       }
-      MPT_CHECK(v.is_null() || std::find(options.begin(), options.end(), k) != options.end(), wn,
+      MPT_CHECK(v.is_null() || k == "training" || std::find(options.begin(), options.end(), k) != options.end(), wn,
                 ": call argument ", k, " = ", v.dump(), " is not supported by mpt's ", layer.class_name());
     }
   if (names.empty()) {
@@ -441,7 +441,9 @@ void call_options_from(const Json& nodes, LayerConfig& lc, const std::string& w)
     const Json* kwargs = node.is_object() ? find(node, "kwargs") : nullptr;
     if (!kwargs || !kwargs->is_object()) continue;
     for (const auto& [k, v] : kwargs->items()) {
-      if (v.is_null() || is_keras_tensor(v)) continue;
+      // training: a call-context argument, replaced in every call by the model's own flag (Keras's
+      // functional operation_fn), so a recorded value changes nothing.
+      if (v.is_null() || is_keras_tensor(v) || k == "training") continue;
       auto [it, fresh] = seen.emplace(k, v);
       MPT_CHECK(fresh || it->second == v, w, ": calls pass ", k, " = ", it->second.dump(), " and ", v.dump(),
                 "; mpt keeps it per layer, so every call must pass the same");

@@ -153,7 +153,7 @@ LayerRef layer_from_config(const LayerConfig& c) {
   if (const auto left = c.unread(); !left.empty()) {
     std::string fields;
     for (const auto& k : left) fields += (fields.empty() ? "" : ", ") + k + " = " + c.config[k].dump();
-    fail("load_model: ", c.class_name, " '", c.name, "': config field", left.size() > 1 ? "s " : " ", fields,
+    fail(c.class_name, " '", c.name, "': config field", left.size() > 1 ? "s " : " ", fields,
          left.size() > 1 ? " are" : " is", " not supported by mpt's ", c.class_name,
          " (loading would drop ", left.size() > 1 ? "them" : "it", " and compute something else)");
   }

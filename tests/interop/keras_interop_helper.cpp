@@ -174,6 +174,28 @@ int run(int argc, char** argv) {
     write_f32(argv[4], m->predict(read_f32(argv[3], {kSamples, kIn})));
     return 0;
   }
+  if (mode == "try_load" && argc >= 6) {
+    // keras_config_sweep.py: load a Keras-made .keras and predict, or say why not (exit 3); a
+    // loaded model is saved again (<resave>) so the script can compare what mpt kept.
+    mpt::Shape shape{kSamples};
+    bool ids = false;
+    for (int i = 6; i < argc; ++i) {
+      if (std::string(argv[i]) == "int") ids = true;
+      else shape.push_back(std::stoll(argv[i]));
+    }
+    std::unique_ptr<mpt::Model> m;
+    try {
+      m = mpt::load_model(argv[2]);
+    } catch (const mpt::Error& e) {
+      std::cout << "REFUSED: " << e.what() << "\n";
+      return 3;
+    }
+    mpt::Tensor x = read_f32(argv[3], shape);
+    if (ids) x = mpt::ops::cast(x, mpt::int32);
+    write_f32(argv[4], m->predict(x));
+    m->save(argv[5]);
+    return 0;
+  }
   if (mode == "crossed_import" && argc == 5) {
     auto m = crossed();
     m->load_weights(argv[2]);

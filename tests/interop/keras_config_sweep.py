@@ -1,0 +1,312 @@
+"""Zero silent loads: every config field of every Keras class mpt registers, set to a
+non-default value by Keras 3 and saved as .keras, either loads in mpt and predicts as Keras
+does, or is refused by an mpt::Error naming the field.
+
+    KERAS_BACKEND=jax python tests/interop/keras_config_sweep.py build/tests/keras_interop_helper
+
+Layers: a small model around the layer, weights drawn at random, predictions compared (1e-5
+relative to the outputs' scale, float32). Optimizers, schedules and losses: the model compiled
+with them; a load must keep the field (mpt's own save of the loaded model carries the value).
+Prints one line per case and a summary; exits non-zero on any silent load or wrong prediction.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+import zipfile
+
+import numpy as np
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+import keras  # noqa: E402
+
+L = keras.layers
+N = 64  # the helper's sample count
+
+
+def dense_in(layer, shape=(6,)):
+    x = keras.Input(shape)
+    return keras.Model(x, layer(x)), shape
+
+
+def image_in(layer, shape=(6, 6, 4)):
+    return dense_in(layer, shape)
+
+
+def seq_in(layer, shape=(5, 8)):
+    return dense_in(layer, shape)
+
+
+def mha_in(layer, shape=(5, 8)):
+    x = keras.Input(shape)
+    return keras.Model(x, layer(x, x)), shape
+
+
+def ids_in(layer):
+    x = keras.Input((5,), dtype="int32")
+    return keras.Model(x, layer(x)), "int"
+
+
+def add_in(layer, shape=(4,)):
+    x = keras.Input(shape)
+    return keras.Model(x, layer([x, L.Dense(4)(x)])), shape
+
+
+def concat_in(layer, shape=(3, 4)):
+    x = keras.Input(shape)
+    return keras.Model(x, layer([x, L.Dense(4)(x)])), shape
+
+
+RNG = keras.regularizers.L2(0.01)
+CONSTRAINT = keras.constraints.MaxNorm(1.5)
+INIT = keras.initializers.RandomNormal(stddev=0.5)
+
+# class -> (make(**fields), builder, {field: non-default value})
+CASES = {
+    "Dense": (lambda **f: L.Dense(**{"units": 4, **f}), dense_in, {
+        "units": 7, "activation": "tanh", "use_bias": False, "kernel_initializer": INIT,
+        "bias_initializer": "ones", "kernel_regularizer": RNG, "bias_regularizer": RNG,
+        "activity_regularizer": RNG, "kernel_constraint": CONSTRAINT, "bias_constraint": CONSTRAINT,
+        "lora_rank": 2}),
+    "Activation": (lambda **f: L.Activation(**{"activation": "relu", **f}), dense_in,
+                   {"activation": "gelu"}),
+    "Softmax": (lambda **f: L.Softmax(**f), seq_in, {"axis": 1}),
+    "Flatten": (lambda **f: L.Flatten(**f), image_in, {"data_format": "channels_first"}),
+    "Reshape": (lambda **f: L.Reshape(**{"target_shape": (4, 36), **f}), image_in, {"target_shape": (12, 12)}),
+    "Dropout": (lambda **f: L.Dropout(**{"rate": 0.1, **f}), dense_in, {"rate": 0.5, "noise_shape": (None, 1), "seed": 3}),
+    "ReLU": (lambda **f: L.ReLU(**f), dense_in, {"max_value": 0.5, "negative_slope": 0.1, "threshold": 0.2}),
+    "LeakyReLU": (lambda **f: L.LeakyReLU(**f), dense_in, {"negative_slope": 0.05}),
+    "BatchNormalization": (lambda **f: L.BatchNormalization(**f), image_in, {
+        "axis": 1, "momentum": 0.5, "epsilon": 0.1, "center": False, "scale": False,
+        "beta_initializer": "ones", "gamma_initializer": "zeros", "moving_mean_initializer": "ones",
+        "moving_variance_initializer": "zeros", "beta_regularizer": RNG, "gamma_regularizer": RNG,
+        "beta_constraint": CONSTRAINT, "gamma_constraint": CONSTRAINT, "synchronized": True, "renorm": True,
+        "renorm_momentum": 0.5}),
+    "Conv2D": (lambda **f: L.Conv2D(**{"filters": 4, "kernel_size": 3, **f}), image_in, {
+        "filters": 6, "kernel_size": 2, "strides": 2, "padding": "same", "data_format": "channels_first",
+        "dilation_rate": 2, "groups": 2, "activation": "relu", "use_bias": False, "kernel_initializer": INIT,
+        "bias_initializer": "ones", "kernel_regularizer": RNG, "bias_regularizer": RNG,
+        "activity_regularizer": RNG, "kernel_constraint": CONSTRAINT, "bias_constraint": CONSTRAINT}),
+    "Embedding": (lambda **f: L.Embedding(**{"input_dim": 10, "output_dim": 4, **f}), ids_in, {
+        "input_dim": 12, "output_dim": 6, "embeddings_initializer": INIT, "embeddings_regularizer": RNG,
+        "activity_regularizer": RNG, "embeddings_constraint": CONSTRAINT, "mask_zero": True}),
+    "LayerNormalization": (lambda **f: L.LayerNormalization(**f), seq_in, {
+        "axis": [1, 2], "epsilon": 0.1, "center": False, "scale": False, "rms_scaling": True,
+        "beta_initializer": "ones", "gamma_initializer": "zeros", "beta_regularizer": RNG,
+        "gamma_regularizer": RNG, "beta_constraint": CONSTRAINT, "gamma_constraint": CONSTRAINT}),
+    "Add": (lambda **f: L.Add(**f), add_in, {}),
+    "Concatenate": (lambda **f: L.Concatenate(**f), concat_in, {"axis": 1}),
+    "MultiHeadAttention": (lambda **f: L.MultiHeadAttention(**{"num_heads": 2, "key_dim": 4, **f}), mha_in, {
+        "num_heads": 4, "key_dim": 3, "value_dim": 5, "dropout": 0.1, "use_bias": False, "output_shape": 6,
+        "attention_axes": (1,), "kernel_initializer": INIT, "bias_initializer": "ones",
+        "kernel_regularizer": RNG, "bias_regularizer": RNG, "activity_regularizer": RNG,
+        "kernel_constraint": CONSTRAINT, "bias_constraint": CONSTRAINT, "seed": 5, "use_gate": True}),
+    "MaxPooling2D": (lambda **f: L.MaxPooling2D(**f), image_in, {
+        "pool_size": 3, "strides": 1, "padding": "same", "data_format": "channels_first"}),
+    "AveragePooling2D": (lambda **f: L.AveragePooling2D(**{"pool_size": 2, **f}), image_in, {
+        "pool_size": 3, "strides": 1, "padding": "same", "data_format": "channels_first"}),
+    "GlobalAveragePooling2D": (lambda **f: L.GlobalAveragePooling2D(**f), image_in, {
+        "data_format": "channels_first", "keepdims": True}),
+    "RMSNormalization": (lambda **f: L.RMSNormalization(**f), seq_in, {"axis": 1, "epsilon": 0.1}),
+    "ZeroPadding2D": (lambda **f: L.ZeroPadding2D(**f), image_in, {
+        "padding": ((1, 2), (0, 3)), "data_format": "channels_first"}),
+}
+
+OPTIMIZERS = {
+    "SGD": (keras.optimizers.SGD, {"learning_rate": 0.05, "momentum": 0.5, "nesterov": True}),
+    "Adam": (keras.optimizers.Adam, {"beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-5, "amsgrad": True}),
+    "AdamW": (keras.optimizers.AdamW, {"weight_decay": 0.01, "beta_1": 0.8}),
+    "RMSprop": (keras.optimizers.RMSprop, {"rho": 0.8, "momentum": 0.3, "epsilon": 1e-5, "centered": True}),
+}
+# Fields that change nothing on their own: a load may drop them.
+INERT = {"ema_momentum": "used only with use_ema=True"}
+BASE_FIELDS = {"clipnorm": 1.0, "global_clipnorm": 2.0, "clipvalue": 0.5, "use_ema": True, "ema_momentum": 0.9,
+               "ema_overwrite_frequency": 10, "loss_scale_factor": 4.0, "gradient_accumulation_steps": 3,
+               "weight_decay": 0.02}
+SCHEDULES = {
+    "ExponentialDecay": (keras.optimizers.schedules.ExponentialDecay,
+                         {"initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.9},
+                         {"staircase": True}),
+    "PiecewiseConstantDecay": (keras.optimizers.schedules.PiecewiseConstantDecay,
+                               {"boundaries": [10], "values": [0.1, 0.01]}, {}),
+    "CosineDecay": (keras.optimizers.schedules.CosineDecay, {"initial_learning_rate": 0.1, "decay_steps": 10},
+                    {"alpha": 0.1, "warmup_target": 0.2, "warmup_steps": 5}),
+}
+LOSSES = {
+    "SparseCategoricalCrossentropy": (keras.losses.SparseCategoricalCrossentropy,
+                                      {"from_logits": True, "ignore_class": 0, "reduction": "sum"}),
+    "CategoricalCrossentropy": (keras.losses.CategoricalCrossentropy,
+                                {"from_logits": True, "label_smoothing": 0.1, "axis": 0, "reduction": "sum"}),
+    "BinaryCrossentropy": (keras.losses.BinaryCrossentropy,
+                           {"from_logits": True, "label_smoothing": 0.1, "axis": 0, "reduction": "sum"}),
+    "MeanSquaredError": (keras.losses.MeanSquaredError, {"reduction": "sum"}),
+    "MeanAbsoluteError": (keras.losses.MeanAbsoluteError, {"reduction": "sum"}),
+}
+
+
+def randomize(model, seed):
+    rng = np.random.default_rng(seed)
+    ws = []
+    for v in model.weights:
+        shape = tuple(v.shape)
+        if "variance" in v.path:
+            ws.append(rng.uniform(0.5, 1.5, shape).astype("float32"))
+        else:
+            ws.append(rng.uniform(-1, 1, shape).astype("float32"))
+    model.set_weights(ws)
+
+
+class Sweep:
+    def __init__(self, helper, d):
+        self.helper, self.d = helper, d
+        self.rows, self.bad = [], []
+
+    def run(self, model, shape, what, field, check_resaved=None):
+        path = os.path.join(self.d, "case.keras")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.save(path)
+        if shape == "int":
+            x = np.random.default_rng(1).integers(0, 10, (N, 5)).astype("float32")
+            dims = ["5", "int"]
+            xin = x.astype("int32")
+        else:
+            x = np.random.default_rng(1).uniform(-2, 2, (N,) + tuple(shape)).astype("float32")
+            dims = [str(s) for s in shape]
+            xin = x
+        try:
+            want = model.predict(xin, verbose=0)
+        except Exception as e:  # Keras's own predict fails on it (nothing to compare with)
+            self.rows.append((what, field, "Keras cannot predict it", str(e).strip().splitlines()[0][:100]))
+            return
+        xf, out, resaved = (os.path.join(self.d, n) for n in ("x.f32", "out.f32", "resaved.keras"))
+        x.tofile(xf)
+        r = subprocess.run([self.helper, "try_load", path, xf, out, resaved] + dims, capture_output=True, text=True)
+        if r.returncode == 3:
+            msg = r.stdout.strip().removeprefix("REFUSED: ")
+            named = field in msg
+            self.rows.append((what, field, "refused" if named else "refused WITHOUT naming the field", msg))
+            if not named:
+                self.bad.append((what, field, msg))
+            return
+        if r.returncode != 0:
+            self.rows.append((what, field, "helper failed", r.stdout + r.stderr))
+            self.bad.append((what, field, r.stdout + r.stderr))
+            return
+        got = np.fromfile(out, dtype="float32")
+        ok = got.size == want.size
+        diff = float(np.abs(got - want.reshape(-1)).max()) if ok else float("inf")
+        scale = max(1.0, float(np.abs(want).max()))
+        ok = ok and diff <= 1e-5 * scale
+        note = f"max abs diff {diff:.3g}"
+        if ok and check_resaved:
+            with zipfile.ZipFile(resaved) as z:
+                ok, note = check_resaved(json.loads(z.read("config.json")))
+        self.rows.append((what, field, "loaded, same predictions" if ok else "SILENT: loaded and differs", note))
+        if not ok:
+            self.bad.append((what, field, note))
+
+
+def compiled_model(seed=0):
+    x = keras.Input((6,))
+    m = keras.Model(x, L.Dense(3)(x))
+    randomize(m, seed)
+    return m
+
+
+def find_field(cfg, path):
+    for k in path:
+        cfg = cfg[k] if isinstance(cfg, dict) and k in cfg else None
+        if cfg is None:
+            return None
+    return cfg
+
+
+def close(a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+    return a == b
+
+
+def main():
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    helper = sys.argv[1]
+    with tempfile.TemporaryDirectory(prefix="mpt-sweep-") as d:
+        s = Sweep(helper, d)
+        for cls, (make, build, fields) in CASES.items():
+            m, shape = build(make())
+            randomize(m, 0)
+            s.run(m, shape, cls, "(defaults)")
+            for field, value in fields.items():
+                try:
+                    m, shape = build(make(**{field: value}))
+                except Exception as e:  # Keras itself refuses the combination
+                    s.rows.append((cls, field, "Keras cannot build it", str(e).splitlines()[0][:80]))
+                    continue
+                randomize(m, 1)
+                s.run(m, shape, cls, field)
+        for cls, (make, fields) in OPTIMIZERS.items():
+            for field, value in list(fields.items()) + list(BASE_FIELDS.items()):
+                if cls == "AdamW" and field == "weight_decay" and value == 0.02:
+                    continue
+                m = compiled_model()
+                m.compile(optimizer=make(**{field: value}), loss="mse")
+                want = value
+
+                def check(cfg, field=field, want=want):
+                    got = find_field(cfg, ["compile_config", "optimizer", "config", field])
+                    if field in INERT:
+                        return True, f"inert ({INERT[field]}): mpt keeps {field} = {got!r}"
+                    return close(got, want), f"mpt keeps {field} = {got!r}"
+
+                s.run(m, (6,), f"optimizer {cls}", field, check)
+        for field, value in {"initial_scale": 128.0, "dynamic_growth_steps": 100}.items():
+            m = compiled_model()
+            m.compile(optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(), **{field: value}),
+                      loss="mse")
+
+            def check(cfg, field=field, want=value):
+                got = find_field(cfg, ["compile_config", "optimizer", "config", field])
+                return close(got, want), f"mpt keeps {field} = {got!r}"
+
+            s.run(m, (6,), "optimizer LossScaleOptimizer", field, check)
+        for cls, (make, base, fields) in SCHEDULES.items():
+            for field, value in fields.items():
+                m = compiled_model()
+                m.compile(optimizer=keras.optimizers.SGD(make(**base, **{field: value})), loss="mse")
+
+                def check(cfg, field=field, want=value):
+                    got = find_field(cfg, ["compile_config", "optimizer", "config", "learning_rate", "config", field])
+                    return close(got, want), f"mpt keeps {field} = {got!r}"
+
+                s.run(m, (6,), f"schedule {cls}", field, check)
+        for cls, (make, fields) in LOSSES.items():
+            for field, value in fields.items():
+                m = compiled_model()
+                m.compile(optimizer="adam", loss=make(**{field: value}))
+
+                def check(cfg, field=field, want=value):
+                    loss = find_field(cfg, ["compile_config", "loss"])
+                    got = find_field(loss, ["config", field]) if isinstance(loss, dict) else None
+                    return close(got, want), f"mpt keeps {field} = {got!r}"
+
+                s.run(m, (6,), f"loss {cls}", field, check)
+        for what, field, verdict, note in s.rows:
+            print(f"{what:34s} {field:28s} {verdict:28s} {note[:150]}")
+        kinds = {}
+        for _, _, verdict, _ in s.rows:
+            kinds[verdict] = kinds.get(verdict, 0) + 1
+        print("summary: " + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())))
+        if s.bad:
+            print(f"{len(s.bad)} SILENT OR UNNAMED:")
+            for b in s.bad:
+                print("  ", b)
+            raise SystemExit(1)
+        print("sweep OK: zero silent loads")
+
+
+if __name__ == "__main__":
+    main()
