@@ -87,6 +87,23 @@ class LeakyReluLayer : public Layer {
   double slope_;
 };
 
+class EluLayer : public Layer {
+ public:
+  explicit EluLayer(ELUOptions o) : Layer("ELU", o.dtype, o.name), alpha_(o.alpha) {
+    if (!std::isfinite(alpha_)) error("alpha must be a finite number, got ", alpha_);
+  }
+  // keras.ops.elu: exp of the negative part only (the positive branch never overflows).
+  Tensor call(const Tensor& x, bool) override {
+    auto scalar = [&](double v) { return Tensor::scalar(v, x.dtype(), x.device()); };
+    const Tensor negative = ops::mul(scalar(alpha_), ops::sub(ops::exp(ops::minimum(x, scalar(0.0))), scalar(1.0)));
+    return ops::where(ops::greater(x, scalar(0.0)), x, negative);
+  }
+  nlohmann::json config() const override { return {{"alpha", alpha_}}; }
+
+ private:
+  double alpha_;
+};
+
 const bool registered = [] {
   register_layer("ReLU", [](const LayerConfig& c) {
     return ReLU({.max_value = c.has("max_value") ? std::optional<double>(c.get_double("max_value")) : std::nullopt,
@@ -102,6 +119,9 @@ const bool registered = [] {
                                                  : 0.3;
     return LeakyReLU({.negative_slope = slope, .dtype = c.dtype, .name = c.name});
   });
+  register_layer("ELU", [](const LayerConfig& c) {
+    return ELU({.alpha = c.has("alpha") ? c.get_double("alpha") : 1.0, .dtype = c.dtype, .name = c.name});
+  });
   return true;
 }();
 
@@ -113,5 +133,6 @@ LayerRef Activation(const std::string& activation, LayerOptions o) {
 LayerRef Softmax(SoftmaxOptions o) { return std::make_shared<SoftmaxLayer>(std::move(o)); }
 LayerRef ReLU(ReLUOptions o) { return std::make_shared<ReluLayer>(std::move(o)); }
 LayerRef LeakyReLU(LeakyReLUOptions o) { return std::make_shared<LeakyReluLayer>(std::move(o)); }
+LayerRef ELU(ELUOptions o) { return std::make_shared<EluLayer>(std::move(o)); }
 
 }  // namespace mpt::layers

@@ -1,3 +1,4 @@
+#include "config_values.hpp"
 #include "mpt/layers/core.hpp"
 #include "mpt/ops.hpp"
 
@@ -9,6 +10,11 @@ class DenseLayer : public Layer {
   DenseLayer(std::int64_t units, DenseOptions o) : Layer("Dense", o.dtype, o.name), units_(units), o_(std::move(o)) {
     if (units <= 0) error("units must be positive, got ", units);
     ops::check_activation(o_.activation);
+    set_regularizer("kernel", o_.kernel_regularizer);
+    set_regularizer("bias", o_.bias_regularizer);
+    set_activity_regularizer(o_.activity_regularizer);
+    set_constraint("kernel", o_.kernel_constraint);
+    set_constraint("bias", o_.bias_constraint);
   }
   void build(const Shape& s) override {
     if (s.size() < 2) error("expected an input of rank >= 2 (batch, features), got shape ", to_string(s));
@@ -23,11 +29,15 @@ class DenseLayer : public Layer {
   }
   bool ends_in_softmax() const override { return o_.activation == "softmax"; }
   nlohmann::json config() const override {
-    return {{"units", units_},
-            {"activation", o_.activation},
-            {"use_bias", o_.use_bias},
-            {"kernel_initializer", o_.kernel_initializer},
-            {"bias_initializer", o_.bias_initializer}};
+    nlohmann::json c = {{"units", units_},
+                        {"activation", o_.activation},
+                        {"use_bias", o_.use_bias},
+                        {"kernel_initializer", o_.kernel_initializer},
+                        {"bias_initializer", o_.bias_initializer}};
+    detail::put_rules(c, "kernel", o_.kernel_regularizer, o_.kernel_constraint);
+    detail::put_rules(c, "bias", o_.bias_regularizer, o_.bias_constraint);
+    c["activity_regularizer"] = regularizers::serialize(o_.activity_regularizer);
+    return c;
   }
 
  private:

@@ -104,7 +104,9 @@ class Model {
   Tensor operator()(const Tensor& x, CallOptions options = {}) { return call(x, options.training); }
   /// Builds every layer for inputs shaped `input_shape` (batch dimension included or not).
   virtual void build(const Shape& input_shape);
-  /// Layers in execution order, each once (shared layers included once).
+  /// Layers, each once (shared layers included once): a Sequential's as added, a functional
+  /// model's in Keras's order (map_graph's, by depth from the inputs), which also names their
+  /// weights in Keras files and orders the variables.
   virtual std::vector<LayerRef> layers() const;
   /// Checks a whole input tensor against the model's input spec (mpt::Error naming the model).
   virtual void check_input(const Tensor& x) const;
@@ -122,6 +124,9 @@ class Model {
   /// calls it after each apply_gradients so BatchNormalization's moving statistics follow only
   /// the applied steps.
   void finish_step(bool applied);
+  /// Keras's model.losses: every layer's regularization penalties (weights, and the activity
+  /// penalties of the last forward), float32 scalars; fit and evaluate add them to the loss.
+  std::vector<Tensor> losses() const;
 
   std::vector<Variable> variables() const;
   std::vector<Variable> trainable_variables() const;
@@ -168,6 +173,10 @@ class Model {
   Model();  // for subclasses (Sequential)
   /// Gives unnamed layers unique Keras-style names ("dense", "dense_1").
   void assign_layer_names();
+  /// Clears the layers' activity penalties: each forward records its own (Keras).
+  void begin_forward() const;
+  /// loss plus every penalty of losses(), summed in float32.
+  Tensor with_regularization(const Tensor& loss) const;
   std::string name_;
   mixed_precision::Policy policy_;
 

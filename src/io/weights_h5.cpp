@@ -183,7 +183,7 @@ std::vector<std::string> object_paths(const std::vector<LayerRef>& layers) {
     if (const auto gt = cls.rfind('>'); gt != std::string::npos) cls = cls.substr(gt + 1);  // "package>Class"
     std::string path = to_snake_case(cls);
     auto [it, fresh] = used.emplace(path, 0);
-    if (!fresh) path += "_" + std::to_string(++it->second);
+    if (!fresh) path.append(1, '_').append(std::to_string(++it->second));
     out.push_back(path);
   }
   return out;

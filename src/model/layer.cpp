@@ -132,7 +132,55 @@ Tensor Layer::operator()(const Tensor& x_in, CallOptions options) {
   }
   Tensor y = call(x, options.training);
   output_shape_ = y.shape();
+  record_activity(y);
   return y;
+}
+
+void Layer::record_activity(const Tensor& y) {
+  if (!activity_regularizer_) return;
+  Tensor loss = (*activity_regularizer_)(y);
+  if (y.dim() > 0 && y.shape()[0] > 0)  // Keras 3: normalized by the batch size
+    loss = ops::div(loss, Tensor::scalar(static_cast<double>(y.shape()[0]), float32, loss.device()));
+  activity_losses_.push_back(loss);
+}
+
+namespace {
+bool names_variable(const std::string& variable_name, const std::string& key) {
+  return variable_name == key || (variable_name.size() > key.size() &&
+                                  variable_name.compare(variable_name.size() - key.size() - 1, std::string::npos,
+                                                        "/" + key) == 0);
+}
+}  // namespace
+
+void Layer::set_regularizer(const std::string& variable, std::optional<regularizers::Regularizer> r) {
+  std::erase_if(regularizers_, [&](const auto& e) { return e.first == variable; });
+  if (r) regularizers_.emplace_back(variable, std::move(*r));
+}
+
+void Layer::set_constraint(const std::string& variable, std::optional<constraints::Constraint> c) {
+  std::erase_if(constraints_, [&](const auto& e) { return e.first == variable; });
+  if (c) constraints_.emplace_back(variable, std::move(*c));
+}
+
+std::vector<Tensor> Layer::losses() const {
+  std::vector<Tensor> out;
+  for (const auto& v : variables_) {
+    if (!v.trainable()) continue;
+    for (const auto& [key, r] : regularizers_)
+      if (names_variable(v.name(), key)) out.push_back(r(v.value()));
+  }
+  out.insert(out.end(), activity_losses_.begin(), activity_losses_.end());
+  return out;
+}
+
+void Layer::apply_constraints() {
+  if (constraints_.empty()) return;
+  NoGradGuard no_grad;
+  for (auto& v : variables_) {
+    if (!v.trainable()) continue;
+    for (const auto& [key, c] : constraints_)
+      if (names_variable(v.name(), key)) v.assign(c(v.value()));
+  }
 }
 
 Tensor Layer::operator()(const std::vector<Tensor>& xs_in, CallOptions options) {
@@ -151,6 +199,7 @@ Tensor Layer::operator()(const std::vector<Tensor>& xs_in, CallOptions options) 
   }
   Tensor y = call_multi(xs, options.training);
   output_shape_ = y.shape();
+  record_activity(y);
   return y;
 }
 

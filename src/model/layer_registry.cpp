@@ -27,6 +27,11 @@ std::map<std::string, LayerFactory> core_layers() {
                                               .use_bias = c.has("use_bias") ? c.get_bool("use_bias") : true,
                                               .kernel_initializer = c.get("kernel_initializer", "glorot_uniform"),
                                               .bias_initializer = c.get("bias_initializer", "zeros"),
+                                              .kernel_regularizer = c.get_regularizer("kernel_regularizer"),
+                                              .bias_regularizer = c.get_regularizer("bias_regularizer"),
+                                              .activity_regularizer = c.get_regularizer("activity_regularizer"),
+                                              .kernel_constraint = c.get_constraint("kernel_constraint"),
+                                              .bias_constraint = c.get_constraint("bias_constraint"),
                                               .dtype = c.dtype,
                                               .name = c.name});
   };
@@ -110,6 +115,14 @@ std::vector<std::int64_t> LayerConfig::get_ints(const std::string& key) const {
   const nlohmann::json& v = at(key);
   if (v.is_number()) return {io::as_int(v, where(*this, key))};
   return get_shape(key);
+}
+
+std::optional<regularizers::Regularizer> LayerConfig::get_regularizer(const std::string& key) const {
+  return has(key) ? regularizers::deserialize(at(key), where(*this, key)) : std::nullopt;
+}
+
+std::optional<constraints::Constraint> LayerConfig::get_constraint(const std::string& key) const {
+  return has(key) ? constraints::deserialize(at(key), where(*this, key)) : std::nullopt;
 }
 
 void LayerConfig::expect(const std::string& key, const nlohmann::json& supported) const {

@@ -189,7 +189,29 @@ void Model::check_fit_inputs(const char* where, const Tensor& x, const Tensor& y
 }
 
 void Model::finish_step(bool applied) {
-  for (const auto& l : layers()) l->finish_step(applied);
+  for (const auto& l : layers()) {
+    if (applied) l->apply_constraints();  // Keras: after each applied update, on the float32 master
+    l->finish_step(applied);
+  }
+}
+
+std::vector<Tensor> Model::losses() const {
+  std::vector<Tensor> out;
+  for (const auto& l : layers())
+    for (auto& t : l->losses()) out.push_back(std::move(t));
+  return out;
+}
+
+void Model::begin_forward() const {
+  for (const auto& l : layers()) l->clear_activity_losses();
+}
+
+Tensor Model::with_regularization(const Tensor& loss) const {
+  const auto penalties = losses();
+  if (penalties.empty()) return loss;
+  Tensor total = loss.dtype() == float32 ? loss : ops::cast(loss, float32);  // the sum in float32
+  for (const auto& t : penalties) total = ops::add(total, t);
+  return total;
 }
 
 Device Model::variables_device() const {
@@ -232,7 +254,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
     GradientTape tape({.keep_source_gradient_dtype = !strategy && !keep_gradients});
     y_pred = as_loss_input(call(x, true));
     vars = trainable_variables();  // after the call: the first one builds the layers
-    r.loss = (*loss_)(y, y_pred);
+    r.loss = with_regularization((*loss_)(y, y_pred));
     // Under a strategy this rank's share of the global mean is weight·loss: the weight rides on
     // the scalar loss, so the all-reduce is a plain sum with no pass over the gradients.
     const Tensor objective =
@@ -269,6 +291,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
     if (keep_gradients) r.gradients = std::move(grads);
   }
   if (keep_gradients) r.variables = vars;
+  begin_forward();  // the activity penalties hold the step's graph: let it go
   finish_step(r.applied);
   if (!x.defined()) return r;
   r.loss = r.loss.detach();
@@ -281,7 +304,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
 Tensor Model::test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& ms) {
   NoGradGuard no_grad;
   Tensor y_pred = as_loss_input(call(x, false));
-  Tensor loss = (*loss_)(y, y_pred);
+  Tensor loss = with_regularization((*loss_)(y, y_pred));
   resolve_metrics(y, y_pred);
   for (auto& m : ms) m->update_state(y, y_pred);
   return loss;

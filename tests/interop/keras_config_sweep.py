@@ -10,6 +10,7 @@ with them; a load must keep the field (mpt's own save of the loaded model carrie
 Prints one line per case and a summary; exits non-zero on any silent load or wrong prediction.
 """
 import json
+import re
 import os
 import subprocess
 import sys
@@ -78,6 +79,7 @@ CASES = {
     "Dropout": (lambda **f: L.Dropout(**{"rate": 0.1, **f}), dense_in, {"rate": 0.5, "noise_shape": (None, 1), "seed": 3}),
     "ReLU": (lambda **f: L.ReLU(**f), dense_in, {"max_value": 0.5, "negative_slope": 0.1, "threshold": 0.2}),
     "LeakyReLU": (lambda **f: L.LeakyReLU(**f), dense_in, {"negative_slope": 0.05}),
+    "ELU": (lambda **f: L.ELU(**f), dense_in, {"alpha": 0.5}),
     "BatchNormalization": (lambda **f: L.BatchNormalization(**f), image_in, {
         "axis": 1, "momentum": 0.5, "epsilon": 0.1, "center": False, "scale": False,
         "beta_initializer": "ones", "gamma_initializer": "zeros", "moving_mean_initializer": "ones",
@@ -121,7 +123,7 @@ OPTIMIZERS = {
     "RMSprop": (keras.optimizers.RMSprop, {"rho": 0.8, "momentum": 0.3, "epsilon": 1e-5, "centered": True}),
 }
 # Fields that change nothing on their own: a load may drop them.
-INERT = {"ema_momentum": "used only with use_ema=True"}
+INERT = {"ema_momentum": "used only with use_ema=True", "renorm_momentum": "used only with renorm=True"}
 BASE_FIELDS = {"clipnorm": 1.0, "global_clipnorm": 2.0, "clipvalue": 0.5, "use_ema": True, "ema_momentum": 0.9,
                "ema_overwrite_frequency": 10, "loss_scale_factor": 4.0, "gradient_accumulation_steps": 3,
                "weight_decay": 0.02}
@@ -163,7 +165,7 @@ class Sweep:
         self.helper, self.d = helper, d
         self.rows, self.bad = [], []
 
-    def run(self, model, shape, what, field, check_resaved=None):
+    def run(self, model, shape, what, field, check_resaved=None, layer_class=None):
         path = os.path.join(self.d, "case.keras")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -201,10 +203,22 @@ class Sweep:
         scale = max(1.0, float(np.abs(want).max()))
         ok = ok and diff <= 1e-5 * scale
         note = f"max abs diff {diff:.3g}"
+        if ok and layer_class and field != "(defaults)":
+            # Predictions alone miss fields that act only in training (regularizers,
+            # constraints, dropout): the model mpt saves again must carry the field's value.
+            with zipfile.ZipFile(resaved) as z:
+                layers = json.loads(z.read("config.json"))["config"]["layers"]
+            mine = next(l for l in layers if l["class_name"] == layer_class)
+            theirs = next(l for l in model.get_config()["layers"] if l["class_name"] == layer_class)
+            got, want = mine["config"].get(field), theirs["config"].get(field)
+            if field in INERT:
+                note = f"inert ({INERT[field]}); {note}"
+            elif not same_value(got, want):
+                ok, note = False, f"mpt keeps {field} = {json.dumps(got)}, Keras has {json.dumps(want)}"
         if ok and check_resaved:
             with zipfile.ZipFile(resaved) as z:
                 ok, note = check_resaved(json.loads(z.read("config.json")))
-        self.rows.append((what, field, "loaded, same predictions" if ok else "SILENT: loaded and differs", note))
+        self.rows.append((what, field, "loaded: predicts and keeps it" if ok else "SILENT: loaded and differs", note))
         if not ok:
             self.bad.append((what, field, note))
 
@@ -222,6 +236,24 @@ def find_field(cfg, path):
         if cfg is None:
             return None
     return cfg
+
+
+def same_value(mine, keras_value):
+    """Whether mpt's saved value of a field is Keras's: numbers to 1e-6, tuples as lists, Keras's
+    initializer objects as mpt's snake_case names, serialized objects by class and config."""
+    if isinstance(keras_value, dict) and "class_name" in keras_value:
+        if keras_value.get("module") == "keras.initializers" and isinstance(mine, str):
+            return mine == re.sub("([a-z])([A-Z])", r"\1_\2", keras_value["class_name"]).lower()
+        return (isinstance(mine, dict) and mine.get("class_name") == keras_value["class_name"]
+                and same_value(mine.get("config", {}), keras_value.get("config", {})))
+    if isinstance(keras_value, dict):
+        return isinstance(mine, dict) and set(mine) == set(keras_value) and all(
+            same_value(mine[k], keras_value[k]) for k in keras_value)
+    if isinstance(keras_value, (list, tuple)):
+        if not isinstance(mine, (list, tuple)):
+            return len(keras_value) == 1 and same_value(mine, keras_value[0])
+        return len(mine) == len(keras_value) and all(same_value(a, b) for a, b in zip(mine, keras_value))
+    return close(mine, keras_value)
 
 
 def close(a, b):
@@ -247,7 +279,7 @@ def main():
                     s.rows.append((cls, field, "Keras cannot build it", str(e).splitlines()[0][:80]))
                     continue
                 randomize(m, 1)
-                s.run(m, shape, cls, field)
+                s.run(m, shape, cls, field, layer_class=cls)
         for cls, (make, fields) in OPTIMIZERS.items():
             for field, value in list(fields.items()) + list(BASE_FIELDS.items()):
                 if cls == "AdamW" and field == "weight_decay" and value == 0.02:

@@ -332,10 +332,15 @@ TEST_CASE("configs load nothing silently: every field is honoured or refused nam
   };
   CHECK(error_of([&] { io::model_from_config(good, "test"); }) == "(no error)");
   const io::Json l2 = {{"module", "keras.regularizers"}, {"class_name", "L2"}, {"config", {{"l2", 0.01}}}};
-  std::string e = error_for("d", "kernel_regularizer", l2);
+  CHECK(error_for("d", "kernel_regularizer", l2) == "(no error)");  // honoured (test_regularizers)
+  const io::Json orthogonal = {{"module", "keras.regularizers"}, {"class_name", "OrthogonalRegularizer"},
+                               {"config", {{"factor", 0.01}, {"mode", "rows"}}}};
+  std::string e = error_for("d", "kernel_regularizer", orthogonal);
   CHECK(contains(e, "Dense 'd'"));
   CHECK(contains(e, "kernel_regularizer"));
   CHECK(contains(e, "not supported"));
+  CHECK(contains(error_for("d", "kernel_constraint", {{"class_name", "MinMaxNorm"}, {"config", io::Json::object()}}),
+                 "constraint class 'MinMaxNorm' is not supported"));
   CHECK(contains(error_for("d", "lora_rank", 4), "lora_rank = 4"));
   CHECK(contains(error_for("conv", "groups", 2), "groups = 2"));
   CHECK(contains(error_for("conv", "data_format", "channels_first"), "data_format = \"channels_first\""));

@@ -164,7 +164,7 @@ TEST_CASE("MultiHeadAttention refuses what it cannot compute, naming itself") {
   mha({x, x});
   CHECK_THROWS_WITH_AS(mha({Tensor::ones({2, 4, 6}), x}), doctest::Contains("built for 5"), Error);
   for (const auto& entry : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"use_gate", true}, {"attention_axes", {2}}, {"kernel_regularizer", {{"class_name", "L2"}}}}) {
+           {"use_gate", true}, {"attention_axes", {2}}, {"activity_regularizer", {{"class_name", "L2"}}}}) {
     const std::string& key = entry.first;  // no structured binding: clang 14 (the sanitizer build) refuses them in doctest macros
     const nlohmann::json& value = entry.second;
     CAPTURE(key);

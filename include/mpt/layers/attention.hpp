@@ -24,6 +24,12 @@ struct MultiHeadAttentionOptions {
   bool use_causal_mask = false;
   std::string kernel_initializer = "glorot_uniform";
   std::string bias_initializer = "zeros";
+  /// On every projection's kernel / bias, as Keras's. (Keras's activity_regularizer, on the
+  /// four projections' outputs, is not supported: load_model refuses it.)
+  std::optional<regularizers::Regularizer> kernel_regularizer = std::nullopt;
+  std::optional<regularizers::Regularizer> bias_regularizer = std::nullopt;
+  std::optional<constraints::Constraint> kernel_constraint = std::nullopt;
+  std::optional<constraints::Constraint> bias_constraint = std::nullopt;
   std::optional<std::uint64_t> seed = std::nullopt;  ///< the dropout stream; default: the global seed
   PolicyArg dtype = std::nullopt;
   std::string name = "";

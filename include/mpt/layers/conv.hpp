@@ -31,6 +31,11 @@ struct Conv2DOptions {
   bool use_bias = true;
   std::string kernel_initializer = "glorot_uniform";
   std::string bias_initializer = "zeros";
+  std::optional<regularizers::Regularizer> kernel_regularizer = std::nullopt;
+  std::optional<regularizers::Regularizer> bias_regularizer = std::nullopt;
+  std::optional<regularizers::Regularizer> activity_regularizer = std::nullopt;
+  std::optional<constraints::Constraint> kernel_constraint = std::nullopt;
+  std::optional<constraints::Constraint> bias_constraint = std::nullopt;
   PolicyArg dtype = std::nullopt;
   std::string name = "";
 };

@@ -27,6 +27,11 @@ struct DenseOptions {
   bool use_bias = true;
   std::string kernel_initializer = "glorot_uniform";
   std::string bias_initializer = "zeros";
+  std::optional<regularizers::Regularizer> kernel_regularizer = std::nullopt;
+  std::optional<regularizers::Regularizer> bias_regularizer = std::nullopt;
+  std::optional<regularizers::Regularizer> activity_regularizer = std::nullopt;
+  std::optional<constraints::Constraint> kernel_constraint = std::nullopt;
+  std::optional<constraints::Constraint> bias_constraint = std::nullopt;
   PolicyArg dtype = std::nullopt;
   std::string name = "";
 };
@@ -61,6 +66,9 @@ LayerRef ReLU(ReLUOptions options = {});
 struct EmbeddingOptions {
   std::string embeddings_initializer = "uniform";  ///< Keras's default: RandomUniform(-0.05, 0.05)
   bool mask_zero = false;  ///< true is refused: mpt propagates no masks
+  std::optional<regularizers::Regularizer> embeddings_regularizer = std::nullopt;
+  std::optional<regularizers::Regularizer> activity_regularizer = std::nullopt;
+  std::optional<constraints::Constraint> embeddings_constraint = std::nullopt;
   PolicyArg dtype = std::nullopt;
   std::string name = "";
 };
@@ -86,6 +94,14 @@ struct LeakyReLUOptions {
 };
 /// x where x >= 0, else negative_slope * x.
 LayerRef LeakyReLU(LeakyReLUOptions options = {});
+
+struct ELUOptions {
+  double alpha = 1.0;  ///< Keras's default
+  PolicyArg dtype = std::nullopt;
+  std::string name = "";
+};
+/// Keras's ELU: x where x > 0, else alpha * (exp(x) - 1).
+LayerRef ELU(ELUOptions options = {});
 LayerRef Flatten(LayerOptions options = {});
 /// target_shape: per-example (no batch dimension); one entry may be -1.
 LayerRef Reshape(const Shape& target_shape, LayerOptions options = {});

@@ -29,6 +29,7 @@
 
 #include "mpt/functional.hpp"
 #include "mpt/mixed_precision/policy.hpp"
+#include "mpt/regularizers.hpp"
 #include "mpt/tensor.hpp"
 #include "mpt/variable.hpp"
 
@@ -123,6 +124,14 @@ class Layer {
   std::vector<Variable> trainable_variables() const;
   std::vector<Variable> non_trainable_variables() const;
   std::int64_t count_params() const;
+  /// Keras's layer.losses: the penalties of this layer's regularized trainable variables and
+  /// the activity penalties of its calls since the model's current forward began (float32
+  /// scalars).
+  std::vector<Tensor> losses() const;
+  /// Forgets the activity penalties (a model does so before each forward, as Keras).
+  void clear_activity_losses() { activity_losses_.clear(); }
+  /// Applies the variables' constraints (MaxNorm, ...); models run it after each applied step.
+  void apply_constraints();
   /// Output shape of the last call, batch dimension included (empty before any call).
   const Shape& output_shape() const { return output_shape_; }
   const Shape& input_shape() const { return input_shape_; }
@@ -131,6 +140,12 @@ class Layer {
   /// Creates a variable in the variable dtype, named "<layer>/<name>".
   Variable add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
                       bool trainable = true);
+  /// Regularizes / constrains the variables named `variable` or ".../<variable>" ("kernel" also
+  /// covers MultiHeadAttention's "query/kernel", ...); nullopt: none.
+  void set_regularizer(const std::string& variable, std::optional<regularizers::Regularizer> r);
+  void set_constraint(const std::string& variable, std::optional<constraints::Constraint> c);
+  /// A penalty on each call's output, divided by its batch size (Keras 3).
+  void set_activity_regularizer(std::optional<regularizers::Regularizer> r) { activity_regularizer_ = std::move(r); }
   /// A variable in the compute dtype (cached cast; gradient flows back in float32).
   Tensor read(const Variable& v) const { return v.read(compute_dtype()); }
   /// Throws mpt::Error "<Class> '<name>': <message>".
@@ -143,10 +158,16 @@ class Layer {
 
  private:
   Tensor cast_input(const Tensor& x) const;
+  /// The activity penalty of an output, when the layer has an activity regularizer.
+  void record_activity(const Tensor& y);
   /// mpt::Error naming both devices when x is not on the device of the layer's variables.
   void check_device(const Tensor& x) const;
   std::string class_name_, name_;
   bool user_name_ = false;
+  std::vector<std::pair<std::string, regularizers::Regularizer>> regularizers_;
+  std::vector<std::pair<std::string, constraints::Constraint>> constraints_;
+  std::optional<regularizers::Regularizer> activity_regularizer_;
+  std::vector<Tensor> activity_losses_;
   mixed_precision::Policy policy_;
   bool built_ = false, trainable_ = true;
   std::vector<Variable> variables_;
@@ -211,6 +232,9 @@ struct LayerConfig {
   Shape get_shape(const std::string& key) const;
   /// A list or a single number, e.g. kernel_size 3 or [3, 3].
   std::vector<std::int64_t> get_ints(const std::string& key) const;
+  /// A Keras regularizer / constraint entry (absent or null: none).
+  std::optional<regularizers::Regularizer> get_regularizer(const std::string& key) const;
+  std::optional<constraints::Constraint> get_constraint(const std::string& key) const;
   /// For a Keras field mpt supports only at one value: absent, null or `supported` passes;
   /// anything else is an mpt::Error naming the class, the layer, the field and the value.
   void expect(const std::string& key, const nlohmann::json& supported) const;

@@ -21,6 +21,10 @@ struct BatchNormalizationOptions {
   std::string gamma_initializer = "ones";
   std::string moving_mean_initializer = "zeros";
   std::string moving_variance_initializer = "ones";
+  std::optional<regularizers::Regularizer> beta_regularizer = std::nullopt;
+  std::optional<regularizers::Regularizer> gamma_regularizer = std::nullopt;
+  std::optional<constraints::Constraint> beta_constraint = std::nullopt;
+  std::optional<constraints::Constraint> gamma_constraint = std::nullopt;
   PolicyArg dtype = std::nullopt;
   std::string name = "";
 };
@@ -37,6 +41,10 @@ struct LayerNormalizationOptions {
   bool scale = true;
   std::string beta_initializer = "zeros";
   std::string gamma_initializer = "ones";
+  std::optional<regularizers::Regularizer> beta_regularizer = std::nullopt;
+  std::optional<regularizers::Regularizer> gamma_regularizer = std::nullopt;
+  std::optional<constraints::Constraint> beta_constraint = std::nullopt;
+  std::optional<constraints::Constraint> gamma_constraint = std::nullopt;
   PolicyArg dtype = std::nullopt;
   std::string name = "";
 };
