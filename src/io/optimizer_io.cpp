@@ -47,10 +47,29 @@ Json schedule_to_json(const LearningRate& lr, const std::string& optimizer) {
     c["alpha"] = number(o.alpha);
     c["warmup_steps"] = o.warmup_steps;
     c["warmup_target"] = o.warmup_target < 0 ? Json(nullptr) : number(o.warmup_target);
+  } else if (auto* pd = dynamic_cast<const schedules::PolynomialDecay*>(s)) {
+    const auto& o = pd->options();
+    c["initial_learning_rate"] = number(o.initial_learning_rate);
+    c["decay_steps"] = o.decay_steps;
+    c["end_learning_rate"] = number(o.end_learning_rate);
+    c["power"] = number(o.power);
+    c["cycle"] = o.cycle;
+  } else if (auto* it = dynamic_cast<const schedules::InverseTimeDecay*>(s)) {
+    const auto& o = it->options();
+    c["initial_learning_rate"] = number(o.initial_learning_rate);
+    c["decay_steps"] = o.decay_steps;
+    c["decay_rate"] = number(o.decay_rate);
+    c["staircase"] = o.staircase;
+  } else if (auto* r = dynamic_cast<const schedules::CosineDecayRestarts*>(s)) {
+    const auto& o = r->options();
+    c["initial_learning_rate"] = number(o.initial_learning_rate);
+    c["first_decay_steps"] = o.first_decay_steps;
+    c["t_mul"] = number(o.t_mul);
+    c["m_mul"] = number(o.m_mul);
+    c["alpha"] = number(o.alpha);
   } else {
     fail("save: optimizer '", optimizer, "' uses learning-rate schedule '", s->name(),
-         "', which checkpoints cannot rebuild; use save_weights, or ExponentialDecay, "
-         "PiecewiseConstantDecay or CosineDecay");
+         "', which checkpoints cannot rebuild; use save_weights, or one of Keras's schedules");
   }
   c["name"] = s->name();
   return Json{{"module", "keras.optimizers.schedules"},
@@ -93,6 +112,34 @@ LearningRate schedule_from_json(const Json& v, const std::string& where) {
                                    .alpha = num(c, "alpha", w),
                                    .warmup_steps = integer(c, "warmup_steps", w),
                                    .warmup_target = t.is_null() ? -1.0 : as_double(t, w + ", warmup_target")});
+  }
+  if (cls == "PolynomialDecay") {
+    check_fields(c, {"name", "initial_learning_rate", "decay_steps", "end_learning_rate", "power", "cycle"},
+                 Json::object(), who);
+    schedules::PolynomialDecayOptions o{.initial_learning_rate = num(c, "initial_learning_rate", w),
+                                        .decay_steps = integer(c, "decay_steps", w)};
+    if (find(c, "end_learning_rate")) o.end_learning_rate = num(c, "end_learning_rate", w);
+    if (find(c, "power")) o.power = num(c, "power", w);
+    if (const Json* cy = find(c, "cycle")) o.cycle = as_bool(*cy, w + ", cycle");
+    return schedules::PolynomialDecay(o);
+  }
+  if (cls == "InverseTimeDecay") {
+    check_fields(c, {"name", "initial_learning_rate", "decay_steps", "decay_rate", "staircase"}, Json::object(), who);
+    schedules::InverseTimeDecayOptions o{.initial_learning_rate = num(c, "initial_learning_rate", w),
+                                         .decay_steps = integer(c, "decay_steps", w),
+                                         .decay_rate = num(c, "decay_rate", w)};
+    if (const Json* st = find(c, "staircase")) o.staircase = as_bool(*st, w + ", staircase");
+    return schedules::InverseTimeDecay(o);
+  }
+  if (cls == "CosineDecayRestarts") {
+    check_fields(c, {"name", "initial_learning_rate", "first_decay_steps", "t_mul", "m_mul", "alpha"}, Json::object(),
+                 who);
+    schedules::CosineDecayRestartsOptions o{.initial_learning_rate = num(c, "initial_learning_rate", w),
+                                            .first_decay_steps = integer(c, "first_decay_steps", w)};
+    if (find(c, "t_mul")) o.t_mul = num(c, "t_mul", w);
+    if (find(c, "m_mul")) o.m_mul = num(c, "m_mul", w);
+    if (find(c, "alpha")) o.alpha = num(c, "alpha", w);
+    return schedules::CosineDecayRestarts(o);
   }
   fail(w, ": unknown schedule '", cls, "'");
 }

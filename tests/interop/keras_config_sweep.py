@@ -135,6 +135,13 @@ SCHEDULES = {
                                {"boundaries": [10], "values": [0.1, 0.01]}, {}),
     "CosineDecay": (keras.optimizers.schedules.CosineDecay, {"initial_learning_rate": 0.1, "decay_steps": 10},
                     {"alpha": 0.1, "warmup_target": 0.2, "warmup_steps": 5}),
+    "PolynomialDecay": (keras.optimizers.schedules.PolynomialDecay, {"initial_learning_rate": 0.1, "decay_steps": 10},
+                        {"end_learning_rate": 0.01, "power": 2.0, "cycle": True}),
+    "InverseTimeDecay": (keras.optimizers.schedules.InverseTimeDecay,
+                         {"initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.5}, {"staircase": True}),
+    "CosineDecayRestarts": (keras.optimizers.schedules.CosineDecayRestarts,
+                            {"initial_learning_rate": 0.1, "first_decay_steps": 10},
+                            {"t_mul": 1.5, "m_mul": 0.5, "alpha": 0.1}),
 }
 LOSSES = {
     "SparseCategoricalCrossentropy": (keras.losses.SparseCategoricalCrossentropy,

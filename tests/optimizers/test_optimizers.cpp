@@ -2,12 +2,16 @@
 // update ops on every device, clipping, learning-rate schedules and the Optimizer base.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <limits>
 
 #include <mpt/optim_ops.hpp>
+#include <nlohmann/json.hpp>
 
+#include "io/optimizer_io.hpp"
 #include "test_util.hpp"
 
 using namespace mpt;
@@ -1180,4 +1184,44 @@ TEST_CASE("fit builds every optimizer slot before its first step; slot_names() i
     set_default_device(Device::cpu());
     mixed_precision::set_global_policy("float32");
   });
+}
+
+TEST_CASE("every learning-rate schedule follows Keras's recorded values step by step, and saves as Keras's") {
+  // tests/interop/record_keras_schedules.py: Keras 3's schedules at steps 0..160 (float32).
+  std::ifstream in(test_data("keras_schedules.json"));
+  REQUIRE(in.good());
+  const auto recorded = nlohmann::json::parse(in);
+  std::set<std::string> classes;
+  for (const auto& c : recorded["cases"]) {
+    const io::Json serialized = io::Json::parse(c["serialized"].dump());
+    const std::string cls = serialized["class_name"];
+    classes.insert(cls);
+    CAPTURE(serialized.dump());
+    const io::Json sgd = {{"class_name", "SGD"}, {"config", {{"learning_rate", serialized}}}};
+    auto o = io::optimizer_from_json(sgd, "test");
+    const auto& lr = c["lr"];
+    // Keras computes in float32: near a cosine's trough 1 + cos(.) keeps only the peak's
+    // absolute precision, so the tolerance is relative to the schedule's largest value.
+    double peak = 0;
+    for (const auto& v : lr) peak = std::max(peak, std::abs(v.get<double>()));
+    for (std::size_t step = 0; step < lr.size(); ++step) {
+      o->set_iterations(static_cast<std::int64_t>(step));
+      const double want = lr[step].get<double>(), got = o->learning_rate();
+      CHECK_MESSAGE(std::abs(got - want) <= 2e-6 * std::max(std::abs(want), 0.1 * peak), cls, " step ", step,
+                    ": mpt ", got, ", Keras ", want);
+    }
+    // Saved back in Keras's form: the same class and every Keras field at the same value.
+    const io::Json back = io::optimizer_to_json(*o)["config"]["learning_rate"];
+    CHECK(back["class_name"] == cls);
+    for (const auto& [k, v] : serialized["config"].items()) {
+      if (k == "name") continue;
+      CHECK_MESSAGE(back["config"].contains(k), cls, " drops ", k);
+      if (v.is_number()) CHECK(back["config"][k].get<double>() == doctest::Approx(v.get<double>()).epsilon(1e-7));
+      else CHECK_MESSAGE(back["config"][k] == v, cls, " ", k);
+    }
+  }
+  CHECK(classes == std::set<std::string>{"ExponentialDecay", "PiecewiseConstantDecay", "CosineDecay", "PolynomialDecay",
+                                         "InverseTimeDecay", "CosineDecayRestarts"});
+  CHECK(contains(error_of([] { sched::PolynomialDecay({.decay_steps = 0}); }), "decay_steps must be > 0"));
+  CHECK(contains(error_of([] { sched::CosineDecayRestarts({.t_mul = 0.0}); }), "t_mul must be a finite number > 0"));
 }

@@ -67,4 +67,62 @@ class CosineDecay : public LearningRateSchedule {
   CosineDecayOptions o_;
 };
 
+/// initial -> end over decay_steps along (1 - step / decay_steps)^power, then end; with cycle,
+/// decay_steps grows to the first multiple of itself at or above the step.
+struct PolynomialDecayOptions {
+  double initial_learning_rate = 0.01;
+  std::int64_t decay_steps = 1000;
+  double end_learning_rate = 0.0001;
+  double power = 1.0;
+  bool cycle = false;
+};
+class PolynomialDecay : public LearningRateSchedule {
+ public:
+  explicit PolynomialDecay(PolynomialDecayOptions o);
+  double operator()(std::int64_t step) const override;
+  std::string name() const override { return "PolynomialDecay"; }
+  const PolynomialDecayOptions& options() const { return o_; }
+
+ private:
+  PolynomialDecayOptions o_;
+};
+
+/// initial / (1 + decay_rate · step / decay_steps) (the quotient floored with staircase).
+struct InverseTimeDecayOptions {
+  double initial_learning_rate = 0.01;
+  std::int64_t decay_steps = 1000;
+  double decay_rate = 0.5;
+  bool staircase = false;
+};
+class InverseTimeDecay : public LearningRateSchedule {
+ public:
+  explicit InverseTimeDecay(InverseTimeDecayOptions o);
+  double operator()(std::int64_t step) const override;
+  std::string name() const override { return "InverseTimeDecay"; }
+  const InverseTimeDecayOptions& options() const { return o_; }
+
+ private:
+  InverseTimeDecayOptions o_;
+};
+
+/// SGDR: cosine decay to alpha·initial over first_decay_steps, then restarts, each period t_mul
+/// times longer and its peak m_mul times lower.
+struct CosineDecayRestartsOptions {
+  double initial_learning_rate = 0.01;
+  std::int64_t first_decay_steps = 1000;
+  double t_mul = 2.0;
+  double m_mul = 1.0;
+  double alpha = 0.0;
+};
+class CosineDecayRestarts : public LearningRateSchedule {
+ public:
+  explicit CosineDecayRestarts(CosineDecayRestartsOptions o);
+  double operator()(std::int64_t step) const override;
+  std::string name() const override { return "CosineDecayRestarts"; }
+  const CosineDecayRestartsOptions& options() const { return o_; }
+
+ private:
+  CosineDecayRestartsOptions o_;
+};
+
 }  // namespace mpt::optimizers::schedules
