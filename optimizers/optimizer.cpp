@@ -77,6 +77,14 @@ Optimizer::Optimizer(std::string name, CommonOptions options)
   if (!options_.learning_rate.is_schedule()) check_learning_rate(options_.learning_rate.at(0));
 }
 
+void Optimizer::set_learning_rate(double lr) {
+  MPT_CHECK(!options_.learning_rate.is_schedule(), "optimizer '", name_, "': set_learning_rate(", lr,
+            ") on an optimizer that follows the schedule ", options_.learning_rate.schedule()->name(),
+            "; a schedule's rate cannot be set (as in Keras)");
+  check_learning_rate(lr);
+  options_.learning_rate = lr;
+}
+
 void Optimizer::check_learning_rate(double lr) const {
   // NaN, inf or a negative rate would train to a non-finite or diverging model without a word.
   MPT_CHECK(std::isfinite(lr) && lr >= 0, "optimizer '", name_, "': learning_rate must be a finite number >= 0, got ",

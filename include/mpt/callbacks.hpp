@@ -115,6 +115,59 @@ struct LambdaCallback : public Callback {
   void on_train_batch_end(std::int64_t b, const Logs& l) override { if (batch_end) batch_end(b, l); }
 };
 
+/// Stops fit after the first batch whose loss is NaN or infinite (a bfloat16 run has no
+/// loss-scale guard to skip such steps), printing "Batch N: Invalid loss, terminating training".
+class TerminateOnNaN : public Callback {
+ public:
+  void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
+  /// The batch that stopped training, or -1.
+  std::int64_t stopped_batch() const { return stopped_batch_; }
+
+ private:
+  std::int64_t stopped_batch_ = -1;
+};
+
+/// Keras's LearningRateScheduler: at each epoch's start, the optimizer's rate becomes
+/// schedule(epoch, current rate); each epoch's logs get "learning_rate".
+class LearningRateScheduler : public Callback {
+ public:
+  explicit LearningRateScheduler(std::function<double(int epoch, double learning_rate)> schedule, int verbose = 0);
+  bool wants_batch_logs(std::int64_t) override { return false; }
+  void on_epoch_begin(int epoch, const Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  std::function<double(int, double)> schedule_;
+  int verbose_;
+};
+
+struct ReduceLROnPlateauOptions {
+  std::string monitor = "val_loss";
+  double factor = 0.1;  ///< < 1
+  int patience = 10;
+  int verbose = 0;
+  std::string mode = "auto";  ///< min, max, or auto (max when the name holds "acc")
+  double min_delta = 1e-4;
+  int cooldown = 0;
+  double min_lr = 0.0;
+};
+/// Keras's ReduceLROnPlateau: when `monitor` has not improved by min_delta for `patience`
+/// epochs, the rate is multiplied by factor (not below min_lr), then `cooldown` epochs pass
+/// before counting again; each epoch's logs get "learning_rate".
+class ReduceLROnPlateau : public Callback {
+ public:
+  explicit ReduceLROnPlateau(ReduceLROnPlateauOptions o = {});
+  bool wants_batch_logs(std::int64_t) override { return false; }
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  ReduceLROnPlateauOptions o_;
+  bool maximize_ = false;
+  double best_ = 0;
+  int wait_ = 0, cooldown_counter_ = 0;
+};
+
 struct CSVLoggerOptions {
   char separator = ',';
   bool append = false;

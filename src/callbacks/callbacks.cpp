@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "io/checked_file.hpp"
+#include "mpt/log.hpp"
 #include "mpt/model.hpp"
 
 namespace mpt::callbacks {
@@ -23,6 +24,81 @@ EarlyStopping::EarlyStopping(EarlyStoppingOptions o) : o_(std::move(o)) {
             o_.mode, "'");
   maximize_ = o_.mode == "max" ||
               (o_.mode == "auto" && (o_.monitor.find("acc") != std::string::npos || o_.monitor.find("auc") != std::string::npos));
+}
+
+void TerminateOnNaN::on_train_batch_end(std::int64_t batch, const Logs& logs) {
+  const auto it = logs.find("loss");
+  if (it == logs.end() || std::isfinite(it->second)) return;
+  std::cout << "Batch " << batch << ": Invalid loss, terminating training" << std::endl;
+  stopped_batch_ = batch;
+  model()->stop_training = true;
+}
+
+LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> schedule, int verbose)
+    : schedule_(std::move(schedule)), verbose_(verbose) {
+  MPT_CHECK(static_cast<bool>(schedule_), "LearningRateScheduler: needs a schedule function");
+}
+
+void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
+  auto& opt = model()->optimizer();
+  const double lr = schedule_(epoch, opt.learning_rate());
+  MPT_CHECK(std::isfinite(lr), "LearningRateScheduler: the schedule gave ", lr, " for epoch ", epoch,
+            " (it must give a finite number)");
+  opt.set_learning_rate(lr);
+  if (verbose_ > 0)
+    std::cout << "\nEpoch " << epoch + 1 << ": LearningRateScheduler setting learning rate to " << lr << "." << std::endl;
+}
+
+void LearningRateScheduler::on_epoch_end(int, Logs& logs) { logs["learning_rate"] = model()->optimizer().learning_rate(); }
+
+ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions o) : o_(std::move(o)) {
+  MPT_CHECK(o_.factor < 1.0 && o_.factor >= 0.0, "ReduceLROnPlateau: factor must be in [0, 1), got ", o_.factor);
+  MPT_CHECK(o_.mode == "auto" || o_.mode == "min" || o_.mode == "max",
+            "ReduceLROnPlateau: mode must be auto, min or max, got '", o_.mode, "'");
+  MPT_CHECK(o_.patience >= 0 && o_.cooldown >= 0, "ReduceLROnPlateau: patience and cooldown must be >= 0, got ",
+            o_.patience, " and ", o_.cooldown);
+  maximize_ = o_.mode == "max" || (o_.mode == "auto" && o_.monitor.find("acc") != std::string::npos);
+}
+
+void ReduceLROnPlateau::on_train_begin(const Logs&) {
+  best_ = maximize_ ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  wait_ = 0, cooldown_counter_ = 0;
+}
+
+void ReduceLROnPlateau::on_epoch_end(int epoch, Logs& logs) {
+  // keras.callbacks.ReduceLROnPlateau.on_epoch_end, step for step.
+  auto& opt = model()->optimizer();
+  logs["learning_rate"] = opt.learning_rate();
+  const auto it = logs.find(o_.monitor);
+  if (it == logs.end()) {
+    std::string keys;
+    for (const auto& [k, v] : logs) keys += (keys.empty() ? "" : ", ") + k;
+    mpt::log(LogLevel::warning, "ReduceLROnPlateau: learning rate reduction is conditioned on metric '", o_.monitor,
+             "', which is not available; available metrics are: ", keys);
+    return;
+  }
+  const double current = it->second;
+  if (cooldown_counter_ > 0) {
+    --cooldown_counter_;
+    wait_ = 0;
+  }
+  const bool better = maximize_ ? current > best_ + o_.min_delta : current < best_ - o_.min_delta;
+  if (better) {
+    best_ = current;
+    wait_ = 0;
+  } else if (cooldown_counter_ <= 0 && ++wait_ >= o_.patience) {
+    const double old_lr = opt.learning_rate();
+    // Keras compares its float32 rate variable with np.float32(min_lr).
+    if (static_cast<float>(old_lr) > static_cast<float>(o_.min_lr)) {
+      const double new_lr = std::max(old_lr * o_.factor, o_.min_lr);
+      opt.set_learning_rate(new_lr);
+      if (o_.verbose > 0)
+        std::cout << "\nEpoch " << epoch + 1 << ": ReduceLROnPlateau reducing learning rate to " << new_lr << "."
+                  << std::endl;
+      cooldown_counter_ = o_.cooldown;
+      wait_ = 0;
+    }
+  }
 }
 
 bool EarlyStopping::improved(double value, double reference) const {

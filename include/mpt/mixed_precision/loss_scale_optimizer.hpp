@@ -59,6 +59,7 @@ class LossScaleOptimizer : public optimizers::Optimizer {
   void build(const std::vector<Variable>& vars) override { inner_->build(vars); }
   void set_iterations(std::int64_t n) override { inner_->set_iterations(n); }
   double learning_rate() const override { return inner_->learning_rate(); }
+  void set_learning_rate(double lr) override { inner_->set_learning_rate(lr); }
   std::int64_t step_counter() const { return host_.good_steps; }
   int overflow_count() const { return static_cast<int>(host_.overflows); }
   std::int64_t skipped_steps() const { return skipped_; }

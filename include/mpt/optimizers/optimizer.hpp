@@ -91,6 +91,10 @@ class Optimizer {
   virtual void set_iterations(std::int64_t n) { iterations_ = n; }
   /// The learning rate the next step uses.
   virtual double learning_rate() const { return options_.learning_rate.at(iterations()); }
+  /// Keras's `optimizer.learning_rate = lr` (ReduceLROnPlateau, LearningRateScheduler): a
+  /// constant rate from the next step on. mpt::Error when the optimizer follows a schedule
+  /// (as Keras refuses), or for a rate that is not finite and >= 0.
+  virtual void set_learning_rate(double lr);
   const std::string& name() const { return name_; }
 
   /// Slot variables of one variable (created on first use), e.g. "m" and "v" for Adam.

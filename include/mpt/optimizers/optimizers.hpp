@@ -28,6 +28,10 @@ class BuiltinOptimizer : public Optimizer {
  public:
   std::shared_ptr<Optimizer> clone() const override { return std::make_shared<Derived>(o_); }
   const Options& options() const { return o_; }
+  void set_learning_rate(double lr) override {
+    Optimizer::set_learning_rate(lr);
+    o_.learning_rate = lr;  // what checkpoints and clone() take
+  }
 
  protected:
   BuiltinOptimizer(std::string name, Options o)
