@@ -15,10 +15,8 @@ class BatchNormalizationLayer : public Layer {
   explicit BatchNormalizationLayer(BatchNormalizationOptions o) : Layer("BatchNormalization", o.dtype, o.name), o_(std::move(o)) {
     if (!(o_.momentum >= 0.0 && o_.momentum <= 1.0)) error("momentum must be in [0, 1], got ", o_.momentum);
     if (!(o_.epsilon > 0.0)) error("epsilon must be positive, got ", o_.epsilon);
-    set_regularizer("beta", o_.beta_regularizer);
-    set_regularizer("gamma", o_.gamma_regularizer);
-    set_constraint("beta", o_.beta_constraint);
-    set_constraint("gamma", o_.gamma_constraint);
+    set_rules("beta", o_.beta_regularizer, o_.beta_constraint);
+    set_rules("gamma", o_.gamma_regularizer, o_.gamma_constraint);
   }
 
   void build(const Shape& s) override {
@@ -72,8 +70,7 @@ class BatchNormalizationLayer : public Layer {
             {"gamma_initializer", o_.gamma_initializer},
             {"moving_mean_initializer", o_.moving_mean_initializer},
             {"moving_variance_initializer", o_.moving_variance_initializer}};
-    detail::put_rules(c, "beta", o_.beta_regularizer, o_.beta_constraint);
-    detail::put_rules(c, "gamma", o_.gamma_regularizer, o_.gamma_constraint);
+    c.update(rules_config());
     return c;
   }
 
@@ -128,10 +125,6 @@ const bool registered = [] {
     if (c.has("scale")) o.scale = c.get_bool("scale");
     o.beta_initializer = c.get("beta_initializer", o.beta_initializer);
     o.gamma_initializer = c.get("gamma_initializer", o.gamma_initializer);
-    o.beta_regularizer = c.get_regularizer("beta_regularizer");
-    o.gamma_regularizer = c.get_regularizer("gamma_regularizer");
-    o.beta_constraint = c.get_constraint("beta_constraint");
-    o.gamma_constraint = c.get_constraint("gamma_constraint");
     o.moving_mean_initializer = c.get("moving_mean_initializer", o.moving_mean_initializer);
     o.moving_variance_initializer = c.get("moving_variance_initializer", o.moving_variance_initializer);
     return BatchNormalization(std::move(o));

@@ -24,14 +24,6 @@ inline IntPair pair_of(const LayerConfig& c, const std::string& key) {
   return v.size() == 1 ? IntPair(v[0]) : IntPair(v[0], v[1]);
 }
 
-/// Keras's <variable>_regularizer and <variable>_constraint config entries (null for none).
-inline void put_rules(nlohmann::json& c, const std::string& variable,
-                      const std::optional<regularizers::Regularizer>& r,
-                      const std::optional<constraints::Constraint>& k) {
-  c[variable + "_regularizer"] = regularizers::serialize(r);
-  c[variable + "_constraint"] = constraints::serialize(k);
-}
-
 /// One axis (or dimension), given as a number or a one-element list: Keras's axis=-1 and
 /// axis=[-1] are the same; several axes are refused, not cut to the first.
 inline std::int64_t one_axis(const LayerConfig& c, const std::string& key) {

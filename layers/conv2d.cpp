@@ -20,11 +20,9 @@ class Conv2DLayer : public Layer {
       error("dilation_rate must be positive, got ", text(o_.dilation_rate));
     if (o_.padding != "valid" && o_.padding != "same") error("padding must be \"valid\" or \"same\", got \"", o_.padding, "\"");
     ops::check_activation(o_.activation);
-    set_regularizer("kernel", o_.kernel_regularizer);
-    set_regularizer("bias", o_.bias_regularizer);
     set_activity_regularizer(o_.activity_regularizer);
-    set_constraint("kernel", o_.kernel_constraint);
-    set_constraint("bias", o_.bias_constraint);
+    set_rules("kernel", o_.kernel_regularizer, o_.kernel_constraint);
+    set_rules("bias", o_.bias_regularizer, o_.bias_constraint);
   }
 
   void build(const Shape& s) override {
@@ -60,9 +58,7 @@ class Conv2DLayer : public Layer {
             {"use_bias", o_.use_bias},
             {"kernel_initializer", o_.kernel_initializer},
             {"bias_initializer", o_.bias_initializer}};
-    detail::put_rules(c, "kernel", o_.kernel_regularizer, o_.kernel_constraint);
-    detail::put_rules(c, "bias", o_.bias_regularizer, o_.bias_constraint);
-    c["activity_regularizer"] = regularizers::serialize(o_.activity_regularizer);
+    c.update(rules_config());
     return c;
   }
 
@@ -96,11 +92,6 @@ const bool registered = [] {
                    .use_bias = c.has("use_bias") ? c.get_bool("use_bias") : true,
                    .kernel_initializer = c.get("kernel_initializer", "glorot_uniform"),
                    .bias_initializer = c.get("bias_initializer", "zeros"),
-                   .kernel_regularizer = c.get_regularizer("kernel_regularizer"),
-                   .bias_regularizer = c.get_regularizer("bias_regularizer"),
-                   .activity_regularizer = c.get_regularizer("activity_regularizer"),
-                   .kernel_constraint = c.get_constraint("kernel_constraint"),
-                   .bias_constraint = c.get_constraint("bias_constraint"),
                    .dtype = c.dtype,
                    .name = c.name});
   });

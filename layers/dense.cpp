@@ -10,11 +10,9 @@ class DenseLayer : public Layer {
   DenseLayer(std::int64_t units, DenseOptions o) : Layer("Dense", o.dtype, o.name), units_(units), o_(std::move(o)) {
     if (units <= 0) error("units must be positive, got ", units);
     ops::check_activation(o_.activation);
-    set_regularizer("kernel", o_.kernel_regularizer);
-    set_regularizer("bias", o_.bias_regularizer);
     set_activity_regularizer(o_.activity_regularizer);
-    set_constraint("kernel", o_.kernel_constraint);
-    set_constraint("bias", o_.bias_constraint);
+    set_rules("kernel", o_.kernel_regularizer, o_.kernel_constraint);
+    set_rules("bias", o_.bias_regularizer, o_.bias_constraint);
   }
   void build(const Shape& s) override {
     if (s.size() < 2) error("expected an input of rank >= 2 (batch, features), got shape ", to_string(s));
@@ -34,9 +32,7 @@ class DenseLayer : public Layer {
                         {"use_bias", o_.use_bias},
                         {"kernel_initializer", o_.kernel_initializer},
                         {"bias_initializer", o_.bias_initializer}};
-    detail::put_rules(c, "kernel", o_.kernel_regularizer, o_.kernel_constraint);
-    detail::put_rules(c, "bias", o_.bias_regularizer, o_.bias_constraint);
-    c["activity_regularizer"] = regularizers::serialize(o_.activity_regularizer);
+    c.update(rules_config());
     return c;
   }
 

@@ -15,9 +15,8 @@ class EmbeddingLayer : public Layer {
     if (o_.mask_zero)
       error("mask_zero=true is not supported: mpt propagates no masks, so id 0 would still be attended to and "
             "counted; give padding its own id and a loss ignore_class instead");
-    set_regularizer("embeddings", o_.embeddings_regularizer);
     set_activity_regularizer(o_.activity_regularizer);
-    set_constraint("embeddings", o_.embeddings_constraint);
+    set_rules("embeddings", o_.embeddings_regularizer, o_.embeddings_constraint);
   }
   // Ids stay as they come: a 16-bit cast would round ids above 256 (bfloat16) or 2048 (float16).
   bool autocast() const override { return false; }
@@ -38,8 +37,7 @@ class EmbeddingLayer : public Layer {
                         {"output_dim", output_dim_},
                         {"embeddings_initializer", o_.embeddings_initializer},
                         {"mask_zero", o_.mask_zero}};
-    detail::put_rules(c, "embeddings", o_.embeddings_regularizer, o_.embeddings_constraint);
-    c["activity_regularizer"] = regularizers::serialize(o_.activity_regularizer);
+    c.update(rules_config());
     return c;
   }
 
@@ -55,9 +53,6 @@ const bool registered = [] {
     return Embedding(c.get_int("input_dim"), c.get_int("output_dim"),
                      {.embeddings_initializer = c.get("embeddings_initializer", "uniform"),
                       .mask_zero = c.has("mask_zero") && c.get_bool("mask_zero"),
-                      .embeddings_regularizer = c.get_regularizer("embeddings_regularizer"),
-                      .activity_regularizer = c.get_regularizer("activity_regularizer"),
-                      .embeddings_constraint = c.get_constraint("embeddings_constraint"),
                       .dtype = c.dtype,
                       .name = c.name});
   });

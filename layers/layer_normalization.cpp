@@ -10,10 +10,8 @@ class LayerNormalizationLayer : public Layer {
  public:
   explicit LayerNormalizationLayer(LayerNormalizationOptions o) : Layer("LayerNormalization", o.dtype, o.name), o_(std::move(o)) {
     if (!(o_.epsilon > 0.0)) error("epsilon must be positive, got ", o_.epsilon);
-    set_regularizer("beta", o_.beta_regularizer);
-    set_regularizer("gamma", o_.gamma_regularizer);
-    set_constraint("beta", o_.beta_constraint);
-    set_constraint("gamma", o_.gamma_constraint);
+    set_rules("beta", o_.beta_regularizer, o_.beta_constraint);
+    set_rules("gamma", o_.gamma_regularizer, o_.gamma_constraint);
   }
 
   void build(const Shape& s) override {
@@ -40,8 +38,7 @@ class LayerNormalizationLayer : public Layer {
             {"scale", o_.scale},
             {"beta_initializer", o_.beta_initializer},
             {"gamma_initializer", o_.gamma_initializer}};
-    detail::put_rules(c, "beta", o_.beta_regularizer, o_.beta_constraint);
-    detail::put_rules(c, "gamma", o_.gamma_regularizer, o_.gamma_constraint);
+    c.update(rules_config());
     return c;
   }
 
@@ -60,10 +57,6 @@ const bool registered = [] {
     if (c.has("scale")) o.scale = c.get_bool("scale");
     o.beta_initializer = c.get("beta_initializer", o.beta_initializer);
     o.gamma_initializer = c.get("gamma_initializer", o.gamma_initializer);
-    o.beta_regularizer = c.get_regularizer("beta_regularizer");
-    o.gamma_regularizer = c.get_regularizer("gamma_regularizer");
-    o.beta_constraint = c.get_constraint("beta_constraint");
-    o.gamma_constraint = c.get_constraint("gamma_constraint");
     return LayerNormalization(std::move(o));
   });
   return true;

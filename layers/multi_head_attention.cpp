@@ -29,10 +29,8 @@ class MultiHeadAttentionLayer : public Layer {
       error("num_heads, key_dim and value_dim must be positive, got ", heads_, ", ", key_dim_, " and ", value_dim_);
     if (!(o_.dropout >= 0.0 && o_.dropout < 1.0)) error("dropout must be in [0, 1), got ", o_.dropout);
     if (o_.output_shape && *o_.output_shape <= 0) error("output_shape must be positive, got ", *o_.output_shape);
-    set_regularizer("kernel", o_.kernel_regularizer);
-    set_regularizer("bias", o_.bias_regularizer);
-    set_constraint("kernel", o_.kernel_constraint);
-    set_constraint("bias", o_.bias_constraint);
+    set_rules("kernel", o_.kernel_regularizer, o_.kernel_constraint);
+    set_rules("bias", o_.bias_regularizer, o_.bias_constraint);
   }
 
   // One input x is self-attention: {x, x}.
@@ -70,8 +68,7 @@ class MultiHeadAttentionLayer : public Layer {
             {"bias_initializer", o_.bias_initializer},
             {"seed", seed_},
             {"use_causal_mask", o_.use_causal_mask}};
-    detail::put_rules(c, "kernel", o_.kernel_regularizer, o_.kernel_constraint);
-    detail::put_rules(c, "bias", o_.bias_regularizer, o_.bias_constraint);
+    c.update(rules_config());
     return c;
   }
   std::vector<std::string> call_option_keys() const override { return {"use_causal_mask"}; }
@@ -207,9 +204,8 @@ const bool registered = [] {
         fail("MultiHeadAttention '", c.name, "': attention_axes ", c.at("attention_axes").dump(),
              " is not supported (only the sequence axis of [batch, T, features] inputs)");
     }
-    for (const char* key : {"use_gate", "sliding_window", "activity_regularizer"})
-      if (c.has(key) && c.at(key) != nlohmann::json(false))
-        fail("MultiHeadAttention '", c.name, "': ", key, " = ", c.at(key).dump(), " is not supported");
+    c.expect("use_gate", false);
+    c.expect("sliding_window", nullptr);
     if (c.has("output_shape") && c.at("output_shape").is_array() && c.at("output_shape").size() != 1)
       fail("MultiHeadAttention '", c.name, "': output_shape ", c.at("output_shape").dump(),
            " is not supported (one output dimension)");
@@ -218,10 +214,6 @@ const bool registered = [] {
                                 .use_causal_mask = c.has("use_causal_mask") && c.get_bool("use_causal_mask"),
                                 .kernel_initializer = c.get("kernel_initializer", "glorot_uniform"),
                                 .bias_initializer = c.get("bias_initializer", "zeros"),
-                                .kernel_regularizer = c.get_regularizer("kernel_regularizer"),
-                                .bias_regularizer = c.get_regularizer("bias_regularizer"),
-                                .kernel_constraint = c.get_constraint("kernel_constraint"),
-                                .bias_constraint = c.get_constraint("bias_constraint"),
                                 .dtype = c.dtype,
                                 .name = c.name};
     if (c.has("value_dim")) o.value_dim = c.get_int("value_dim");

@@ -174,7 +174,7 @@ class Model {
   /// Gives unnamed layers unique Keras-style names ("dense", "dense_1").
   void assign_layer_names();
   /// Clears the layers' activity penalties: each forward records its own (Keras).
-  void begin_forward() const;
+  void clear_activity_losses() const;
   /// loss plus every penalty of losses(), summed in float32.
   Tensor with_regularization(const Tensor& loss) const;
   std::string name_;

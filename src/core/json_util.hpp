@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -135,7 +135,7 @@ const J& as_array(const J& v, const std::string& where) {
 /// `inert` gives it (a field that changes nothing at that value); anything else is an
 /// mpt::Error naming `who` and the field.
 template <class J>
-void check_fields(const J& c, std::initializer_list<std::string_view> honoured, const J& inert, const std::string& who) {
+void check_fields(const J& c, const std::vector<std::string_view>& honoured, const J& inert, const std::string& who) {
   if (!c.is_object()) return;
   for (const auto& [k, v] : c.items()) {
     if (v.is_null() || std::find(honoured.begin(), honoured.end(), k) != honoured.end()) continue;

@@ -179,10 +179,7 @@ void check_optimizer_fields(const Json& c, std::initializer_list<std::string_vie
   if (!ema || *ema == Json(false)) honoured.push_back("ema_momentum");  // used only with use_ema
   const Json inert = {{"use_ema", false}, {"weight_decay", 0.0}, {"gradient_accumulation_steps", 1},
                       {"is_legacy_optimizer", false}};
-  Json checked = Json::object();
-  for (const auto& [k, v] : c.items())
-    if (std::find(honoured.begin(), honoured.end(), k) == honoured.end()) checked[k] = v;
-  check_fields(checked, {}, inert, w);
+  check_fields(c, honoured, inert, w);
 }
 
 template <class Options>

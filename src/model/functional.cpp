@@ -150,7 +150,7 @@ void Model::check_input(const Tensor& x) const {
 std::vector<Tensor> Model::call(const std::vector<Tensor>& xs, bool training) {
   MPT_CHECK(!nodes_.empty() || !inputs_.empty(), "Model '", name_, "': not a functional model; use call(x)");
   MPT_CHECK(xs.size() == inputs_.size(), "Model '", name_, "': expected ", inputs_.size(), " inputs, got ", xs.size());
-  begin_forward();
+  clear_activity_losses();
   std::map<const FunctionalNode*, Tensor> values;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const Shape& want = inputs_[i].node()->input_shape;

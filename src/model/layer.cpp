@@ -152,34 +152,47 @@ bool names_variable(const std::string& variable_name, const std::string& key) {
 }
 }  // namespace
 
-void Layer::set_regularizer(const std::string& variable, std::optional<regularizers::Regularizer> r) {
-  std::erase_if(regularizers_, [&](const auto& e) { return e.first == variable; });
-  if (r) regularizers_.emplace_back(variable, std::move(*r));
+void Layer::set_rules(const std::string& variable, std::optional<regularizers::Regularizer> r,
+                      std::optional<constraints::Constraint> c) {
+  std::erase_if(rules_, [&](const Rules& e) { return e.variable == variable; });
+  rules_.push_back({variable, std::move(r), std::move(c)});
 }
 
-void Layer::set_constraint(const std::string& variable, std::optional<constraints::Constraint> c) {
-  std::erase_if(constraints_, [&](const auto& e) { return e.first == variable; });
-  if (c) constraints_.emplace_back(variable, std::move(*c));
+nlohmann::json Layer::rules_config() const {
+  nlohmann::json c = nlohmann::json::object();
+  for (const auto& r : rules_) {
+    c[r.variable + "_regularizer"] = regularizers::serialize(r.regularizer);
+    c[r.variable + "_constraint"] = constraints::serialize(r.constraint);
+  }
+  if (has_activity_rule_) c["activity_regularizer"] = regularizers::serialize(activity_regularizer_);
+  return c;
+}
+
+void Layer::set_rules_from(const LayerConfig& config) {
+  for (auto& r : rules_) {
+    r.regularizer = config.get_regularizer(r.variable + "_regularizer");
+    r.constraint = config.get_constraint(r.variable + "_constraint");
+  }
+  if (has_activity_rule_) activity_regularizer_ = config.get_regularizer("activity_regularizer");
 }
 
 std::vector<Tensor> Layer::losses() const {
   std::vector<Tensor> out;
   for (const auto& v : variables_) {
     if (!v.trainable()) continue;
-    for (const auto& [key, r] : regularizers_)
-      if (names_variable(v.name(), key)) out.push_back(r(v.value()));
+    for (const auto& r : rules_)
+      if (r.regularizer && names_variable(v.name(), r.variable)) out.push_back((*r.regularizer)(v.value()));
   }
   out.insert(out.end(), activity_losses_.begin(), activity_losses_.end());
   return out;
 }
 
 void Layer::apply_constraints() {
-  if (constraints_.empty()) return;
   NoGradGuard no_grad;
   for (auto& v : variables_) {
     if (!v.trainable()) continue;
-    for (const auto& [key, c] : constraints_)
-      if (names_variable(v.name(), key)) v.assign(c(v.value()));
+    for (const auto& r : rules_)
+      if (r.constraint && names_variable(v.name(), r.variable)) v.assign((*r.constraint)(v.value()));
   }
 }
 

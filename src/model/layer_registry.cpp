@@ -27,11 +27,6 @@ std::map<std::string, LayerFactory> core_layers() {
                                               .use_bias = c.has("use_bias") ? c.get_bool("use_bias") : true,
                                               .kernel_initializer = c.get("kernel_initializer", "glorot_uniform"),
                                               .bias_initializer = c.get("bias_initializer", "zeros"),
-                                              .kernel_regularizer = c.get_regularizer("kernel_regularizer"),
-                                              .bias_regularizer = c.get_regularizer("bias_regularizer"),
-                                              .activity_regularizer = c.get_regularizer("activity_regularizer"),
-                                              .kernel_constraint = c.get_constraint("kernel_constraint"),
-                                              .bias_constraint = c.get_constraint("bias_constraint"),
                                               .dtype = c.dtype,
                                               .name = c.name});
   };
@@ -161,6 +156,7 @@ LayerRef layer_from_config(const LayerConfig& c) {
   }
   LayerRef layer = factory(c);
   MPT_CHECK(static_cast<bool>(layer), "load_model: the factory for '", c.class_name, "' returned no layer");
+  layer->set_rules_from(c);  // the regularizers and constraints the layer declares
   // As Keras's from_config, which passes every field to the constructor: a field the factory
   // never looked at would be dropped, so the layer would compute something else.
   if (const auto left = c.unread(); !left.empty()) {

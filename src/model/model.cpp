@@ -202,7 +202,7 @@ std::vector<Tensor> Model::losses() const {
   return out;
 }
 
-void Model::begin_forward() const {
+void Model::clear_activity_losses() const {
   for (const auto& l : layers()) l->clear_activity_losses();
 }
 
@@ -291,7 +291,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
     if (keep_gradients) r.gradients = std::move(grads);
   }
   if (keep_gradients) r.variables = vars;
-  begin_forward();  // the activity penalties hold the step's graph: let it go
+  clear_activity_losses();  // they hold the step's graph: let it go
   finish_step(r.applied);
   if (!x.defined()) return r;
   r.loss = r.loss.detach();

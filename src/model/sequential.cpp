@@ -58,7 +58,7 @@ void Sequential::check_input(const Tensor& x) const {
 Tensor Sequential::call(const Tensor& x, bool training) {
   check_input(x);
   MPT_CHECK(!layers_.empty(), "Sequential '", name_, "': the model has no layers");
-  begin_forward();
+  clear_activity_losses();
   Tensor h = x;
   for (const auto& l : layers_) h = l(h, {.training = training});
   return h;

@@ -53,6 +53,8 @@ void set_seed_state(std::uint64_t seed, std::uint64_t counter);
 /// random_uniform (+-0.05). Fans follow Keras (dense: [in, out]; conv: kernel dims).
 Tensor initialize(const std::string& initializer, const Shape& shape, DType dtype, std::uint64_t seed);
 
+struct LayerConfig;
+
 class Layer {
  public:
   /// class_name: "Dense", ...; dtype: a policy (name or Policy) overriding the global one.
@@ -132,6 +134,12 @@ class Layer {
   void clear_activity_losses() { activity_losses_.clear(); }
   /// Applies the variables' constraints (MaxNorm, ...); models run it after each applied step.
   void apply_constraints();
+  /// Keras's <variable>_regularizer / <variable>_constraint (and activity_regularizer) entries of
+  /// the rules this layer declares (set_rules), null where none is set: config() adds them.
+  nlohmann::json rules_config() const;
+  /// Reads those entries back from a saved config into the declared rules (layer_from_config
+  /// does it for every layer, so factories need not).
+  void set_rules_from(const LayerConfig& config);
   /// Output shape of the last call, batch dimension included (empty before any call).
   const Shape& output_shape() const { return output_shape_; }
   const Shape& input_shape() const { return input_shape_; }
@@ -140,12 +148,17 @@ class Layer {
   /// Creates a variable in the variable dtype, named "<layer>/<name>".
   Variable add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
                       bool trainable = true);
-  /// Regularizes / constrains the variables named `variable` or ".../<variable>" ("kernel" also
-  /// covers MultiHeadAttention's "query/kernel", ...); nullopt: none.
-  void set_regularizer(const std::string& variable, std::optional<regularizers::Regularizer> r);
-  void set_constraint(const std::string& variable, std::optional<constraints::Constraint> c);
-  /// A penalty on each call's output, divided by its batch size (Keras 3).
-  void set_activity_regularizer(std::optional<regularizers::Regularizer> r) { activity_regularizer_ = std::move(r); }
+  /// Declares Keras's regularizer and constraint of the variables named `variable` or
+  /// ".../<variable>" ("kernel" also covers MultiHeadAttention's "query/kernel", ...); nullopt:
+  /// none, still saved (as Keras's null) and read back.
+  void set_rules(const std::string& variable, std::optional<regularizers::Regularizer> r,
+                 std::optional<constraints::Constraint> c);
+  /// Declares the activity regularizer: a penalty on each call's output, divided by its batch
+  /// size (Keras 3).
+  void set_activity_regularizer(std::optional<regularizers::Regularizer> r) {
+    activity_regularizer_ = std::move(r);
+    has_activity_rule_ = true;
+  }
   /// A variable in the compute dtype (cached cast; gradient flows back in float32).
   Tensor read(const Variable& v) const { return v.read(compute_dtype()); }
   /// Throws mpt::Error "<Class> '<name>': <message>".
@@ -164,9 +177,14 @@ class Layer {
   void check_device(const Tensor& x) const;
   std::string class_name_, name_;
   bool user_name_ = false;
-  std::vector<std::pair<std::string, regularizers::Regularizer>> regularizers_;
-  std::vector<std::pair<std::string, constraints::Constraint>> constraints_;
+  struct Rules {
+    std::string variable;
+    std::optional<regularizers::Regularizer> regularizer;
+    std::optional<constraints::Constraint> constraint;
+  };
+  std::vector<Rules> rules_;
   std::optional<regularizers::Regularizer> activity_regularizer_;
+  bool has_activity_rule_ = false;
   std::vector<Tensor> activity_losses_;
   mixed_precision::Policy policy_;
   bool built_ = false, trainable_ = true;
