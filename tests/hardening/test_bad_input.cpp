@@ -546,7 +546,22 @@ TEST_CASE("a model compiled with a custom metric instance is refused at save (wa
   CHECK(load_model(dir / "ok.keras")->evaluate(x, y).count("sparse_categorical_accuracy") == 1);
 }
 
-TEST_CASE("loading a foreign .weights.h5 while another thread saves weights never calls it malformed (was 2-3 of 40)") {
+// AddressSanitizer before LLVM 18 takes no allocator locks around fork (llvm-project PR 75290
+// added its pthread_atfork handler): a fork while another thread is inside ASan's malloc leaves
+// the child's allocator locked, so the parse check's child hangs. That is the sanitizer
+// runtime's, not mpt's (glibc's malloc, in every normal build, locks around fork): there the
+// race below is allowed to fail, and is still run and reported; the normal suite enforces it.
+#if defined(__clang__) && __clang_major__ < 18 && defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MPT_ASAN_FORK_UNSAFE 1
+#endif
+#endif
+#ifndef MPT_ASAN_FORK_UNSAFE
+#define MPT_ASAN_FORK_UNSAFE 0
+#endif
+
+TEST_CASE("loading a foreign .weights.h5 while another thread saves weights never calls it malformed (was 2-3 of 40)" *
+          doctest::may_fail(MPT_ASAN_FORK_UNSAFE != 0)) {
   // A file without mpt's stamp (as Keras writes one) is parsed first in a forked child; a fork
   // while another thread was inside libhdf5 left the child hanging on libhdf5's lock.
   ScratchDir dir("hdf5-race");
