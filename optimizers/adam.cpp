@@ -12,11 +12,17 @@ AdamOptimizer::AdamOptimizer(AdamOptions o)
   MPT_CHECK(o_.epsilon >= 0, "Adam: epsilon must be >= 0, got ", o_.epsilon);
 }
 
+double detail::adam_alpha(const Optimizer& opt, double lr, double beta_1, double beta_2) {
+  // Keras: the bias corrections folded into the step size, alpha = lr sqrt(1 - b2^t) / (1 - b1^t)
+  // with t counted from 1, all in float32 (the variable's dtype) as Keras computes it.
+  const float t = static_cast<float>(opt.iterations() + 1);
+  const float b1t = std::pow(static_cast<float>(beta_1), t), b2t = std::pow(static_cast<float>(beta_2), t);
+  return static_cast<float>(lr) * std::sqrt(1.0f - b2t) / (1.0f - b1t);
+}
+
 void detail::adam_step(Optimizer& opt, const Tensor& grad, const Variable& var, double lr, double beta_1,
                        double beta_2, double epsilon, bool amsgrad, double decay) {
-  // Keras: bias corrections folded into the step size; t counts from 1.
-  const double t = static_cast<double>(opt.iterations() + 1);
-  const double alpha = lr * std::sqrt(1 - std::pow(beta_2, t)) / (1 - std::pow(beta_1, t));
+  const double alpha = adam_alpha(opt, lr, beta_1, beta_2);
   Tensor value = var.value();
   Tensor& m = opt.slot(var, "m");
   Tensor& v = opt.slot(var, "v");
@@ -36,8 +42,7 @@ void detail::adam_steps(Optimizer& opt, const std::vector<Tensor>& grads, const 
     return;
   }
   // adam_step's alpha: the same iteration count for every variable of the step.
-  const double t = static_cast<double>(opt.iterations() + 1);
-  const double alpha = lr * std::sqrt(1 - std::pow(beta_2, t)) / (1 - std::pow(beta_1, t));
+  const double alpha = adam_alpha(opt, lr, beta_1, beta_2);
   std::vector<Tensor> values;
   std::vector<Tensor*> m, v, vhat;
   for (const auto& var : vars) {  // slots created in adam_step's order
@@ -53,11 +58,13 @@ void detail::adam_steps(Optimizer& opt, const std::vector<Tensor>& grads, const 
 }
 
 void AdamOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) {
-  detail::adam_steps(*this, grads, vars, lr, o_.beta_1, o_.beta_2, o_.epsilon, o_.amsgrad, 0.0);
+  for_decay_groups(grads, vars, lr, [&](const std::vector<Tensor>& g, const std::vector<Variable>& v, double decay) {
+    detail::adam_steps(*this, g, v, lr, o_.beta_1, o_.beta_2, o_.epsilon, o_.amsgrad, decay);
+  });
 }
 
 void AdamOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
-  detail::adam_step(*this, grad, var, lr, o_.beta_1, o_.beta_2, o_.epsilon, o_.amsgrad, 0.0);
+  detail::adam_step(*this, grad, var, lr, o_.beta_1, o_.beta_2, o_.epsilon, o_.amsgrad, weight_decay_factor(var, lr));
 }
 
 std::shared_ptr<AdamOptimizer> Adam(AdamOptions options) { return std::make_shared<AdamOptimizer>(std::move(options)); }

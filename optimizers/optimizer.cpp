@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <mutex>
+#include <regex>
 #include <set>
 
 #include "mpt/autograd.hpp"
@@ -74,6 +75,17 @@ Optimizer::Optimizer(std::string name, CommonOptions options)
   check_clip(name_, "global_clipnorm", options_.global_clipnorm);
   MPT_CHECK(!(options_.clipnorm && options_.global_clipnorm), "optimizer '", name_,
             "': only one of clipnorm and global_clipnorm can be set");
+  const auto& wd = options_.weight_decay;
+  MPT_CHECK(!wd || (std::isfinite(*wd) && *wd >= 0), "optimizer '", name_, "': weight_decay must be a finite number >= 0, got ",
+            wd ? *wd : 0.0);
+  MPT_CHECK(!options_.use_ema || (options_.ema_momentum >= 0 && options_.ema_momentum <= 1), "optimizer '", name_,
+            "': ema_momentum must be in the range [0, 1], got ", options_.ema_momentum);
+  const auto& f = options_.ema_overwrite_frequency;
+  MPT_CHECK(!f || *f >= 1, "optimizer '", name_, "': ema_overwrite_frequency must be an integer >= 1 or none, got ",
+            f ? *f : 0);
+  const auto& k = options_.gradient_accumulation_steps;
+  MPT_CHECK(!k || *k >= 2, "optimizer '", name_, "': gradient_accumulation_steps must be an integer >= 2 or none, got ",
+            k ? *k : 0);
   if (!options_.learning_rate.is_schedule()) check_learning_rate(options_.learning_rate.at(0));
 }
 
@@ -92,6 +104,48 @@ void Optimizer::check_learning_rate(double lr) const {
 }
 
 ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
+  if (accumulation_steps() == 1) return apply_gradients_now(grads, vars);
+  MPT_CHECK(grad_scale_ == 1.0, "optimizer '", name_, "': gradient accumulation takes unscaled gradients");
+  std::vector<Tensor> mean = accumulate_gradients(grads, vars);
+  if (mean.empty()) {
+    ApplyResult r;
+    r.accumulated = true;
+    return r;
+  }
+  return apply_gradients_now(mean, vars);
+}
+
+std::vector<Tensor> Optimizer::accumulate_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
+  MPT_CHECK(accumulation_steps() > 1, "optimizer '", name_, "': accumulate_gradients without gradient_accumulation_steps");
+  MPT_CHECK(grads.size() == vars.size(), "optimizer '", name_, "': accumulate_gradients got ", grads.size(),
+            " gradients for ", vars.size(), " variables");
+  check_variables(vars);
+  NoGradGuard no_grad;
+  const bool update = next_call_updates();
+  std::vector<Tensor> out(grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;  // apply_gradients_now warns
+    MPT_CHECK(grads[i].shape() == vars[i].shape(), "optimizer '", name_, "': gradient for '", vars[i].path(),
+              "' has shape ", to_string(grads[i].shape()), ", expected ", to_string(vars[i].shape()));
+    Tensor& acc = slot(vars[i], "gradient_accumulator");
+    Tensor g = grads[i].dtype() == float32 ? grads[i] : grads[i].to(float32);
+    if (update) {
+      // Keras: (g + acc) / steps, then the accumulators restart from zero.
+      out[i] = ops::div(ops::add(g, acc), Tensor::scalar(static_cast<double>(accumulation_steps()), float32, acc.device()));
+      acc.assign(Tensor::zeros(acc.shape(), float32, acc.device()));
+    } else {
+      acc.assign(ops::add(g, acc));
+    }
+  }
+  if (!update) {
+    ++iterations_;
+    if (options_.use_ema) update_ema(vars);  // Keras updates the averages at every call
+    return {};
+  }
+  return out;
+}
+
+ApplyResult Optimizer::apply_gradients_now(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
   MPT_CHECK(grads.size() == vars.size(), "optimizer '", name_, "': apply_gradients got ",
             grads.size(), " gradients for ", vars.size(), " variables");
   if (grads.empty()) return {};
@@ -100,7 +154,7 @@ ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const s
   std::vector<Tensor> g;
   std::vector<Variable> v;
   std::vector<std::string> missing;
-  const bool pass_16bit = takes_16bit_gradients() && !clips();
+  const bool pass_16bit = takes_16bit_gradients() && !clips() && accumulation_steps() == 1;
   for (std::size_t i = 0; i < grads.size(); ++i) {
     MPT_CHECK(vars[i].defined(), "optimizer '", name_, "': variable ", i, " is undefined");
     const Variable& var = vars[i];
@@ -136,6 +190,7 @@ ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const s
   const double lr = learning_rate();
   check_learning_rate(lr);  // a schedule's value, step by step
   update_steps(g, v, lr);
+  if (options_.use_ema) update_ema(v);
   ++iterations_;
   return {};
 }
@@ -155,7 +210,7 @@ ApplyResult Optimizer::apply_scaled_gradients(const std::vector<Tensor>& grads, 
 }
 
 bool Optimizer::fuses_gradient_scale() const {
-  return applies_gradient_scale() && !clips();
+  return applies_gradient_scale() && !clips() && accumulation_steps() == 1;
 }
 
 bool detail::fits_one_list_op(const std::vector<Variable>& vars) {
@@ -197,9 +252,9 @@ Tensor& Optimizer::slot(const Variable& var, const std::string& slot_name) {
     for (auto p = slots_.begin(); p != slots_.end(); ++p) {
       if ((p->first & kPendingKey) && p->second.path == set.path) {
         for (auto& [n, t] : p->second.tensors) {
-          MPT_CHECK(t.shape() == var.shape(), "optimizer '", name_, "': restored slot '", n,
+          MPT_CHECK(t.shape() == slot_shape(var, n), "optimizer '", name_, "': restored slot '", n,
                     "' of '", set.path, "' has shape ", to_string(t.shape()),
-                    ", the variable has ", to_string(var.shape()));
+                    ", expected ", to_string(slot_shape(var, n)), " for the variable of shape ", to_string(var.shape()));
           set.tensors[n] = t.to(var.value().device());
         }
         slots_.erase(p);
@@ -214,7 +269,10 @@ Tensor& Optimizer::slot(const Variable& var, const std::string& slot_name) {
   auto t = tensors.find(slot_name);
   if (t == tensors.end()) {
     NoGradGuard no_grad;
-    t = tensors.emplace(slot_name, Tensor::zeros(var.shape(), float32, var.value().device())).first;
+    const double init = slot_initial_value(slot_name);
+    Tensor z = Tensor::zeros(slot_shape(var, slot_name), float32, var.value().device());
+    if (init != 0.0) z = ops::add(z, Tensor::scalar(init, float32, z.device()));
+    t = tensors.emplace(slot_name, z).first;
   }
   return t->second;
 }
@@ -228,9 +286,13 @@ void Optimizer::check_variables(const std::vector<Variable>& vars) const {
 
 void Optimizer::build(const std::vector<Variable>& vars) {
   check_variables(vars);
-  const std::vector<std::string> names = slot_names();
-  for (const Variable& v : vars)
+  std::vector<std::string> names;
+  if (options_.use_ema) names.push_back("average");
+  if (accumulation_steps() > 1) names.push_back("gradient_accumulator");
+  for (const Variable& v : vars) {
     for (const std::string& n : names) (void)slot(v, n);
+    for (const std::string& n : slot_names_for(v)) (void)slot(v, n);
+  }
 }
 
 std::map<std::string, std::map<std::string, Tensor>> Optimizer::slots_by_path() const {
@@ -265,10 +327,137 @@ void Optimizer::set_slot(const std::string& var_path, const std::string& slot_na
   }
 }
 
+struct Optimizer::ExcludePattern {
+  std::regex re;
+};
+
+void Optimizer::exclude_from_weight_decay(const std::vector<std::string>& var_names) {
+  // Keras: "can only be configured before the optimizer is built" (slots made or a step taken).
+  MPT_CHECK(raw_iterations() == 0 && slots_.empty(), "optimizer '", name_,
+            "': exclude_from_weight_decay() can only be configured before the optimizer is built "
+            "(before compile/fit or its first apply_gradients)");
+  std::shared_ptr<const ExcludePattern> pattern;
+  if (!var_names.empty()) {  // Keras: re.compile("|".join(set(var_names)))
+    std::string joined;
+    for (const auto& n : var_names) {
+      MPT_CHECK(!n.empty(), "optimizer '", name_, "': exclude_from_weight_decay: an empty name would match every variable");
+      joined += (joined.empty() ? "" : "|") + n;
+    }
+    // std::regex compiles and matches recursively: a bound keeps a checkpoint's list (read
+    // from a file) from exhausting the stack.
+    MPT_CHECK(joined.size() <= 4096, "optimizer '", name_, "': exclude_from_weight_decay: the names are ",
+              joined.size(), " characters together, more than 4096");
+    try {
+      pattern = std::make_shared<const ExcludePattern>(ExcludePattern{std::regex(joined, std::regex::ECMAScript)});
+    } catch (const std::regex_error& e) {
+      fail("optimizer '", name_, "': exclude_from_weight_decay: invalid pattern '", joined, "': ", e.what());
+    }
+  }
+  exclude_names_ = var_names;
+  exclude_pattern_ = std::move(pattern);
+  use_decay_cache_.clear();
+}
+
+void Optimizer::copy_exclusions_to(Optimizer& other) const {
+  other.exclude_names_ = exclude_names_;
+  other.exclude_pattern_ = exclude_pattern_;  // immutable, shared
+}
+
+bool Optimizer::use_weight_decay(const Variable& var) const {
+  if (!options_.weight_decay || *options_.weight_decay == 0.0) return false;
+  if (!exclude_pattern_) return true;
+  auto it = use_decay_cache_.find(var.id());
+  if (it != use_decay_cache_.end() && it->second.first == var.name()) return it->second.second;
+  const bool use = !std::regex_search(var.name(), exclude_pattern_->re);
+  use_decay_cache_[var.id()] = {var.name(), use};
+  return use;
+}
+
+double Optimizer::weight_decay_factor(const Variable& var, double lr) const {
+  return use_weight_decay(var) ? *options_.weight_decay * lr : 0.0;
+}
+
+void Optimizer::for_decay_groups(
+    const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr,
+    const std::function<void(const std::vector<Tensor>&, const std::vector<Variable>&, double)>& f) const {
+  // Two groups at most: the decayed variables, then the excluded ones with decay 0. Entries are
+  // independent and a variable given twice lands twice in the same group, in order, so the
+  // results are the per-variable loop's.
+  std::vector<Tensor> g_decay, g_plain;
+  std::vector<Variable> v_decay, v_plain;
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const bool use = use_weight_decay(vars[i]);
+    (use ? g_decay : g_plain).push_back(grads[i]);
+    (use ? v_decay : v_plain).push_back(vars[i]);
+  }
+  const double decay = options_.weight_decay ? *options_.weight_decay * lr : 0.0;
+  if (!v_decay.empty()) f(g_decay, v_decay, decay);
+  if (!v_plain.empty()) f(g_plain, v_plain, 0.0);
+}
+
+void Optimizer::apply_weight_decay(const std::vector<Variable>& vars, double lr) const {
+  NoGradGuard no_grad;
+  for (const Variable& v : vars) {
+    const double d = weight_decay_factor(v, lr);
+    if (d == 0.0) continue;
+    const Tensor& w = v.value();
+    v.assign(ops::sub(w, ops::mul(w, Tensor::scalar(d, w.dtype(), w.device()))));
+  }
+}
+
+void Optimizer::update_ema(const std::vector<Variable>& vars) {
+  // Keras: momentum 0 at the first step (the average starts as the variable), then
+  // average = momentum * average + (1 - momentum) * var; every ema_overwrite_frequency steps
+  // the variables take their averages. iterations() is still the count before this call.
+  const double m = iterations() != 0 ? options_.ema_momentum : 0.0;
+  for (const Variable& v : vars) {
+    Tensor& avg = slot(v, "average");
+    const Tensor w = v.value().dtype() == float32 ? v.value() : v.value().to(float32);
+    avg.assign(ops::add(ops::mul(Tensor::scalar(m, float32, avg.device()), avg),
+                        ops::mul(Tensor::scalar(1.0 - m, float32, avg.device()), w)));
+  }
+  const auto& f = options_.ema_overwrite_frequency;
+  if (f && (iterations() + 1) % *f == 0) {
+    for (const Variable& v : vars) v.assign(slot(v, "average"));
+  }
+}
+
+void Optimizer::swap_ema_weights(const std::vector<Variable>& vars) {
+  MPT_CHECK(options_.use_ema, "optimizer '", name_, "': SwapEMAWeights needs use_ema=true on the optimizer");
+  NoGradGuard no_grad;
+  for (const Variable& v : vars) {
+    auto it = slots_.find(v.id());
+    if (it == slots_.end() || !it->second.tensors.count("average")) continue;
+    Tensor& avg = it->second.tensors.at("average");
+    const Tensor old = v.value().to(float32).copy();
+    v.assign(avg);
+    avg.assign(old);
+  }
+}
+
+void Optimizer::set_ema_from_variables(const std::vector<Variable>& vars) {
+  NoGradGuard no_grad;
+  for (const Variable& v : vars) {
+    auto it = slots_.find(v.id());
+    if (it == slots_.end() || !it->second.tensors.count("average")) continue;
+    it->second.tensors.at("average").assign(v.value().to(float32));
+  }
+}
+
+void Optimizer::finalize_variable_values(const std::vector<Variable>& vars) {
+  if (!options_.use_ema) return;
+  NoGradGuard no_grad;
+  for (const Variable& v : vars) {
+    auto it = slots_.find(v.id());
+    if (it == slots_.end() || !it->second.tensors.count("average")) continue;
+    v.assign(it->second.tensors.at("average"));
+  }
+}
+
 std::shared_ptr<Optimizer> OptimizerArg::get() const {
   if (ptr_) return ptr_;
   MPT_CHECK(!name_.empty(), "optimizer: none given (pass an optimizer or one of the names sgd, "
-                            "adam, adamw, rmsprop)");
+                            "adam, adamw, rmsprop, nadam, adamax, adagrad, lion, adafactor)");
   return optimizers::get(name_);
 }
 
@@ -280,7 +469,13 @@ std::shared_ptr<Optimizer> get(const std::string& name) {
   if (key == "adam") return std::make_shared<AdamOptimizer>();
   if (key == "adamw") return std::make_shared<AdamWOptimizer>();
   if (key == "rmsprop") return std::make_shared<RMSpropOptimizer>();
-  fail("optimizers::get: unknown optimizer '", name, "'; valid names: sgd, adam, adamw, rmsprop");
+  if (key == "nadam") return std::make_shared<NadamOptimizer>();
+  if (key == "adamax") return std::make_shared<AdamaxOptimizer>();
+  if (key == "adagrad") return std::make_shared<AdagradOptimizer>();
+  if (key == "lion") return std::make_shared<LionOptimizer>();
+  if (key == "adafactor") return std::make_shared<AdafactorOptimizer>();
+  fail("optimizers::get: unknown optimizer '", name,
+       "'; valid names: sgd, adam, adamw, rmsprop, nadam, adamax, adagrad, lion, adafactor");
 }
 
 }  // namespace mpt::optimizers

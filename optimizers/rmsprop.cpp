@@ -11,6 +11,7 @@ RMSpropOptimizer::RMSpropOptimizer(RMSpropOptions o)
 }
 
 void RMSpropOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
+  apply_weight_decay({var}, lr);  // Keras's _apply_weight_decay, its own pass here
   Tensor value = var.value();
   Tensor& velocity = slot(var, "velocity");
   Tensor* average = o_.centered ? &slot(var, "average_gradient") : nullptr;
@@ -28,6 +29,7 @@ void RMSpropOptimizer::update_steps(const std::vector<Tensor>& grads, const std:
     Optimizer::update_steps(grads, vars, lr);
     return;
   }
+  apply_weight_decay(vars, lr);
   std::vector<Tensor> values;
   std::vector<Tensor*> velocity, average, momentum;
   for (const auto& var : vars) {  // slots created in update_step's order

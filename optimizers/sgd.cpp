@@ -10,6 +10,7 @@ SGDOptimizer::SGDOptimizer(SGDOptions o)
 }
 
 void SGDOptimizer::update_step(const Tensor& grad, const Variable& var, double lr) {
+  apply_weight_decay({var}, lr);  // Keras's _apply_weight_decay, its own pass here
   Tensor value = var.value();
   Tensor* m = o_.momentum != 0 ? &slot(var, "momentum") : nullptr;
   const std::vector<Variable> one{var};
@@ -23,6 +24,7 @@ void SGDOptimizer::update_steps(const std::vector<Tensor>& grads, const std::vec
     Optimizer::update_steps(grads, vars, lr);
     return;
   }
+  apply_weight_decay(vars, lr);
   std::vector<Tensor> values;
   std::vector<Tensor*> momenta;
   for (const auto& var : vars) {

@@ -74,6 +74,36 @@ void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& gr
                         const std::vector<Tensor*>& momentum, double lr, double rho, double momentum_coef,
                         double epsilon, const std::vector<Tensor*>& copies = {}, double grad_scale = 1.0);
 
+/// The update rules of Nadam, Adamax, Adagrad and Lion, Keras's forms (each defined once, in
+/// src/backend/common/optim_rules.hpp, for both backends), fused as the updates above: one pass
+/// updates the variable, its float32 slots and the optional copy, with grad_scale and the
+/// decoupled weight decay (var -= var * decay first, decay = weight_decay * lr; 0 for none).
+///   nadam   (slots momentum, velocity): m += (g - m)(1 - b1); v += (g^2 - v)(1 - b2);
+///           m_hat = u_next m / (1 - u_product_next) + (1 - u_t) g / (1 - u_product);
+///           var -= m_hat lr / (sqrt(v / (1 - beta_2_power)) + epsilon)
+///   adamax  (slots momentum, norm): m += (g - m)(1 - b1); u = max(b2 u, |g|);
+///           var -= lr m / ((1 - beta_1_power)(u + epsilon))
+///   adagrad (slot accumulator): acc += g^2; var -= lr g / sqrt(acc + epsilon)
+///   lion    (slot momentum): var -= lr sign(b1 m + (1 - b1) g); m = b2 m + (1 - b2) g
+enum class UpdateRule { nadam, adamax, adagrad, lion };
+/// A step's arguments (the rule takes the ones it names).
+struct RuleArgs {
+  double lr = 0, beta_1 = 0, beta_2 = 0, epsilon = 0, decay = 0;
+  double u_t = 0, u_next = 0, u_product = 0, u_product_next = 0;  ///< Nadam's momentum schedule
+  double beta_1_power = 0, beta_2_power = 0;                       ///< beta^t, t counted from 1
+};
+/// "nadam", "adamax", ...
+const char* rule_name(UpdateRule rule);
+/// The number of slots the rule updates (2, 2, 1, 1).
+int rule_slot_count(UpdateRule rule);
+/// One variable: slots[k] is its k-th slot (non-null, float32, the variable's shape and device).
+void rule_update(UpdateRule rule, Tensor& var, const Tensor& grad, const std::vector<Tensor*>& slots,
+                 const RuleArgs& args, Tensor* copy = nullptr, double grad_scale = 1.0);
+/// Many variables (the *_update_all contract above): slots[k][i] is variable i's k-th slot.
+void rule_update_all(UpdateRule rule, std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                     const std::vector<std::vector<Tensor*>>& slots, const RuleArgs& args,
+                     const std::vector<Tensor*>& copies = {}, double grad_scale = 1.0);
+
 struct UnscaleResult {
   std::vector<Tensor> grads;     ///< grads[i] * inv_scale in float32 (undefined stays undefined)
   Tensor found_flag;             ///< float32 scalar on the gradients' device: 1 when any is inf/NaN

@@ -11,6 +11,7 @@
 #include "mpt/tensor.hpp"
 #include "backend/common/attention.hpp"   // AttentionGeometry
 #include "backend/common/binary_ops.hpp"  // BinaryOp: the table of binary ops
+#include "backend/common/optim_rules.hpp"  // RuleKind, RuleHyper: the update rules of mpt::ops::rule_update
 #include "backend/common/unary_ops.hpp"   // UnaryOp, Activation: the table of unary ops and activations
 
 namespace mpt {
@@ -184,6 +185,12 @@ class Backend {
                                   const std::vector<Tensor*>& momentum, double lr, double rho,
                                   double momentum_coef, double epsilon,
                                   const std::vector<Tensor*>& copies, double grad_scale);
+  /// mpt::ops::rule_update_all (one variable: a list of one): entry i updates vars[i] with
+  /// grads[i] and slots[k][i] (rule_slots(rule) lists, every entry non-null) by the rule of
+  /// backend/common/optim_rules.hpp with the step's constants h; copies as above.
+  virtual void rule_update_all(common::RuleKind rule, std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                               const std::vector<std::vector<Tensor*>>& slots, const common::RuleHyper& h,
+                               const std::vector<Tensor*>& copies, double grad_scale) = 0;
   /// out[i] = grads[i] * inv_scale (outs float32, pre-allocated, or undefined to only check;
   /// undefined grads skipped;
   /// inv_scale a float32 scalar on this device); found (float32 scalar) = 1 when any element

@@ -144,13 +144,25 @@ LearningRate schedule_from_json(const Json& v, const std::string& where) {
   fail(w, ": unknown schedule '", cls, "'");
 }
 
+Json optional_number(double v) { return number(v); }  // AdamW's weight_decay
+
+template <class T>
+Json optional_int(const std::optional<T>& v) { return v ? Json(*v) : Json(nullptr); }
+
+/// Keras's base get_config entries.
 template <class Options>
 void common(Json& c, const Options& o, const std::string& name) {
   c["name"] = name;
   c["learning_rate"] = schedule_to_json(o.learning_rate, name);
+  c["weight_decay"] = optional_number(o.weight_decay);
   c["clipnorm"] = optional_number(o.clipnorm);
   c["global_clipnorm"] = optional_number(o.global_clipnorm);
   c["clipvalue"] = optional_number(o.clipvalue);
+  c["use_ema"] = o.use_ema;
+  c["ema_momentum"] = number(o.ema_momentum);
+  c["ema_overwrite_frequency"] = optional_int(o.ema_overwrite_frequency);
+  c["loss_scale_factor"] = nullptr;
+  c["gradient_accumulation_steps"] = optional_int(o.gradient_accumulation_steps);
 }
 
 std::optional<double> optional_double(const Json& c, const char* key, const std::string& w) {
@@ -173,13 +185,20 @@ bool get_bool(const Json& c, const char* key, bool fallback, const std::string& 
 /// and the base arguments mpt does not implement yet, which pass only at values that change
 /// nothing (use_ema false, weight_decay 0, ...).
 void check_optimizer_fields(const Json& c, std::initializer_list<std::string_view> own, const std::string& w) {
-  std::vector<std::string_view> honoured{"name", "learning_rate", "clipnorm", "global_clipnorm", "clipvalue"};
+  std::vector<std::string_view> honoured{"name", "learning_rate", "clipnorm", "global_clipnorm", "clipvalue",
+                                         "weight_decay", "use_ema", "ema_momentum", "ema_overwrite_frequency",
+                                         "gradient_accumulation_steps"};
   honoured.insert(honoured.end(), own.begin(), own.end());
-  const Json* ema = find(c, "use_ema");
-  if (!ema || *ema == Json(false)) honoured.push_back("ema_momentum");  // used only with use_ema
-  const Json inert = {{"use_ema", false}, {"weight_decay", 0.0}, {"gradient_accumulation_steps", 1},
-                      {"is_legacy_optimizer", false}};
+  // loss_scale_factor (a fixed loss scale without a LossScaleOptimizer) is not implemented:
+  // only its null passes (check_fields lets nulls through).
+  const Json inert = {{"is_legacy_optimizer", false}};
   check_fields(c, honoured, inert, w);
+}
+
+std::optional<std::int64_t> optional_int64(const Json& c, const char* key, const std::string& w) {
+  const Json* v = find(c, key);
+  if (!v || v->is_null()) return std::nullopt;
+  return as_int(*v, w + ", " + key);
 }
 
 template <class Options>
@@ -188,11 +207,22 @@ void read_common(Options& o, const Json& c, const std::string& w) {
   o.clipnorm = optional_double(c, "clipnorm", w);
   o.clipvalue = optional_double(c, "clipvalue", w);
   o.global_clipnorm = optional_double(c, "global_clipnorm", w);
+  if constexpr (std::is_same_v<decltype(o.weight_decay), double>) {
+    o.weight_decay = get_double(c, "weight_decay", o.weight_decay, w);  // AdamW's own argument
+  } else {
+    o.weight_decay = optional_double(c, "weight_decay", w);
+  }
+  o.use_ema = get_bool(c, "use_ema", o.use_ema, w);
+  o.ema_momentum = get_double(c, "ema_momentum", o.ema_momentum, w);
+  o.ema_overwrite_frequency = optional_int64(c, "ema_overwrite_frequency", w);
+  o.gradient_accumulation_steps = optional_int64(c, "gradient_accumulation_steps", w);
 }
 
 }  // namespace
 
-std::vector<std::vector<std::string>> slot_layout(const Optimizer& opt) {
+namespace {
+/// The optimizer's own slot groups (after the base class's EMA and accumulation ones).
+std::vector<std::vector<std::string>> own_slot_layout(const Optimizer& opt) {
   if (auto* s = exactly<SGDOptimizer>(opt)) return s->options().momentum != 0 ? std::vector<std::vector<std::string>>{{"momentum"}} : std::vector<std::vector<std::string>>{};
   if (auto* a = exactly<AdamOptimizer>(opt)) {
     std::vector<std::vector<std::string>> l{{"m", "v"}};
@@ -210,19 +240,57 @@ std::vector<std::vector<std::string>> slot_layout(const Optimizer& opt) {
     if (r->options().centered) l.push_back({"average_gradient"});
     return l;
   }
+  if (exactly<NadamOptimizer>(opt)) return {{"momentum", "velocity"}};
+  if (exactly<AdamaxOptimizer>(opt)) return {{"momentum", "norm"}};
+  if (exactly<AdagradOptimizer>(opt)) return {{"accumulator"}};
+  if (exactly<LionOptimizer>(opt)) return {{"momentum"}};
+  if (exactly<AdafactorOptimizer>(opt)) return {{"r", "c", "velocity"}};
   std::set<std::string> names;
   for (const auto& [path, slots] : opt.slots_by_path())
-    for (const auto& [name, t] : slots) names.insert(name);
+    for (const auto& [name, t] : slots)
+      if (name != "average" && name != "gradient_accumulator") names.insert(name);
   if (names.empty()) return {};
   return {std::vector<std::string>(names.begin(), names.end())};
 }
+}  // namespace
+
+std::vector<std::vector<std::string>> slot_layout(const Optimizer& opt) {
+  // Keras's base build() makes the EMA averages, then the gradient accumulators, before the
+  // optimizer's own variables.
+  std::vector<std::vector<std::string>> out;
+  if (opt.common_options().use_ema) out.push_back({"average"});
+  if (opt.accumulation_steps() > 1) out.push_back({"gradient_accumulator"});
+  for (auto& g : own_slot_layout(opt)) out.push_back(std::move(g));
+  return out;
+}
+
+KerasSlot keras_slot(const Optimizer& opt, const Variable& v, const std::string& name) {
+  if (exactly<AdafactorOptimizer>(opt) && (name == "r" || name == "c" || name == "velocity")) {
+    const Shape& s = v.shape();
+    if (s.size() < 2) return name == "velocity" ? KerasSlot{s, false} : KerasSlot{{}, true};  // Keras's 0 placeholders
+    if (name == "velocity") return {s, true};  // Keras reassigns it from r and c before each use
+    Shape f = s;
+    if (name == "r") f.pop_back();
+    else f.erase(f.end() - 2);
+    return {f, false};
+  }
+  return {v.shape(), false};
+}
+
+std::vector<std::string> trailing_variables(const Optimizer& opt) {
+  if (exactly<NadamOptimizer>(opt)) return {"u_product"};
+  return {};
+}
+
+Tensor derived_value(const Optimizer& opt, const Variable*, const std::string& name, const Shape& shape) {
+  if (auto* n = exactly<NadamOptimizer>(opt); n && name == "u_product")
+    return Tensor::scalar(n->u_product(), float32, Device::cpu());
+  return Tensor::zeros(shape, float32, Device::cpu());
+}
 
 bool has_learning_rate_variable(const Optimizer& opt) {
-  if (auto* s = exactly<SGDOptimizer>(opt)) return !s->options().learning_rate.is_schedule();
-  if (auto* a = exactly<AdamOptimizer>(opt)) return !a->options().learning_rate.is_schedule();
-  if (auto* a = exactly<AdamWOptimizer>(opt)) return !a->options().learning_rate.is_schedule();
-  if (auto* r = exactly<RMSpropOptimizer>(opt)) return !r->options().learning_rate.is_schedule();
-  return true;
+  if (exactly<LossScaleOptimizer>(opt)) return true;
+  return !opt.common_options().learning_rate.is_schedule();
 }
 
 Json optimizer_to_json(const Optimizer& opt, bool keras_only) {
@@ -247,17 +315,40 @@ Json optimizer_to_json(const Optimizer& opt, bool keras_only) {
     c["epsilon"] = number(o.epsilon), c["amsgrad"] = o.amsgrad;
     // Keras keeps exclude_from_weight_decay out of get_config (its AdamW would refuse the key):
     // mpt's own checkpoints carry it, so that a resume decays the same variables.
-    if (!keras_only && !w->excluded_from_weight_decay().empty()) {
-      Json names = Json::array();
-      for (const auto& n : w->excluded_from_weight_decay()) names.push_back(n);
-      c["exclude_from_weight_decay"] = names;
-    }
+
   } else if (auto* r = exactly<RMSpropOptimizer>(opt)) {
     cls = "RMSprop";
     const auto& o = r->options();
     common(c, o, opt.name());
     c["rho"] = number(o.rho), c["momentum"] = number(o.momentum), c["epsilon"] = number(o.epsilon);
     c["centered"] = o.centered;
+  } else if (auto* n = exactly<NadamOptimizer>(opt)) {
+    cls = "Nadam";
+    const auto& o = n->options();
+    common(c, o, opt.name());
+    c["beta_1"] = number(o.beta_1), c["beta_2"] = number(o.beta_2), c["epsilon"] = number(o.epsilon);
+  } else if (auto* x = exactly<AdamaxOptimizer>(opt)) {
+    cls = "Adamax";
+    const auto& o = x->options();
+    common(c, o, opt.name());
+    c["beta_1"] = number(o.beta_1), c["beta_2"] = number(o.beta_2), c["epsilon"] = number(o.epsilon);
+  } else if (auto* ag = exactly<AdagradOptimizer>(opt)) {
+    cls = "Adagrad";
+    const auto& o = ag->options();
+    common(c, o, opt.name());
+    c["initial_accumulator_value"] = number(o.initial_accumulator_value), c["epsilon"] = number(o.epsilon);
+  } else if (auto* li = exactly<LionOptimizer>(opt)) {
+    cls = "Lion";
+    const auto& o = li->options();
+    common(c, o, opt.name());
+    c["beta_1"] = number(o.beta_1), c["beta_2"] = number(o.beta_2);
+  } else if (auto* af = exactly<AdafactorOptimizer>(opt)) {
+    cls = "Adafactor";
+    const auto& o = af->options();
+    common(c, o, opt.name());
+    c["beta_2_decay"] = number(o.beta_2_decay), c["epsilon_1"] = number(o.epsilon_1);
+    c["epsilon_2"] = number(o.epsilon_2), c["clip_threshold"] = number(o.clip_threshold);
+    c["relative_step"] = o.relative_step;
   } else if (auto* l = exactly<LossScaleOptimizer>(opt)) {
     cls = "LossScaleOptimizer";
     const auto& o = l->options();
@@ -273,8 +364,15 @@ Json optimizer_to_json(const Optimizer& opt, bool keras_only) {
       c["max_scale"] = number(o.max_scale);
     }
   } else {
-    fail("save: optimizer '", opt.name(), "' is not one mpt can rebuild (SGD, Adam, AdamW, RMSprop, "
-         "LossScaleOptimizer); save its weights with save_weights instead");
+    fail("save: optimizer '", opt.name(), "' is not one mpt can rebuild (SGD, Adam, AdamW, RMSprop, Nadam, Adamax, "
+         "Adagrad, Lion, Adafactor, LossScaleOptimizer); save its weights with save_weights instead");
+  }
+  // Keras keeps exclude_from_weight_decay out of get_config (its optimizers would refuse the
+  // key): mpt's own checkpoints carry it, so that a resume decays the same variables.
+  if (!keras_only && !opt.excluded_from_weight_decay().empty() && !exactly<LossScaleOptimizer>(opt)) {
+    Json names = Json::array();
+    for (const auto& n : opt.excluded_from_weight_decay()) names.push_back(n);
+    c["exclude_from_weight_decay"] = names;
   }
   return Json{{"module", "keras.optimizers"}, {"class_name", cls}, {"config", c}, {"registered_name", nullptr}};
 }
@@ -289,47 +387,93 @@ void read_adam(O& o, const Json& c, const std::string& w) {
   o.amsgrad = get_bool(c, "amsgrad", o.amsgrad, w);
 }
 
+namespace {
+/// mpt's checkpoints carry exclude_from_weight_decay (Keras's configs do not).
+std::shared_ptr<Optimizer> with_exclusions(std::shared_ptr<Optimizer> opt, const Json& c, const std::string& w) {
+  if (const Json* ex = find(c, "exclude_from_weight_decay")) {
+    std::vector<std::string> names;
+    for (const auto& n : as_array(*ex, w + ", exclude_from_weight_decay"))
+      names.push_back(as_string(n, w + ", exclude_from_weight_decay"));
+    opt->exclude_from_weight_decay(names);
+  }
+  return opt;
+}
+}  // namespace
+
 std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string& where) {
   const std::string& cls = as_string(at(v, "class_name", where), where + ", class_name");
   const std::string w = where + ", optimizer " + cls;
   const Json& c = at(v, "config", w);
   if (cls == "SGD") {
-    check_optimizer_fields(c, {"momentum", "nesterov"}, w);
+    check_optimizer_fields(c, {"momentum", "nesterov", "exclude_from_weight_decay"}, w);
     SGDOptions o;
     read_common(o, c, w);
     o.momentum = get_double(c, "momentum", o.momentum, w);
     o.nesterov = get_bool(c, "nesterov", o.nesterov, w);
-    return std::make_shared<SGDOptimizer>(o);
+    return with_exclusions(std::make_shared<SGDOptimizer>(o), c, w);
   }
   if (cls == "Adam") {
-    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "amsgrad"}, w);
+    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "amsgrad", "exclude_from_weight_decay"}, w);
     AdamOptions o;
     read_adam(o, c, w);
-    return std::make_shared<AdamOptimizer>(o);
+    return with_exclusions(std::make_shared<AdamOptimizer>(o), c, w);
   }
   if (cls == "AdamW") {
-    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "amsgrad", "weight_decay", "exclude_from_weight_decay"}, w);
+    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "amsgrad", "exclude_from_weight_decay"}, w);
     AdamWOptions o;
     read_adam(o, c, w);
-    o.weight_decay = get_double(c, "weight_decay", o.weight_decay, w);
-    auto adamw = std::make_shared<AdamWOptimizer>(o);
-    if (const Json* ex = find(c, "exclude_from_weight_decay")) {
-      std::vector<std::string> names;
-      for (const auto& n : as_array(*ex, w + ", exclude_from_weight_decay"))
-        names.push_back(as_string(n, w + ", exclude_from_weight_decay"));
-      adamw->exclude_from_weight_decay(names);
-    }
-    return adamw;
+    return with_exclusions(std::make_shared<AdamWOptimizer>(o), c, w);
+  }
+  if (cls == "Nadam" || cls == "Adamax") {
+    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "exclude_from_weight_decay"}, w);
+    auto read = [&](auto o) {
+      read_common(o, c, w);
+      o.beta_1 = get_double(c, "beta_1", o.beta_1, w);
+      o.beta_2 = get_double(c, "beta_2", o.beta_2, w);
+      o.epsilon = get_double(c, "epsilon", o.epsilon, w);
+      return o;
+    };
+    if (cls == "Nadam") return with_exclusions(std::make_shared<NadamOptimizer>(read(NadamOptions{})), c, w);
+    return with_exclusions(std::make_shared<AdamaxOptimizer>(read(AdamaxOptions{})), c, w);
+  }
+  if (cls == "Adagrad") {
+    check_optimizer_fields(c, {"initial_accumulator_value", "epsilon", "exclude_from_weight_decay"}, w);
+    AdagradOptions o;
+    read_common(o, c, w);
+    o.initial_accumulator_value = get_double(c, "initial_accumulator_value", o.initial_accumulator_value, w);
+    o.epsilon = get_double(c, "epsilon", o.epsilon, w);
+    return with_exclusions(std::make_shared<AdagradOptimizer>(o), c, w);
+  }
+  if (cls == "Lion") {
+    check_optimizer_fields(c, {"beta_1", "beta_2", "exclude_from_weight_decay"}, w);
+    LionOptions o;
+    read_common(o, c, w);
+    o.beta_1 = get_double(c, "beta_1", o.beta_1, w);
+    o.beta_2 = get_double(c, "beta_2", o.beta_2, w);
+    return with_exclusions(std::make_shared<LionOptimizer>(o), c, w);
+  }
+  if (cls == "Adafactor") {
+    check_optimizer_fields(c, {"beta_2_decay", "epsilon_1", "epsilon_2", "clip_threshold", "relative_step",
+                               "exclude_from_weight_decay"},
+                           w);
+    AdafactorOptions o;
+    read_common(o, c, w);
+    o.beta_2_decay = get_double(c, "beta_2_decay", o.beta_2_decay, w);
+    o.epsilon_1 = get_double(c, "epsilon_1", o.epsilon_1, w);
+    o.epsilon_2 = get_double(c, "epsilon_2", o.epsilon_2, w);
+    o.clip_threshold = get_double(c, "clip_threshold", o.clip_threshold, w);
+    o.relative_step = get_bool(c, "relative_step", o.relative_step, w);
+    return with_exclusions(std::make_shared<AdafactorOptimizer>(o), c, w);
   }
   if (cls == "RMSprop") {
-    check_optimizer_fields(c, {"rho", "momentum", "epsilon", "centered"}, w);
+    check_optimizer_fields(c, {"rho", "momentum", "epsilon", "centered", "exclude_from_weight_decay"}, w);
     RMSpropOptions o;
     read_common(o, c, w);
     o.rho = get_double(c, "rho", o.rho, w);
     o.momentum = get_double(c, "momentum", o.momentum, w);
     o.epsilon = get_double(c, "epsilon", o.epsilon, w);
     o.centered = get_bool(c, "centered", o.centered, w);
-    return std::make_shared<RMSpropOptimizer>(o);
+    return with_exclusions(std::make_shared<RMSpropOptimizer>(o), c, w);
   }
   if (cls == "LossScaleOptimizer") {
     check_fields(c, {"name", "inner_optimizer", "initial_scale", "dynamic_growth_steps", "dynamic", "hysteresis",
@@ -348,7 +492,8 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
     o.max_scale = get_double(c, "max_scale", o.max_scale, w);
     return std::make_shared<LossScaleOptimizer>(optimizer_from_json(at(c, "inner_optimizer", w), w), o);
   }
-  fail(w, ": unknown optimizer class (known: SGD, Adam, AdamW, RMSprop, LossScaleOptimizer)");
+  fail(w, ": unknown optimizer class (known: SGD, Adam, AdamW, RMSprop, Nadam, Adamax, Adagrad, Lion, Adafactor, "
+       "LossScaleOptimizer)");
 }
 
 }  // namespace mpt::io

@@ -14,6 +14,17 @@ namespace mpt::io {
 /// created for every trainable variable in turn, interleaved (Adam: {{"m", "v"}, {"vhat"}}).
 /// Optimizers mpt does not know list the slots they hold, sorted, as one group.
 std::vector<std::vector<std::string>> slot_layout(const optimizers::Optimizer& opt);
+/// The shape Keras gives slot `name` of v, and whether mpt derives it rather than keeping it
+/// (Adafactor's full velocity of a factored variable and its placeholder scalars of the others).
+struct KerasSlot {
+  Shape shape;
+  bool derived = false;
+};
+KerasSlot keras_slot(const optimizers::Optimizer& opt, const Variable& v, const std::string& name);
+/// Variables Keras lists after the slots (Nadam: "u_product").
+std::vector<std::string> trailing_variables(const optimizers::Optimizer& opt);
+/// The value of a derived entry (var null for the trailing ones), as Keras holds it.
+Tensor derived_value(const optimizers::Optimizer& opt, const Variable* var, const std::string& name, const Shape& shape);
 /// Whether Keras keeps a learning_rate variable (a constant rate, not a schedule).
 bool has_learning_rate_variable(const optimizers::Optimizer& opt);
 

@@ -28,7 +28,9 @@ Tensor export_value(const Variable& v, std::optional<DType> dtype) {
 
 /// One entry of Keras's optimizer variable list: what it holds and its shape.
 struct OptEntry {
-  enum Kind { Iterations, LearningRate, StepCounter, DynamicScale, Slot } kind;
+  /// Derived: a value Keras stores that mpt derives (Nadam's u_product, Adafactor's full
+  /// velocity of a factored variable, its placeholder scalars): written, not read back.
+  enum Kind { Iterations, LearningRate, StepCounter, DynamicScale, Slot, Derived } kind;
   Shape shape;
   std::string var_path, slot;
 };
@@ -38,7 +40,11 @@ std::vector<OptEntry> optimizer_entries(const optimizers::Optimizer& opt, const 
   if (has_learning_rate_variable(opt)) out.push_back({OptEntry::LearningRate, {}, "", ""});
   for (const auto& group : slot_layout(opt))
     for (const auto& v : trainable)
-      for (const auto& name : group) out.push_back({OptEntry::Slot, v.shape(), v.path(), name});
+      for (const auto& name : group) {
+        const KerasSlot k = keras_slot(opt, v, name);
+        out.push_back({k.derived ? OptEntry::Derived : OptEntry::Slot, k.shape, v.path(), name});
+      }
+  for (const auto& name : trailing_variables(opt)) out.push_back({OptEntry::Derived, {}, "", name});
   return out;
 }
 
@@ -65,7 +71,7 @@ void write_optimizer_entries(const h5::Group& g, const std::vector<OptEntry>& en
     const OptEntry& e = entries[i];
     Tensor t;
     switch (e.kind) {
-      case OptEntry::Iterations: t = Tensor::scalar(static_cast<double>(opt.iterations()), int64, Device::cpu()); break;
+      case OptEntry::Iterations: t = Tensor::scalar(static_cast<double>(opt.raw_iterations()), int64, Device::cpu()); break;
       case OptEntry::LearningRate: t = Tensor::scalar(opt.learning_rate(), float32, Device::cpu()); break;
       case OptEntry::StepCounter: t = Tensor::scalar(static_cast<double>(lso->step_counter()), int64, Device::cpu()); break;
       case OptEntry::DynamicScale: t = Tensor::scalar(lso->loss_scale(), float32, Device::cpu()); break;
@@ -76,6 +82,13 @@ void write_optimizer_entries(const h5::Group& g, const std::vector<OptEntry>& en
           if (s != p->second.end()) t = s->second;
         }
         if (!t.defined()) t = Tensor::zeros(e.shape, float32, Device::cpu());  // not stepped yet: Keras's zeros
+        break;
+      }
+      case OptEntry::Derived: {
+        const Variable* var = nullptr;
+        for (const auto& v : model.trainable_variables())
+          if (v.path() == e.var_path) var = &v;
+        t = derived_value(opt, var, e.slot, e.shape);
         break;
       }
     }
@@ -164,6 +177,7 @@ void read_optimizer(const h5::File& f, const Model& model, PendingState& st, boo
         MPT_CHECK(is_floating(t.dtype()), who, ": optimizer slots must be floating-point");
         st.slots.emplace_back(e.var_path, e.slot, t.to(float32));
         break;
+      case OptEntry::Derived: break;  // mpt derives it from the slots and the step count
     }
   }
   if (auto overflow = vg.attr_int("mpt_overflow_count")) {
@@ -390,7 +404,7 @@ void PendingState::commit(Model& model) const {
   for (const auto& [v, t] : weights) v.assign(t);
   if (!has_optimizer) return;
   optimizers::Optimizer& opt = lso ? lso->inner_optimizer() : model.optimizer();
-  opt.set_iterations(iterations);
+  opt.set_raw_iterations(iterations);  // Keras's _iterations: accumulation calls included
   for (const auto& [path, slot, t] : slots) opt.set_slot(path, slot, t);
 }
 

@@ -34,7 +34,7 @@ std::vector<std::uint64_t> ids_of(const std::vector<Tensor>& grads) {
 }  // namespace
 
 LossScaleOptimizer::LossScaleOptimizer(optimizers::OptimizerArg inner, LossScaleOptions options)
-    : Optimizer("loss_scale_optimizer", optimizers::CommonOptions{0.0, {}, {}, {}}),
+    : Optimizer("loss_scale_optimizer", optimizers::CommonOptions{.learning_rate = 0.0}),
       inner_(inner.get()),
       o_(options) {
   MPT_CHECK(inner_ != nullptr, "LossScaleOptimizer: no inner optimizer given");
@@ -95,6 +95,7 @@ ApplyResult LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads
   }
   const bool scaled = loss_was_scaled_;
   loss_was_scaled_ = false;
+  if (inner_->accumulation_steps() > 1) return apply_accumulating(grads, vars, scaled);
 
   Tensor flag = checked_flag_, flags = checked_flags_;
   std::vector<Tensor> unscaled;
@@ -142,6 +143,44 @@ ApplyResult LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads
   return r;
 }
 
+
+ApplyResult LossScaleOptimizer::apply_accumulating(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                                                   bool scaled) {
+  for (const auto& g : grads)
+    if (g.defined()) to_device(g.device());
+  std::vector<Tensor> unscaled = grads;
+  if (checked_ids_.empty() || checked_ids_ != ids_of(grads))  // not from get_unscaled_gradients
+    unscaled = ops::unscale_and_check(grads, scaled ? inv_scale_ : Tensor::scalar(1.0, float32, scale_.device())).grads;
+  checked_ids_.clear();
+  checked_flag_ = Tensor();
+  checked_flags_ = Tensor();
+  ApplyResult r;
+  r.loss_scale = host_.scale;
+  std::vector<Tensor> mean = inner_->accumulate_gradients(unscaled, vars);
+  if (mean.empty()) {  // inside the window: accumulated, no decision, no host read
+    r.accumulated = true;
+    return r;
+  }
+  // The window's mean holds inf or NaN when any of its calls overflowed (they add up).
+  ops::UnscaleResult u = ops::check_unscaled(mean, Tensor::scalar(1.0, float32, scale_.device()));
+  const bool nonfinite = u.found_flag.item() != 0.0;
+  r.found_nonfinite = nonfinite;
+  r.applied = !nonfinite;
+  if (nonfinite) {
+    ++skipped_;
+    ++g_skipped_total;
+    const std::vector<float> per_tensor = u.nonfinite_flags.to_vector<float>();
+    for (std::size_t i = 0; i < per_tensor.size() && i < vars.size(); ++i)
+      if (per_tensor[i] != 0.0f) r.nonfinite_variables.push_back(vars[i].path().empty() ? vars[i].name() : vars[i].path());
+    inner_->skip_accumulated_update();
+  } else {
+    inner_->apply_gradients_now(mean, vars);
+  }
+  ops::update_loss_scale(scale_, inv_scale_, counters_, u.found_flag, rule());
+  kernels_step(host_, nonfinite, rule());
+  r.loss_scale = host_.scale;
+  return r;
+}
 
 void LossScaleOptimizer::set_state(double scale, std::int64_t good_steps, int overflows) {
   // Checkpoints restore through here: a scale outside the bounds would skip steps silently.

@@ -188,6 +188,91 @@ void rmsprop_update_all(std::vector<Tensor>& vars, const std::vector<Tensor>& gr
 }
 
 namespace {
+
+common::RuleKind rule_kind(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::nadam: return common::RuleKind::Nadam;
+    case UpdateRule::adamax: return common::RuleKind::Adamax;
+    case UpdateRule::adagrad: return common::RuleKind::Adagrad;
+    case UpdateRule::lion: return common::RuleKind::Lion;
+  }
+  fail("rule_update: unknown rule ", static_cast<int>(rule));
+}
+
+/// The float32 constants of one step, for either backend. Keras computes its scalars in the
+/// variable's dtype (float32): 1 - beta in float32 where Keras casts beta first (Nadam, Lion),
+/// in float64 where it subtracts the Python float (Adamax).
+common::RuleHyper rule_hyper(UpdateRule rule, const RuleArgs& a) {
+  common::RuleHyper h;
+  const auto f = [](double x) { return static_cast<float>(x); };
+  h.lr = f(a.lr), h.decay = f(a.decay), h.eps = f(a.epsilon);
+  const float b1 = f(a.beta_1), b2 = f(a.beta_2);
+  switch (rule) {
+    case UpdateRule::nadam:
+      h.c1 = 1.0f - b1, h.c2 = 1.0f - b2;
+      h.k0 = f(a.u_next), h.k1 = 1.0f - f(a.u_product_next), h.k2 = 1.0f - f(a.u_t), h.k3 = 1.0f - f(a.u_product);
+      h.k4 = 1.0f - f(a.beta_2_power);
+      break;
+    case UpdateRule::adamax: h.c1 = f(1 - a.beta_1), h.b2 = b2, h.k0 = 1.0f - f(a.beta_1_power); break;
+    case UpdateRule::adagrad: break;
+    case UpdateRule::lion: h.k0 = b1, h.c1 = 1.0f - b1, h.b2 = b2, h.c2 = 1.0f - b2; break;
+  }
+  return h;
+}
+
+const char* const kRuleSlotNames[4][2] = {
+    {"momentum", "velocity"}, {"momentum", "norm"}, {"accumulator", ""}, {"momentum", ""}};
+
+}  // namespace
+
+const char* rule_name(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::nadam: return "nadam";
+    case UpdateRule::adamax: return "adamax";
+    case UpdateRule::adagrad: return "adagrad";
+    case UpdateRule::lion: return "lion";
+  }
+  return "unknown";
+}
+
+int rule_slot_count(UpdateRule rule) { return common::rule_slots(rule_kind(rule)); }
+
+void rule_update_all(UpdateRule rule, std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                     const std::vector<std::vector<Tensor*>>& slots, const RuleArgs& args,
+                     const std::vector<Tensor*>& copies, double grad_scale) {
+  const std::string op = std::string(rule_name(rule)) + "_update_all";
+  const int n = rule_slot_count(rule);
+  MPT_CHECK(static_cast<int>(slots.size()) == n, op, ": ", slots.size(), " slot lists, the rule has ", n);
+  const auto& names = kRuleSlotNames[static_cast<int>(rule_kind(rule))];
+  static const std::vector<Tensor*> none;
+  check_update_all(op.c_str(), vars, grads,
+                   {{slots[0], names[0], true}, {n > 1 ? slots[1] : none, n > 1 ? names[1] : "", n > 1}}, copies);
+  check_grad_scale(op.c_str(), grad_scale);
+  if (vars.empty()) return;
+  backend_of(vars[0]).rule_update_all(rule_kind(rule), vars, grads, slots, rule_hyper(rule, args), copies, grad_scale);
+}
+
+void rule_update(UpdateRule rule, Tensor& var, const Tensor& grad, const std::vector<Tensor*>& slots,
+                 const RuleArgs& args, Tensor* copy, double grad_scale) {
+  const std::string op = std::string(rule_name(rule)) + "_update";
+  const int n = rule_slot_count(rule);
+  MPT_CHECK(static_cast<int>(slots.size()) == n, op, ": ", slots.size(), " slots, the rule has ", n);
+  const auto& names = kRuleSlotNames[static_cast<int>(rule_kind(rule))];
+  check_update(op.c_str(), var, grad);
+  for (int k = 0; k < n; ++k) {
+    MPT_CHECK(slots[k] != nullptr, op, ": slot '", names[k], "' is missing (null)");
+    check_slot(op.c_str(), var, slots[k], names[k]);
+  }
+  check_copy(op.c_str(), var, copy);
+  check_grad_scale(op.c_str(), grad_scale);
+  std::vector<Tensor> vars{var};
+  std::vector<std::vector<Tensor*>> lists;
+  for (Tensor* t : slots) lists.push_back({t});
+  backend_of(var).rule_update_all(rule_kind(rule), vars, {grad}, lists, rule_hyper(rule, args),
+                                  copy ? std::vector<Tensor*>{copy} : std::vector<Tensor*>{}, grad_scale);
+}
+
+namespace {
 /// unscale_and_check, and check_unscaled when !write (the outputs stay undefined: the backend
 /// only checks).
 UnscaleResult unscale_or_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, bool write) {

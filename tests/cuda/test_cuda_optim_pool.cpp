@@ -516,6 +516,48 @@ TEST_CASE("the multi-tensor updates pack many variables into few launches and gi
       check_multi(u, "rmsprop");
     }
   }
+  SUBCASE("nadam, adamax, adagrad and lion: the rules of backend/common/optim_rules.hpp, with and without decay") {
+    struct RuleCase {
+      common::RuleKind rule;
+      int slots;
+      std::array<int, 3> order;  // storage slots: velocity and accumulators on the non-negative ones
+    };
+    const RuleCase cases[] = {{common::RuleKind::Nadam, 2, {0, 1, 2}},
+                              {common::RuleKind::Adamax, 2, {0, 2, 1}},
+                              {common::RuleKind::Adagrad, 1, {2, 0, 1}},
+                              {common::RuleKind::Lion, 1, {0, 1, 2}}};
+    for (const RuleCase& rc : cases) {
+      for (int mode = 0; mode < 2; ++mode) {
+        CAPTURE(static_cast<int>(rc.rule));
+        CAPTURE(mode);
+        MultiUpdate u = multi_start(specs, 400 + 10 * static_cast<unsigned>(rc.rule) + mode);
+        common::RuleHyper h;  // a Nadam/Adamax step 3 with beta_1 0.9, beta_2 0.999 (others ignore what they do not use)
+        h.lr = 0.01f, h.eps = 1e-7f, h.decay = mode ? 0.004f * 0.01f : 0.0f;
+        h.c1 = 1.0f - 0.9f, h.c2 = 1.0f - 0.999f, h.b2 = 0.999f;
+        h.k0 = rc.rule == common::RuleKind::Lion ? 0.9f : 0.8f, h.k1 = 0.6f, h.k2 = 0.55f, h.k3 = 0.65f, h.k4 = 0.003f;
+        for (std::size_t i = 0; i < u.cpu.size(); ++i) {
+          std::vector<Tensor> var{u.cpu[i].var};
+          std::vector<std::vector<Tensor*>> slots;
+          for (int s = 0; s < rc.slots; ++s) slots.push_back({&u.cpu[i].slots[rc.order[s]]});
+          std::vector<Tensor*> copies;
+          if (u.copy(i)) copies.push_back(u.copy(i));
+          cpu().rule_update_all(rc.rule, var, {u.cpu[i].grad}, slots, h, copies, grad_scale_of(mode));
+        }
+        k::UpdateHyper uh;
+        uh.grad_scale = static_cast<float>(grad_scale_of(mode));
+        uh.rule = h;
+        using Use = std::function<bool(std::size_t)>;
+        const std::array<Use, 3> used{Use(every), rc.slots > 1 ? Use(every) : Use(none), Use(none)};
+        switch (rc.rule) {
+          case common::RuleKind::Nadam: run_multi<k::UpdateKind::Nadam>(u, used, uh, chunk, 32, rc.order); break;
+          case common::RuleKind::Adamax: run_multi<k::UpdateKind::Adamax>(u, used, uh, chunk, 32, rc.order); break;
+          case common::RuleKind::Adagrad: run_multi<k::UpdateKind::Adagrad>(u, used, uh, chunk, 32, rc.order); break;
+          case common::RuleKind::Lion: run_multi<k::UpdateKind::Lion>(u, used, uh, chunk, 32, rc.order); break;
+        }
+        check_multi(u, "rule");
+      }
+    }
+  }
   SUBCASE("the launches: every block within a launch's capacity, each variable's chunks once") {
     std::vector<k::UpdateTensor> items;
     for (const auto& [n, vd, gd] : specs)

@@ -181,6 +181,12 @@ class TestBackend final : public Backend {
     Call c(*this);
     cpu_.rmsprop_update(var, grad, velocity, average_grad, momentum, lr, rho, momentum_coef, epsilon, copy, grad_scale);
   }
+  void rule_update_all(common::RuleKind rule, std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                       const std::vector<std::vector<Tensor*>>& slots, const common::RuleHyper& h,
+                       const std::vector<Tensor*>& copies, double grad_scale) override {
+    Call c(*this);
+    cpu_.rule_update_all(rule, vars, grads, slots, h, copies, grad_scale);
+  }
   void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, std::vector<Tensor>& outs, Tensor& found,
                          Tensor& flags) override {
     Call c(*this);

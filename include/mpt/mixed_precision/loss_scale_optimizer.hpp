@@ -49,6 +49,9 @@ class LossScaleOptimizer : public optimizers::Optimizer {
   /// get_scaled_loss was called for this step, and unscaled first (as Keras 3's apply does):
   /// where the inner optimizer fuses_gradient_scale() (the built-ins without clipping), by its
   /// update itself (grad_scale = 1/scale) after a check that writes nothing, with the same bits.
+  /// With an inner gradient_accumulation_steps k, the k calls of a window accumulate their
+  /// unscaled gradients (inf and NaN included) without a decision, and the window's k-th call
+  /// checks their mean once: one skip-or-apply decision and one loss-scale step per update.
   ApplyResult apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) override;
   ApplyResult apply_gradients_checked(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
     return apply_gradients(grads, vars);
@@ -58,6 +61,9 @@ class LossScaleOptimizer : public optimizers::Optimizer {
   std::int64_t iterations() const override { return inner_->iterations(); }
   void build(const std::vector<Variable>& vars) override { inner_->build(vars); }
   void set_iterations(std::int64_t n) override { inner_->set_iterations(n); }
+  std::int64_t raw_iterations() const override { return inner_->raw_iterations(); }
+  void set_raw_iterations(std::int64_t n) override { inner_->set_raw_iterations(n); }
+  void finalize_variable_values(const std::vector<Variable>& vars) override { inner_->finalize_variable_values(vars); }
   double learning_rate() const override { return inner_->learning_rate(); }
   void set_learning_rate(double lr) override { inner_->set_learning_rate(lr); }
   std::int64_t step_counter() const { return host_.good_steps; }
@@ -74,6 +80,8 @@ class LossScaleOptimizer : public optimizers::Optimizer {
  private:
   /// The device state on `device` (moved there on first use on another device).
   void to_device(Device device);
+  /// apply_gradients under an inner optimizer that accumulates gradients.
+  ApplyResult apply_accumulating(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, bool scaled);
   ops::LossScaleRule rule() const;
 
   std::shared_ptr<optimizers::Optimizer> inner_;

@@ -43,18 +43,45 @@ class LearningRate {
   std::shared_ptr<schedules::LearningRateSchedule> schedule_;
 };
 
-/// Options every optimizer shares (after its own, as in Keras).
+/// Options every optimizer shares (Keras's base arguments, after the optimizer's own).
 struct CommonOptions {
   LearningRate learning_rate = 0.001;
   std::optional<double> clipnorm;         ///< clip each gradient to this L2 norm
   std::optional<double> clipvalue;        ///< clip each element to [-v, v]
   std::optional<double> global_clipnorm;  ///< clip all gradients jointly to this L2 norm
+  /// Decoupled weight decay: before each update var -= var * weight_decay * lr (Keras's
+  /// _apply_weight_decay), for every variable not excluded by exclude_from_weight_decay.
+  std::optional<double> weight_decay;
+  /// Keras's use_ema: after every step the optimizer keeps average = m * average + (1 - m) * var
+  /// (m = ema_momentum, 0 at the first step); every ema_overwrite_frequency steps the variables
+  /// take their averages; fit ends with the averages in the model (finalize_variable_values),
+  /// and the SwapEMAWeights callback evaluates with them.
+  bool use_ema = false;
+  double ema_momentum = 0.99;
+  std::optional<std::int64_t> ema_overwrite_frequency;
+  /// Keras's gradient_accumulation_steps (>= 2): the gradients of k calls are summed into float32
+  /// accumulators and one update with their mean is applied at every k-th call; iterations()
+  /// counts updates (Keras's iterations = _iterations // k).
+  std::optional<std::int64_t> gradient_accumulation_steps;
 };
+
+/// The base arguments in Keras's order, for an optimizer's options struct after its own
+/// arguments and weight_decay (so that designated initializers take them in Keras's order).
+#define MPT_OPTIMIZER_BASE_OPTIONS                                          \
+  std::optional<double> clipnorm = std::nullopt, clipvalue = std::nullopt, \
+                        global_clipnorm = std::nullopt;                     \
+  bool use_ema = false;                                                     \
+  double ema_momentum = 0.99;                                               \
+  std::optional<std::int64_t> ema_overwrite_frequency = std::nullopt;       \
+  std::optional<std::int64_t> gradient_accumulation_steps = std::nullopt;
 
 /// What one apply_gradients did. A plain optimizer always applies; a LossScaleOptimizer skips
 /// steps whose gradients held inf or NaN.
 struct ApplyResult {
-  bool applied = true;           ///< the step was taken
+  bool applied = true;           ///< the step was taken (or its gradients accumulated)
+  /// gradient_accumulation_steps: the call added its gradients to the accumulators and applied
+  /// no update (the window's other calls); constraints still run, as in Keras.
+  bool accumulated = false;
   bool found_nonfinite = false;  ///< some gradient held inf or NaN
   double loss_scale = 1.0;       ///< the loss scale after this step (1 without loss scaling)
   /// A LossScaleOptimizer's overflow diagnostics: the variables (their paths, e.g.
@@ -86,9 +113,21 @@ class Optimizer {
   /// The factor the running step multiplies gradients by: 1 outside apply_scaled_gradients.
   double gradient_scale() const { return grad_scale_; }
 
-  /// Steps applied so far (a wrapper reports its inner optimizer's).
-  virtual std::int64_t iterations() const { return iterations_; }
-  virtual void set_iterations(std::int64_t n) { iterations_ = n; }
+  /// Updates applied so far (a wrapper reports its inner optimizer's): Keras's `iterations`,
+  /// raw_iterations() / gradient_accumulation_steps.
+  virtual std::int64_t iterations() const { return raw_iterations() / accumulation_steps(); }
+  /// Sets iterations() (the accumulation restarts at a window's start).
+  virtual void set_iterations(std::int64_t n) { set_raw_iterations(n * accumulation_steps()); }
+  /// Keras's `_iterations`: every apply_gradients call, accumulation calls included (what
+  /// checkpoints store, as Keras's files).
+  virtual std::int64_t raw_iterations() const { return iterations_; }
+  virtual void set_raw_iterations(std::int64_t n) { iterations_ = n; }
+  /// gradient_accumulation_steps, 1 without accumulation.
+  std::int64_t accumulation_steps() const { return options_.gradient_accumulation_steps.value_or(1); }
+  /// True when the next apply_gradients call applies an update (always without accumulation).
+  bool next_call_updates() const { return (raw_iterations() + 1) % accumulation_steps() == 0; }
+  /// The base options (weight decay, EMA, accumulation, clipping).
+  const CommonOptions& common_options() const { return options_; }
   /// The learning rate the next step uses.
   virtual double learning_rate() const { return options_.learning_rate.at(iterations()); }
   /// Keras's `optimizer.learning_rate = lr` (ReduceLROnPlateau, LearningRateScheduler): a
@@ -110,9 +149,48 @@ class Optimizer {
   /// The slots update_step creates for every variable under these options ("m", "v", ...);
   /// none by default (a custom optimizer's slots are then created at its first step).
   virtual std::vector<std::string> slot_names() const { return {}; }
+  /// The slots update_step creates for var: slot_names() by default (Adafactor's depend on the
+  /// variable's rank).
+  virtual std::vector<std::string> slot_names_for(const Variable& var) const { return slot_names(); }
   /// Every slot, keyed by variable path then slot name (checkpoints).
   std::map<std::string, std::map<std::string, Tensor>> slots_by_path() const;
   void set_slot(const std::string& var_path, const std::string& slot_name, const Tensor& value);
+
+  /// Keras's exclude_from_weight_decay(var_names=...): a variable whose name (Variable::name(),
+  /// e.g. "bias", "gamma", "query/bias"; Keras 3 searches variable.name) matches any of
+  /// `var_names` as a regular expression searched anywhere in it (plain words match as
+  /// substrings) is not decayed. Replaces an earlier list; an empty list excludes nothing. As in
+  /// Keras, only before the optimizer is built (no step taken, no slot created); otherwise, or
+  /// for an invalid pattern, an mpt::Error.
+  ///
+  ///   auto opt = mpt::optimizers::AdamW({.learning_rate = 1e-3, .weight_decay = 0.1});
+  ///   opt->exclude_from_weight_decay({"bias", "gamma", "beta", "embeddings"});
+  void exclude_from_weight_decay(const std::vector<std::string>& var_names);
+  /// The names given to exclude_from_weight_decay (empty: every variable decays).
+  const std::vector<std::string>& excluded_from_weight_decay() const { return exclude_names_; }
+  /// False where var is excluded from weight decay (or no weight_decay is set).
+  bool use_weight_decay(const Variable& var) const;
+  /// The decoupled decay factor of var at learning rate lr: weight_decay * lr, 0 where none.
+  double weight_decay_factor(const Variable& var, double lr) const;
+
+  /// Gradient accumulation, the parts a LossScaleOptimizer drives itself (apply_gradients does
+  /// all of it otherwise). accumulate_gradients: on a call that does not update, adds the
+  /// float32 gradients to the accumulators, counts the call and returns nothing; on the k-th,
+  /// returns (g + accumulated) / k for each variable and zeroes the accumulators, without
+  /// counting the call: apply_gradients_now then applies them (clipping, decay, update, EMA), or
+  /// skip_accumulated_update() counts the call without an update (a skipped overflow).
+  std::vector<Tensor> accumulate_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  ApplyResult apply_gradients_now(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  void skip_accumulated_update() { set_raw_iterations(raw_iterations() + 1); }
+
+  /// EMA (use_ema): swaps each variable with its average (SwapEMAWeights); mpt::Error without
+  /// use_ema. Variables never stepped have no average and stay.
+  void swap_ema_weights(const std::vector<Variable>& vars);
+  /// Keras's finalize_variable_values: with use_ema the variables take their averages (fit
+  /// calls it at its end); nothing otherwise.
+  virtual void finalize_variable_values(const std::vector<Variable>& vars);
+  /// Keras's SwapEMAWeights' finalize: the averages take the variables' values.
+  void set_ema_from_variables(const std::vector<Variable>& vars);
 
   /// A new optimizer of the same type and options, without state.
   virtual std::shared_ptr<Optimizer> clone() const = 0;
@@ -132,7 +210,6 @@ class Optimizer {
   /// True where update_step and update_steps pass gradient_scale() to the fused ops as their
   /// grad_scale. The built-in optimizers say yes.
   virtual bool applies_gradient_scale() const { return false; }
-  const CommonOptions& common_options() const { return options_; }
   /// mpt::Error naming the optimizer unless lr is finite and >= 0.
   void check_learning_rate(double lr) const;
   /// True when clipnorm, global_clipnorm or clipvalue is set (clipping needs float32 gradients,
@@ -149,6 +226,27 @@ class Optimizer {
     std::map<std::string, Tensor> tensors;
   };
   std::map<std::uint64_t, SlotSet> slots_;  // by variable id
+  std::vector<std::string> exclude_names_;
+  struct ExcludePattern;  // the names joined by '|' as one std::regex (optimizer.cpp)
+  std::shared_ptr<const ExcludePattern> exclude_pattern_;  // null: nothing excluded
+  /// use_weight_decay's answers by Variable::id() (Keras caches them too), with the name asked about.
+  mutable std::map<std::uint64_t, std::pair<std::string, bool>> use_decay_cache_;
+
+  void update_ema(const std::vector<Variable>& vars);
+
+ protected:
+  /// Copies exclude_from_weight_decay's list into a clone.
+  void copy_exclusions_to(Optimizer& other) const;
+  /// A slot's shape: the variable's by default (Adafactor's factored ones are smaller).
+  virtual Shape slot_shape(const Variable& var, const std::string& slot_name) const { return var.shape(); }
+  /// A slot's value before the first step (Adagrad's initial_accumulator_value); 0 by default.
+  virtual double slot_initial_value(const std::string& slot_name) const { return 0.0; }
+  /// Calls f(grads, vars, decay) for the variables that decay (decay = weight_decay * lr) and for
+  /// the others (decay 0), in one call when all share one factor: a fused update per group.
+  void for_decay_groups(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr,
+                        const std::function<void(const std::vector<Tensor>&, const std::vector<Variable>&, double)>& f) const;
+  /// Applies the decoupled decay as its own pass (the optimizers whose update does not fuse it).
+  void apply_weight_decay(const std::vector<Variable>& vars, double lr) const;
 };
 
 /// An optimizer argument: an optimizer object (moved in), a shared one, or a Keras name

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/common/loss_scale.hpp"
+#include "backend/common/optim_rules.hpp"
 #include "mpt/optim_ops.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
@@ -131,6 +132,29 @@ MPT_VECTOR_CLONES void rmsprop_block(float* __restrict w, const float* __restric
   }
 }
 
+// The rules of backend/common/optim_rules.hpp over a block (the CUDA kernels call the same
+// functions per element): one clone per rule, so that each loop is branch-free and vectorizes.
+
+MPT_VECTOR_CLONES void nadam_block(float* __restrict w, const float* __restrict g, float* __restrict m,
+                                   float* __restrict v, std::int64_t n, const common::RuleHyper h) {
+  for (std::int64_t j = 0; j < n; ++j) common::nadam_rule(w[j], g[j], m[j], v[j], h);
+}
+
+MPT_VECTOR_CLONES void adamax_block(float* __restrict w, const float* __restrict g, float* __restrict m,
+                                    float* __restrict u, std::int64_t n, const common::RuleHyper h) {
+  for (std::int64_t j = 0; j < n; ++j) common::adamax_rule(w[j], g[j], m[j], u[j], h);
+}
+
+MPT_VECTOR_CLONES void adagrad_block(float* __restrict w, const float* __restrict g, float* __restrict acc,
+                                     std::int64_t n, const common::RuleHyper h) {
+  for (std::int64_t j = 0; j < n; ++j) common::adagrad_rule(w[j], g[j], acc[j], h);
+}
+
+MPT_VECTOR_CLONES void lion_block(float* __restrict w, const float* __restrict g, float* __restrict m,
+                                  std::int64_t n, const common::RuleHyper h) {
+  for (std::int64_t j = 0; j < n; ++j) common::lion_rule(w[j], g[j], m[j], h);
+}
+
 /// True when any x * s is inf or NaN: scale_block's check without its stores.
 MPT_VECTOR_CLONES bool check_block(const float* __restrict x, std::int64_t n, float s) {
   constexpr std::int64_t L = 16;
@@ -203,6 +227,24 @@ void CpuBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocit
   update_blocks(var, grad, copy, grad_scale, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
     rmsprop_block(w, g, pv + i, pa ? pa + i : nullptr, pm ? pm + i : nullptr, n, l, r, c, mu, eps);
   });
+}
+
+void CpuBackend::rule_update_all(common::RuleKind rule, std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                                 const std::vector<std::vector<Tensor*>>& slots, const common::RuleHyper& h,
+                                 const std::vector<Tensor*>& copies, double grad_scale) {
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    float* s0 = slots[0][i]->data<float>();
+    float* s1 = slots.size() > 1 ? slots[1][i]->data<float>() : nullptr;
+    update_blocks(vars[i], grads[i], copies.empty() ? nullptr : copies[i], grad_scale,
+                  [&](std::int64_t at, std::int64_t n, float* w, const float* g) {
+                    switch (rule) {
+                      case common::RuleKind::Nadam: nadam_block(w, g, s0 + at, s1 + at, n, h); break;
+                      case common::RuleKind::Adamax: adamax_block(w, g, s0 + at, s1 + at, n, h); break;
+                      case common::RuleKind::Adagrad: adagrad_block(w, g, s0 + at, n, h); break;
+                      case common::RuleKind::Lion: lion_block(w, g, s0 + at, n, h); break;
+                    }
+                  });
+  }
 }
 
 void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,

@@ -80,6 +80,9 @@ class CudaBackend final : public Backend {
                           const std::vector<Tensor*>& momentum, double lr, double rho,
                           double momentum_coef, double epsilon,
                           const std::vector<Tensor*>& copies, double grad_scale) override;
+  void rule_update_all(common::RuleKind rule, std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                       const std::vector<std::vector<Tensor*>>& slots, const common::RuleHyper& h,
+                       const std::vector<Tensor*>& copies, double grad_scale) override;
   void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
                          std::vector<Tensor>& outs, Tensor& found, Tensor& flags) override;
   void update_loss_scale(Tensor& scale, Tensor& inv_scale, Tensor& counters, const Tensor& found,

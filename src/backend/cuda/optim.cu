@@ -206,6 +206,30 @@ void CudaBackend::rmsprop_update_all(std::vector<Tensor>& vars, const std::vecto
                                          "rmsprop_update_all");
 }
 
+void CudaBackend::rule_update_all(common::RuleKind rule, std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
+                                  const std::vector<std::vector<Tensor*>>& slots, const common::RuleHyper& h,
+                                  const std::vector<Tensor*>& copies, double grad_scale) {
+  k::UpdateHyper uh;
+  uh.grad_scale = static_cast<float>(grad_scale);
+  uh.rule = h;
+  static const std::vector<Tensor*> none;
+  const std::vector<Tensor*>& second = slots.size() > 1 ? slots[1] : none;
+  switch (rule) {
+    case common::RuleKind::Nadam:
+      launch_updates<k::UpdateKind::Nadam>(vars, grads, {&slots[0], &second}, copies, uh, "nadam_update_all");
+      break;
+    case common::RuleKind::Adamax:
+      launch_updates<k::UpdateKind::Adamax>(vars, grads, {&slots[0], &second}, copies, uh, "adamax_update_all");
+      break;
+    case common::RuleKind::Adagrad:
+      launch_updates<k::UpdateKind::Adagrad>(vars, grads, {&slots[0], &second}, copies, uh, "adagrad_update_all");
+      break;
+    case common::RuleKind::Lion:
+      launch_updates<k::UpdateKind::Lion>(vars, grads, {&slots[0], &second}, copies, uh, "lion_update_all");
+      break;
+  }
+}
+
 void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,
                                     std::vector<Tensor>& outs, Tensor& found, Tensor& flags) {
   DeviceGuard g(found.device().index);

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/common/loss_scale.hpp"
+#include "backend/common/optim_rules.hpp"
 #include "backend/cuda/kernels/launch.hpp"
 #include "backend/cuda/kernels/element_types.hpp"
 
@@ -281,11 +282,12 @@ MPT_HOST_DEVICE inline void unscale_body(const Thread& t, const UnscaleArgs& a) 
 // next one. Each element goes through the single-tensor path's *_at function, so the results
 // are the same bits. The hyperparameters are shared by all variables of a call.
 
-enum class UpdateKind : std::int32_t { Sgd, Adam, Rmsprop };
+enum class UpdateKind : std::int32_t { Sgd, Adam, Rmsprop, Nadam, Adamax, Adagrad, Lion };
 
 /// One variable: var in its storage type (float32, float16, bfloat16; by code), grad in any
 /// floating type, the float32 slots (null when unused):
 ///   Sgd: momentum;  Adam: m, v, vhat;  Rmsprop: velocity, average_grad, momentum;
+///   Nadam: momentum, velocity;  Adamax: momentum, norm;  Adagrad: accumulator;  Lion: momentum;
 /// and the optional copy of the updated variable.
 struct UpdateTensor {
   void* var;
@@ -303,6 +305,7 @@ struct UpdateHyper {
   float lr = 0, mu = 0, alpha = 0, c1 = 0, c2 = 0, eps = 0, decay = 0, rho = 0, c = 0;
   float grad_scale = 1;  ///< every kind: multiplies each gradient element (grad_at)
   bool nesterov = false;
+  common::RuleHyper rule;  ///< Nadam, Adamax, Adagrad, Lion: the rule's constants
 };
 
 constexpr int kUpdateTensors = 32;
@@ -331,6 +334,20 @@ void pack_updates(const UpdateTensor* items, std::int32_t count, const UpdateHyp
       [&](UpdateTensor& slot, std::int32_t k) { slot = items[k]; }, launch);
 }
 
+/// Nadam, Adamax, Adagrad and Lion: element i through its rule of backend/common/optim_rules.hpp
+/// (the CPU runs the same functions over its blocks); s1 null for the one-slot rules.
+template <UpdateKind K, class V, class G>
+MPT_HOST_DEVICE inline void rule_at(V* var, const G* grad, float* s0, float* s1, const common::RuleHyper& h, float gs,
+                                    std::int64_t i) {
+  float w = load_f32(var[i]);
+  const float g = grad_at(grad, i, gs);
+  if constexpr (K == UpdateKind::Nadam) common::nadam_rule(w, g, s0[i], s1[i], h);
+  else if constexpr (K == UpdateKind::Adamax) common::adamax_rule(w, g, s0[i], s1[i], h);
+  else if constexpr (K == UpdateKind::Adagrad) common::adagrad_rule(w, g, s0[i], h);
+  else common::lion_rule(w, g, s0[i], h);
+  var[i] = store<V>(w);
+}
+
 template <UpdateKind K, class V, class G>
 MPT_HOST_DEVICE inline void update_range(const UpdateTensor& e, const UpdateHyper& h, std::int64_t i,
                                          std::int64_t end, std::int64_t step) {
@@ -341,8 +358,10 @@ MPT_HOST_DEVICE inline void update_range(const UpdateTensor& e, const UpdateHype
       sgd_at(var, grad, e.slot[0], h.lr, h.mu, h.nesterov, h.grad_scale, i);
     else if constexpr (K == UpdateKind::Adam)
       adam_at(var, grad, e.slot[0], e.slot[1], e.slot[2], h.alpha, h.c1, h.c2, h.eps, h.decay, h.grad_scale, i);
-    else
+    else if constexpr (K == UpdateKind::Rmsprop)
       rmsprop_at(var, grad, e.slot[0], e.slot[1], e.slot[2], h.lr, h.rho, h.c, h.mu, h.eps, h.grad_scale, i);
+    else
+      rule_at<K>(var, grad, e.slot[0], e.slot[1], h.rule, h.grad_scale, i);
     copy_at(e.copy, var, i);
   }
 }
