@@ -30,6 +30,9 @@ struct CompileOptions {
   optimizers::OptimizerArg optimizer = "rmsprop";
   losses::LossArg loss;
   std::vector<metrics::MetricArg> metrics;
+  /// Keras's weighted_metrics: metrics that take fit's and evaluate's sample weights (class_weight's
+  /// too). Logged under their names, or "weighted_<name>" where an unweighted metric has it.
+  std::vector<metrics::MetricArg> weighted_metrics;
   /// Under mixed_float16, wrap the optimizer in a LossScaleOptimizer (Keras's default).
   bool auto_scale_loss = true;
   /// Data parallelism across processes (mpt::distributed); default: the process-wide strategy
@@ -42,16 +45,35 @@ struct FitOptions {
   int epochs = 1;
   int verbose = 1;  ///< 0 silent, 1 progress bar, 2 one line per epoch
   std::vector<callbacks::CallbackArg> callbacks;
-  double validation_split = 0.0;  ///< the last fraction of x/y, before shuffling (as Keras)
+  /// The last fraction of x/y (and sample_weight), before shuffling (as Keras).
+  double validation_split = 0.0;
   std::optional<std::pair<Tensor, Tensor>> validation_data = std::nullopt;
+  /// The weights of validation_data's examples: Keras's (x_val, y_val, sample_weight_val).
+  Tensor validation_sample_weight = {};
   bool shuffle = true;
+  /// Keras's class_weight: class index -> weight. Each example's loss is scaled by its class's
+  /// weight (1 for classes not listed); y holds class indices [N] / [N, 1] or one-hot rows
+  /// [N, C] (their argmax). Training data only, as Keras; not with sample_weight.
+  std::map<std::int64_t, double> class_weight = {};
+  /// Keras's sample_weight: [N], each example's loss times its weight; a batch's loss stays
+  /// sum(loss * w) / rows ("sum_over_batch_size"). Weights of the loss's per-position shape
+  /// ([N, T]) scale each position.
+  Tensor sample_weight = {};
   int initial_epoch = 0;
+  /// Batches per epoch (default: one pass over x). Fewer: the next epoch goes on from the batch
+  /// this one stopped at. An epoch never runs past the end of the data: as Keras, it ends early
+  /// there (with a warning), and the next epoch starts the next pass (reshuffled).
+  std::optional<std::int64_t> steps_per_epoch = std::nullopt;
+  std::optional<std::int64_t> validation_batch_size = std::nullopt;  ///< default: batch_size
+  int validation_freq = 1;  ///< validate after every validation_freq-th epoch (epochs 1-based, as Keras)
   std::optional<std::uint64_t> seed = std::nullopt;  ///< shuffle seed (default: from set_random_seed)
 };
 
 struct EvaluateOptions {
   std::int64_t batch_size = 32;
   int verbose = 0;
+  /// [N]: each example's loss times its weight (as fit's sample_weight).
+  Tensor sample_weight = {};
 };
 
 struct PredictOptions {
@@ -108,6 +130,12 @@ class Model {
   /// model's in Keras's order (map_graph's, by depth from the inputs), which also names their
   /// weights in Keras files and orders the variables.
   virtual std::vector<LayerRef> layers() const;
+  /// Keras's get_layer: the layer of layers() with this name (an mpt::Error listing the names
+  /// otherwise), or at this index of Keras's model.layers (negative: from the end, as Python's).
+  /// A functional model's Keras list also holds an InputLayer per Input, which mpt has no layer
+  /// for: asking for one, by index or name, is an mpt::Error saying so.
+  LayerRef get_layer(const std::string& name) const;
+  LayerRef get_layer(int index) const;
   /// Checks a whole input tensor against the model's input spec (mpt::Error naming the model).
   virtual void check_input(const Tensor& x) const;
 
@@ -116,9 +144,12 @@ class Model {
   std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, EvaluateOptions options = {});
   /// Batched inference; floating outputs returned in float32.
   Tensor predict(const Tensor& x, PredictOptions options = {});
+  /// One forward pass over x as one batch, in inference mode (Keras's predict_on_batch);
+  /// floating outputs returned in float32, where x came from.
+  Tensor predict_on_batch(const Tensor& x);
   /// One training step on one batch; returns the batch's loss and metrics.
-  std::map<std::string, double> train_on_batch(const Tensor& x, const Tensor& y);
-  std::map<std::string, double> test_on_batch(const Tensor& x, const Tensor& y);
+  std::map<std::string, double> train_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+  std::map<std::string, double> test_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
   /// Tells every layer that an optimizer step was applied (or skipped, when a loss-scale overflow
   /// made apply_gradients return false). fit and train_on_batch call it; a custom training loop
   /// calls it after each apply_gradients so BatchNormalization's moving statistics follow only
@@ -191,24 +222,33 @@ class Model {
   };
   /// One step on this rank's rows (x undefined: none this step); under a strategy the gradients
   /// are summed over the ranks, this rank's weighted by `weight` (its share of the batch's rows).
-  StepResult train_step(const Tensor& x, const Tensor& y, bool keep_gradients = false,
+  /// sample_weight: undefined, or the batch's weights (the loss takes them).
+  StepResult train_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight, bool keep_gradients = false,
                         const distributed::DataParallel* strategy = nullptr, double weight = 1.0);
   /// The results of loss_mean and each of `ms`, over all ranks under a strategy (one message).
   std::vector<double> reduced_results(const distributed::DataParallel* strategy, const metrics::Mean& loss_mean,
                                       const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
-  Tensor test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& metrics);
+  Tensor test_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight,
+                   std::vector<std::shared_ptr<metrics::Metric>>& metrics);
   /// fit's parts (fit.cpp): the state of one call, one epoch of it, and the logs of the
   /// training loss and metrics (over all ranks under a strategy).
   struct FitRun;
   void fit_epoch(FitRun& run, int epoch);
   Logs epoch_logs(const metrics::Mean& loss_mean, const distributed::DataParallel* strategy) const;
   void check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const;
+  /// sample_weight (undefined: none): one finite weight per example of x.
+  void check_sample_weight(const char* where, const char* what, const Tensor& x, const Tensor& w) const;
+  /// Keras's class_weight as sample weights of y's examples (float32 [N], on the host).
+  Tensor class_sample_weights(const Tensor& y, const std::map<std::int64_t, double>& class_weight) const;
   /// Where the model's variables are (default_device() before any exists).
   Device variables_device() const;
   /// Once per fit/evaluate: resolves the metrics on one sample and checks sparse labels
   /// against the number of classes, on the host copy of y.
   void check_targets(const char* where, const Tensor& x, const Tensor& y);
   void resolve_metrics(const Tensor& y, const Tensor& y_pred);
+  /// Updates ms (metrics_ or val_metrics_): the weighted ones with sample_weight when defined.
+  void update_metrics(std::vector<std::shared_ptr<metrics::Metric>>& ms, const Tensor& y, const Tensor& y_pred,
+                      const Tensor& sample_weight);
   std::map<std::string, double> metric_logs(const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
 
   void summary_functional(std::ostream& os) const;
@@ -216,10 +256,14 @@ class Model {
   std::vector<KerasTensor> inputs_, outputs_;
   std::vector<std::shared_ptr<FunctionalNode>> nodes_;
   std::vector<LayerRef> layer_order_;  // a functional model's layers in Keras's order (map_graph)
+  // Keras's Functional.layers: layer_order_ with an entry (null layer) for each Input's InputLayer.
+  std::vector<std::pair<LayerRef, const FunctionalNode*>> keras_layers_;
   std::shared_ptr<optimizers::Optimizer> optimizer_;
   std::shared_ptr<losses::Loss> loss_;
-  std::vector<metrics::MetricArg> metric_args_;
+  std::vector<metrics::MetricArg> metric_args_, weighted_metric_args_;
+  // compile's metrics, then its weighted_metrics (metric_weighted_: which), and their val_ copies.
   std::vector<std::shared_ptr<metrics::Metric>> metrics_, val_metrics_;
+  std::vector<bool> metric_weighted_;
   bool metrics_resolved_ = false;
   std::optional<distributed::DataParallel> distribution_;
   std::uint64_t seed_;

@@ -115,6 +115,14 @@ void EarlyStopping::on_train_begin(const Logs&) {
 void EarlyStopping::on_epoch_end(int epoch, Logs& logs) {
   auto it = logs.find(o_.monitor);
   if (it == logs.end()) {
+    // An epoch that did not validate (fit's validation_freq) has no val_ logs: Keras skips it.
+    bool validated = false;
+    for (const auto& kv : logs) validated = validated || kv.first.rfind("val_", 0) == 0;
+    if (o_.monitor.rfind("val_", 0) == 0 && !validated) {
+      mpt::log(LogLevel::warning, "EarlyStopping: conditioned on '", o_.monitor, "', which epoch ", epoch + 1,
+               " did not log (no validation this epoch); skipped");
+      return;
+    }
     std::string keys;
     for (const auto& [k, v] : logs) keys += (keys.empty() ? "" : ", ") + k;
     fail("EarlyStopping: monitored metric '", o_.monitor, "' is not in the logs (available: ", keys, ")");

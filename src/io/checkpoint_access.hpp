@@ -13,6 +13,7 @@ struct CheckpointAccess {
   static int& epoch(Model& m) { return m.epoch_; }
   static mixed_precision::Policy& policy(Model& m) { return m.policy_; }
   static const std::vector<metrics::MetricArg>& metric_args(const Model& m) { return m.metric_args_; }
+  static const std::vector<metrics::MetricArg>& weighted_metric_args(const Model& m) { return m.weighted_metric_args_; }
   static const std::vector<KerasTensor>& inputs(const Model& m) { return m.inputs_; }
   static const std::vector<KerasTensor>& outputs(const Model& m) { return m.outputs_; }
   static const std::vector<std::shared_ptr<FunctionalNode>>& nodes(const Model& m) { return m.nodes_; }

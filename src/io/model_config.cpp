@@ -12,6 +12,7 @@
 #include "io/checkpoint_access.hpp"
 #include "io/model_config.hpp"
 #include "io/optimizer_io.hpp"
+#include "losses/loss_utils.hpp"
 
 namespace mpt::io {
 
@@ -108,7 +109,9 @@ void check_loss_is_builtin(const losses::Loss& loss) {
   const auto& t = typeid(loss);
   MPT_CHECK(t == typeid(losses::SparseCategoricalCrossentropy) || t == typeid(losses::CategoricalCrossentropy) ||
                 t == typeid(losses::BinaryCrossentropy) || t == typeid(losses::MeanSquaredError) ||
-                t == typeid(losses::MeanAbsoluteError),
+                t == typeid(losses::MeanAbsoluteError) || t == typeid(losses::Huber) ||
+                t == typeid(losses::KLDivergence) || t == typeid(losses::LogCosh) ||
+                t == typeid(losses::CosineSimilarity),
             "save: loss '", loss.name(), "' is not a built-in loss that load_model can rebuild; use save_weights");
 }
 
@@ -121,6 +124,8 @@ Json loss_json(const losses::Loss& loss) {
   Json c = Json::object();
   if (o) c["from_logits"] = o->from_logits, c["label_smoothing"] = o->label_smoothing;
   if (o && o->ignore_class) c["ignore_class"] = *o->ignore_class;
+  if (auto* l = dynamic_cast<const losses::Huber*>(&loss)) c["delta"] = l->delta();
+  if (auto* l = dynamic_cast<const losses::CosineSimilarity*>(&loss)) c["axis"] = l->axis();
   return {{"name", loss.name()}, {"config", c}};
 }
 
@@ -135,7 +140,20 @@ std::shared_ptr<losses::Loss> loss_from(const Json& v, const std::string& w) {
     check_fields(c, {"name", "from_logits", "ignore_class", "label_smoothing"}, inert, who);
   else if (name == "categorical_crossentropy" || name == "binary_crossentropy")
     check_fields(c, {"name", "from_logits", "label_smoothing"}, inert, who);
+  else if (name == "huber" || name == "huber_loss")  // Keras's class name, or mpt's (Keras's default name)
+    check_fields(c, {"name", "delta"}, inert, who);
+  else if (name == "cosine_similarity")
+    check_fields(c, {"name", "axis"}, Json{{"reduction", "sum_over_batch_size"}}, who);
   else check_fields(c, {"name"}, inert, who);
+  if (name == "huber" || name == "huber_loss") {
+    const Json* d = find(c, "delta");
+    return std::make_shared<losses::Huber>(d && !d->is_null() ? as_double(*d, who + ", delta") : 1.0);
+  }
+  if (name == "cosine_similarity") {
+    const Json* a = find(c, "axis");
+    if (a && a->is_array() && a->size() == 1) a = &(*a)[0];  // [1] as Keras's ops take it
+    return std::make_shared<losses::CosineSimilarity>(a && !a->is_null() ? as_int(*a, who + ", axis") : -1);
+  }
   losses::CrossentropyOptions o;
   if (const Json* f = find(c, "from_logits")) o.from_logits = as_bool(*f, w + ", from_logits");
   if (const Json* s = find(c, "label_smoothing")) o.label_smoothing = as_double(*s, w + ", label_smoothing");
@@ -149,34 +167,228 @@ std::shared_ptr<losses::Loss> loss_from(const Json& v, const std::string& w) {
   return losses::get(name);
 }
 
-/// A metric instance load_model can rebuild from its name alone: one of metrics::get's, under a
-/// name metrics::get gives that class ("accuracy" resolves by the loss, as at compile).
-void check_metric_rebuildable(const metrics::Metric& metric) {
-  const std::string name = metric.name();
-  std::shared_ptr<metrics::Metric> rebuilt;
-  try {
-    rebuilt = metrics::get(name);
-  } catch (const Error&) {
+// ---- metrics in compile_config ----------------------------------------------------------------
+
+Json nullable(const std::optional<std::int64_t>& v) { return v ? Json(*v) : Json(nullptr); }
+
+/// The class name and Keras config (name, dtype and its arguments) of a built-in metric; none
+/// for another class (a metric of the user's). keras_view: Keras's fields only (mpt's
+/// SparseCategoricalAccuracy ignore_class, which Keras's has not, is refused).
+std::optional<std::pair<std::string, Json>> metric_config(const metrics::Metric& m, bool keras_view) {
+  using namespace metrics;
+  Json c = {{"name", m.name()}, {"dtype", "float32"}};
+  const auto& t = typeid(m);
+  if (t == typeid(SparseCategoricalAccuracy)) {
+    const auto& ic = static_cast<const SparseCategoricalAccuracy&>(m).ignore_class();
+    MPT_CHECK(!ic || !keras_view, "save: metric '", m.name(), "': SparseCategoricalAccuracy with ignore_class ",
+              *ic, " has no Keras equivalent (Keras's has no ignore_class); compile with \"accuracy\", which takes ",
+              "the SparseCategoricalCrossentropy loss's ignore_class, or save as .h5");
+    if (ic) c["ignore_class"] = *ic;
+    return std::pair{std::string("SparseCategoricalAccuracy"), c};
   }
-  const std::string lower = [&] {
-    std::string s = name;
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-    return s;
-  }();
-  const metrics::Metric* r = rebuilt.get();
-  const bool same = r && (lower == "accuracy" || lower == "acc" || typeid(*r) == typeid(metric));
-  MPT_CHECK(same, "save: metric '", name, "' is not a built-in metric under a name load_model can rebuild it "
-            "from (a custom metric, or a custom name); compile with a metric name "
-            "(e.g. \"accuracy\", \"mae\") or use save_weights");
+  if (t == typeid(CategoricalAccuracy)) return std::pair{std::string("CategoricalAccuracy"), c};
+  if (t == typeid(BinaryAccuracy)) {
+    c["threshold"] = static_cast<const BinaryAccuracy&>(m).threshold();
+    return std::pair{std::string("BinaryAccuracy"), c};
+  }
+  if (t == typeid(metrics::MeanAbsoluteError)) return std::pair{std::string("MeanAbsoluteError"), c};
+  if (t == typeid(metrics::MeanSquaredError)) return std::pair{std::string("MeanSquaredError"), c};
+  if (t == typeid(RootMeanSquaredError)) return std::pair{std::string("RootMeanSquaredError"), c};
+  if (t == typeid(TopKCategoricalAccuracy)) {
+    c["k"] = static_cast<const TopKCategoricalAccuracy&>(m).k();
+    return std::pair{std::string("TopKCategoricalAccuracy"), c};
+  }
+  if (t == typeid(SparseTopKCategoricalAccuracy)) {
+    const auto& s = static_cast<const SparseTopKCategoricalAccuracy&>(m);
+    c["k"] = s.k();
+    if (s.from_sorted_ids()) c["from_sorted_ids"] = true;  // Keras writes it only when set
+    return std::pair{std::string("SparseTopKCategoricalAccuracy"), c};
+  }
+  if (t == typeid(Precision) || t == typeid(Recall)) {
+    const auto& o = static_cast<const ConfusionMetric&>(m).options();
+    c["thresholds"] = !o.thresholds ? Json(nullptr) : o.thresholds->size() == 1 ? Json(o.thresholds->front()) : Json(*o.thresholds);
+    c["top_k"] = nullable(o.top_k);
+    c["class_id"] = nullable(o.class_id);
+    return std::pair{std::string(t == typeid(Precision) ? "Precision" : "Recall"), c};
+  }
+  if (t == typeid(AUC)) {
+    const auto& o = static_cast<const AUC&>(m).options();
+    c["num_thresholds"] = o.num_thresholds;
+    c["curve"] = o.curve;
+    c["summation_method"] = o.summation_method;
+    c["multi_label"] = o.multi_label;
+    c["num_labels"] = nullable(o.num_labels);
+    c["label_weights"] = o.label_weights ? Json(*o.label_weights) : Json(nullptr);
+    c["from_logits"] = o.from_logits;
+    if (o.thresholds) c["thresholds"] = *o.thresholds;
+    return std::pair{std::string("AUC"), c};
+  }
+  if (t == typeid(F1Score)) {
+    const auto& o = static_cast<const F1Score&>(m).options();
+    c["average"] = o.average ? Json(*o.average) : Json(nullptr);
+    c["threshold"] = o.threshold ? Json(*o.threshold) : Json(nullptr);
+    return std::pair{std::string("F1Score"), c};
+  }
+  return std::nullopt;
 }
 
-Json metric_names(const Model& m) {
-  Json metrics = Json::array();
-  for (const auto& a : Access::metric_args(m)) {
-    if (a.object()) check_metric_rebuildable(*a.object());
-    metrics.push_back(a.object() ? a.object()->name() : a.name());
+/// One entry of compile's metric list as Keras's compile_config holds it: a name stays a name; a
+/// built-in metric object is written as its name where metrics::get rebuilds the same metric
+/// from it (class and arguments), else as Keras's serialized object, its arguments kept. A metric
+/// class of the user's is refused.
+Json metric_json(const metrics::MetricArg& a, bool keras_view) {
+  if (!a.object()) return a.name();
+  const metrics::Metric& m = *a.object();
+  auto mine = metric_config(m, keras_view);
+  MPT_CHECK(mine, "save: metric '", m.name(), "' is not a built-in metric (a metric class of your own), which ",
+            "load_model cannot rebuild; compile with a built-in metric (e.g. \"accuracy\", \"mae\", ",
+            "metrics::AUC) or use save_weights");
+  std::shared_ptr<metrics::Metric> by_name;
+  try {
+    by_name = metrics::get(m.name());
+  } catch (const Error&) {
   }
-  return metrics;
+  const metrics::Metric* r = by_name.get();
+  if (r && typeid(*r) == typeid(m)) {
+    auto theirs = metric_config(*r, false);
+    auto same = metric_config(m, false);
+    if (theirs && same && theirs->second == same->second) return m.name();
+  }
+  return {{"module", "keras.metrics"}, {"class_name", mine->first}, {"config", mine->second}, {"registered_name", nullptr}};
+}
+
+/// A compile metric list (compile's `metrics`; weighted_metrics the same way) for compile_config.
+Json metrics_json(const std::vector<metrics::MetricArg>& list, bool keras_view) {
+  Json out = Json::array();
+  for (const auto& a : list) out.push_back(metric_json(a, keras_view));
+  return out;
+}
+
+Json metric_names(const Model& m, bool keras_view) { return metrics_json(Access::metric_args(m), keras_view); }
+/// compile's weighted_metrics: null when there are none (Keras writes null for the default).
+Json weighted_metric_names(const Model& m, bool keras_view) {
+  const auto& list = Access::weighted_metric_args(m);
+  return list.empty() ? Json(nullptr) : metrics_json(list, keras_view);
+}
+
+/// A metric entry of a compile_config: a name (compile resolves it, "accuracy" by the loss), a
+/// Keras metric function by name ({"class_name": "function", "config": name}) whose mpt metric
+/// computes the same, or a serialized metric object of a class mpt has, each field honoured or
+/// refused naming it (an mpt::Error naming the metric and the field).
+metrics::MetricArg metric_from_json(const Json& v, const std::string& where) {
+  using namespace metrics;
+  if (v.is_string()) return v.get<std::string>();
+  const std::string cls = as_string(at(v, "class_name", where), where + ", class_name");
+  if (cls == "function") {  // a metric function: compile wraps it in a mean, named after it
+    const std::string fn = as_string(at(v, "config", where), where + ", config");
+    static const std::set<std::string> same = {
+        "sparse_categorical_accuracy", "categorical_accuracy", "binary_accuracy", "mean_absolute_error",
+        "mean_squared_error", "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy"};
+    MPT_CHECK(same.count(fn), where, ": metric function '", fn, "' is not supported by mpt (supported: ",
+              "sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, mean_absolute_error, ",
+              "mean_squared_error, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy)");
+    return fn;
+  }
+  const Json& c = at(v, "config", where);
+  const Json* n = find(c, "name");
+  const std::string name = n && !n->is_null() ? as_string(*n, where + ", name") : to_snake_case(cls);
+  const std::string who = where + ", metric " + cls + " '" + name + "'";
+  if (const Json* d = find(c, "dtype"); d && !d->is_null()) {
+    const Json& dt = d->is_object() ? at(at(*d, "config", who), "name", who) : *d;
+    const std::string dtype = as_string(dt, who + ", dtype");
+    MPT_CHECK(dtype == "float32" || dtype == "float64", who, ": field dtype = ", d->dump(),
+              " is not supported by mpt (metrics compute in float32 and accumulate in float64)");
+  }
+  auto fields = [&](std::vector<std::string_view> honoured) {
+    honoured.push_back("name");
+    honoured.push_back("dtype");
+    check_fields(c, honoured, Json::object(), who);
+  };
+  auto opt_int = [&](const char* key) -> std::optional<std::int64_t> {
+    const Json* f = find(c, key);
+    if (!f || f->is_null()) return std::nullopt;
+    return as_int(*f, who + ", " + key);
+  };
+  auto opt_doubles = [&](const char* key) -> std::optional<std::vector<double>> {
+    const Json* f = find(c, key);
+    if (!f || f->is_null()) return std::nullopt;
+    std::vector<double> out;
+    if (f->is_number()) return std::vector<double>{as_double(*f, who + ", " + key)};
+    const Json* values = f;  // Keras serializes an array argument as {"class_name": "__tensor__", ...}
+    if (f->is_object() && as_string(at(*f, "class_name", who + ", " + key), who + ", " + key) == "__tensor__")
+      values = &at(at(*f, "config", who + ", " + key), "value", who + ", " + key);
+    for (const auto& x : as_array(*values, who + ", " + key)) out.push_back(as_double(x, who + ", " + key));
+    return out;
+  };
+  auto flag = [&](const char* key, bool fallback) {
+    const Json* f = find(c, key);
+    return f && !f->is_null() ? as_bool(*f, who + ", " + key) : fallback;
+  };
+  return losses::detail::named_errors(who, [&]() -> MetricArg {
+    if (cls == "SparseCategoricalAccuracy") {
+      fields({"ignore_class"});
+      return SparseCategoricalAccuracy(name, opt_int("ignore_class"));
+    }
+    if (cls == "CategoricalAccuracy") return fields({}), CategoricalAccuracy(name);
+    if (cls == "MeanAbsoluteError") return fields({}), metrics::MeanAbsoluteError(name);
+    if (cls == "MeanSquaredError") return fields({}), metrics::MeanSquaredError(name);
+    if (cls == "RootMeanSquaredError") return fields({}), RootMeanSquaredError(name);
+    if (cls == "BinaryAccuracy") {
+      fields({"threshold"});
+      const Json* t = find(c, "threshold");
+      return BinaryAccuracy(name, t && !t->is_null() ? as_double(*t, who + ", threshold") : 0.5);
+    }
+    if (cls == "TopKCategoricalAccuracy") {
+      fields({"k"});
+      return TopKCategoricalAccuracy(opt_int("k").value_or(5), name);
+    }
+    if (cls == "SparseTopKCategoricalAccuracy") {
+      fields({"k", "from_sorted_ids"});
+      return SparseTopKCategoricalAccuracy(opt_int("k").value_or(5), name, flag("from_sorted_ids", false));
+    }
+    if (cls == "Precision" || cls == "Recall") {
+      fields({"thresholds", "top_k", "class_id"});
+      PrecisionRecallOptions o{.thresholds = opt_doubles("thresholds"), .top_k = opt_int("top_k"),
+                               .class_id = opt_int("class_id"), .name = name};
+      if (cls == "Precision") return Precision(o);
+      return Recall(o);
+    }
+    if (cls == "AUC") {
+      fields({"num_thresholds", "curve", "summation_method", "multi_label", "num_labels", "label_weights",
+              "from_logits", "thresholds"});
+      AUCOptions o{.name = name};
+      if (auto k = opt_int("num_thresholds")) o.num_thresholds = *k;
+      if (const Json* f = find(c, "curve"); f && !f->is_null()) o.curve = as_string(*f, who + ", curve");
+      if (const Json* f = find(c, "summation_method"); f && !f->is_null())
+        o.summation_method = as_string(*f, who + ", summation_method");
+      o.thresholds = opt_doubles("thresholds");
+      o.multi_label = flag("multi_label", false);
+      o.num_labels = opt_int("num_labels");
+      o.label_weights = opt_doubles("label_weights");
+      o.from_logits = flag("from_logits", false);
+      return AUC(o);
+    }
+    if (cls == "F1Score") {
+      fields({"average", "threshold"});
+      F1ScoreOptions o{.name = name};
+      if (const Json* f = find(c, "average"); f && !f->is_null()) o.average = as_string(*f, who + ", average");
+      if (const Json* f = find(c, "threshold"); f && !f->is_null()) o.threshold = as_double(*f, who + ", threshold");
+      return F1Score(o);
+    }
+    fail("unknown metric class '", cls, "' (mpt has SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, ",
+         "MeanAbsoluteError, MeanSquaredError, RootMeanSquaredError, TopKCategoricalAccuracy, ",
+         "SparseTopKCategoricalAccuracy, Precision, Recall, AUC, F1Score)");
+  });
+}
+
+/// compile_config's metric list (`metrics`, and `weighted_metrics` the same way): null or absent
+/// gives none.
+std::vector<metrics::MetricArg> metrics_from_json(const Json* list, const std::string& where) {
+  std::vector<metrics::MetricArg> out;
+  if (!list || list->is_null()) return out;
+  const Json& a = as_array(*list, where);
+  for (std::size_t i = 0; i < a.size(); ++i) out.push_back(metric_from_json(a[i], where + " " + std::to_string(i)));
+  return out;
 }
 
 /// Keras's compile_config (Keras names only), for config.json.
@@ -195,11 +407,21 @@ Json keras_compile_config(const Model& m) {
     else c["ignore_class"] = o->ignore_class ? Json(*o->ignore_class) : Json(nullptr);
     loss_value = {{"module", "keras.losses"}, {"class_name", cls}, {"config", c}, {"registered_name", nullptr}};
   }
+  // Huber, KLDivergence, LogCosh and CosineSimilarity as Keras's Loss objects: their names
+  // ("huber_loss", ...) are not all keras.losses.get names. delta and axis are written although
+  // Keras's own get_config leaves them out: its from_config takes them.
+  Json c = {{"name", loss.name()}, {"reduction", "sum_over_batch_size"}};
+  if (auto* l = dynamic_cast<const losses::Huber*>(&loss)) cls = "Huber", c["delta"] = l->delta();
+  if (dynamic_cast<const losses::KLDivergence*>(&loss)) cls = "KLDivergence";
+  if (dynamic_cast<const losses::LogCosh*>(&loss)) cls = "LogCosh";
+  if (auto* l = dynamic_cast<const losses::CosineSimilarity*>(&loss)) cls = "CosineSimilarity", c["axis"] = l->axis();
+  if (!o && !cls.empty())
+    loss_value = {{"module", "keras.losses"}, {"class_name", cls}, {"config", c}, {"registered_name", nullptr}};
   return {{"optimizer", io::optimizer_to_json(m.optimizer(), true)},
           {"loss", loss_value},
           {"loss_weights", nullptr},
-          {"metrics", metric_names(m)},
-          {"weighted_metrics", nullptr},
+          {"metrics", metric_names(m, true)},
+          {"weighted_metrics", weighted_metric_names(m, true)},
           {"run_eagerly", false},
           {"steps_per_execution", 1},
           {"jit_compile", false}};
@@ -574,19 +796,18 @@ std::unique_ptr<Model> model_from_config(const Json& v, const std::string& w) {
 }
 
 Json compile_config_json(const Model& m) {
-  return {{"optimizer", io::optimizer_to_json(m.optimizer())}, {"loss", loss_json(m.loss())}, {"metrics", metric_names(m)}};
+  return {{"optimizer", io::optimizer_to_json(m.optimizer())},
+          {"loss", loss_json(m.loss())},
+          {"metrics", metric_names(m, false)},
+          {"weighted_metrics", weighted_metric_names(m, false)}};
 }
 
 void compile_from_config(Model& m, const Json& cc, const std::string& where, bool auto_scale_loss) {
-  std::vector<metrics::MetricArg> metrics;
-  if (const Json* ms = find(cc, "metrics"); ms && !ms->is_null())
-    for (const auto& x : as_array(*ms, where + ", metrics"))
-      metrics.emplace_back(x.is_string() ? x.get<std::string>()
-                                         : as_string(at(at(x, "config", where + ", metrics"), "name", where + ", metrics"),
-                                                     where + ", metrics"));
+  std::vector<metrics::MetricArg> metrics = metrics_from_json(find(cc, "metrics"), where + ", metrics");
   m.compile({.optimizer = optimizer_from_json(at(cc, "optimizer", where), where),
              .loss = loss_from(at(cc, "loss", where), where),
              .metrics = metrics,
+             .weighted_metrics = metrics_from_json(find(cc, "weighted_metrics"), where + ", weighted_metrics"),
              .auto_scale_loss = auto_scale_loss});
 }
 

@@ -1,5 +1,7 @@
 #include "mpt/losses/losses.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 
@@ -8,7 +10,31 @@
 namespace mpt::losses {
 using namespace detail;
 
-Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+namespace {
+/// sample_weight aligned with the per-example values: [N, 1] squeezed (Keras's
+/// squeeze_or_expand_to_same_rank), [N] widened over the trailing axes of per-position values.
+Tensor weights_like(const Tensor& values, const Tensor& sample_weight) {
+  Tensor w = sample_weight.detach();
+  if (w.dim() == values.dim() + 1 && w.shape().back() == 1)
+    w = w.reshape(Shape(w.shape().begin(), w.shape().end() - 1));
+  if (w.dim() < values.dim()) {
+    Shape s = w.shape();
+    s.resize(values.shape().size(), 1);
+    w = w.reshape(s);
+  }
+  bool fits = w.dim() == values.dim();
+  for (std::size_t i = 0; fits && i < w.shape().size(); ++i)
+    fits = w.shape()[i] == values.shape()[i] || w.shape()[i] == 1;
+  MPT_CHECK(fits, "sample_weight of shape ", to_string(sample_weight.shape()),
+            " does not fit the per-example losses of shape ", to_string(values.shape()));
+  if (w.dtype() != values.dtype()) w = ops::cast(w, values.dtype());
+  return w.device() == values.device() ? w : w.to(values.device());
+}
+}  // namespace
+
+Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const { return (*this)(y_true, y_pred, Tensor()); }
+
+Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
   const std::string who = "loss " + name();
   MPT_CHECK(y_true.defined(), who, ": y_true is undefined");
   MPT_CHECK(y_pred.defined(), who, ": y_pred is undefined");
@@ -18,23 +44,63 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
             to_string(y_pred.shape()), " have different batch sizes (", y_true.shape()[0], " vs ",
             y_pred.shape()[0], ")");
   MPT_CHECK(y_pred.shape()[0] > 0, who, ": empty batch (y_pred ", to_string(y_pred.shape()), ")");
+  MPT_CHECK(!sample_weight.defined() || (sample_weight.dim() >= 1 && sample_weight.shape()[0] == y_pred.shape()[0]),
+            who, ": sample_weight ", sample_weight.defined() ? to_string(sample_weight.shape()) : "",
+            " needs one row per example of y_pred ", to_string(y_pred.shape()));
   return named_errors(who, [&] {
     Tensor values = call(y_true, y_pred);
-    return ops::mean(values);  // "sum_over_batch_size"
+    if (sample_weight.defined()) values = ops::mul(values, weights_like(values, sample_weight));
+    return ops::mean(values);  // "sum_over_batch_size": sum(values * w) / values.numel()
   });
 }
 
 namespace {
 
-/// mean(f(y_true - y_pred), axis=-1) in the compute dtype, after Keras's rank alignment.
+constexpr double kEpsilon = 1e-7;  // keras.backend.epsilon()
+
+/// mean(f(y_pred - y_true), axis=-1) in the compute dtype, after Keras's rank alignment.
 Tensor elementwise_loss(const std::string& who, const Tensor& y_true, const Tensor& y_pred,
-                        Tensor (*f)(const Tensor&)) {
+                        const std::function<Tensor(const Tensor&)>& f) {
   return named_errors(who, [&] {
     MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
     const DType d = compute_dtype(y_pred);
     auto [t, p] = squeeze_or_expand_to_same_rank(cast_to(y_true, d), cast_to(y_pred, d));
     return ops::mean(f(ops::sub(p, t)), {-1});
   });
+}
+
+/// log(1 + e) for e in [0, 1], accurate where 1 + e rounds (Goldberg's form of log1p:
+/// log(u) * e / (u - 1), u = 1 + e; e itself where u rounds to 1). Both branches stay finite,
+/// so the gradient is.
+Tensor log1p_unit(const Tensor& e) {
+  const Tensor one = Tensor::scalar(1.0, e.dtype(), e.device());
+  const Tensor u = ops::add(one, e);
+  const Tensor rounds_to_one = ops::equal(u, one);
+  const Tensor safe = ops::where(rounds_to_one, one, ops::sub(u, one));
+  return ops::where(rounds_to_one, e, ops::mul(ops::log(u), ops::div(e, safe)));
+}
+
+/// jax.nn.softplus, as Keras's JAX backend has it: max(x, 0) + log1p(exp(-|x|)), with the
+/// branches picked by x >= 0 so that the slope at 0 is sigmoid(0) = 1/2.
+Tensor softplus(const Tensor& x) {
+  const Tensor zero = Tensor::scalar(0.0, x.dtype(), x.device());
+  const Tensor pos = ops::greater_equal(x, zero);
+  return ops::add(ops::where(pos, x, zero), log1p_unit(ops::exp(ops::where(pos, ops::neg(x), x))));
+}
+
+/// Keras's clip(x, epsilon, 1): minimum(maximum(x, epsilon), 1).
+Tensor clip_unit(const Tensor& x) {
+  return ops::minimum(ops::maximum(x, Tensor::scalar(kEpsilon, x.dtype(), x.device())),
+                      Tensor::scalar(1.0, x.dtype(), x.device()));
+}
+
+/// Keras's normalize(x, axis) (order 2): x * min(rsqrt(sum(x^2, axis)), 1 / epsilon), written as
+/// x / sqrt(max(sum(x^2), epsilon^2)), the same value without an infinite rsqrt (and so without
+/// a NaN gradient) at a zero vector.
+Tensor l2_normalize(const Tensor& x, std::int64_t axis) {
+  const Tensor sq = ops::sum(ops::square(x), {axis}, true);
+  const Tensor floor = Tensor::scalar(kEpsilon * kEpsilon, x.dtype(), x.device());
+  return ops::div(x, ops::sqrt(ops::maximum(sq, floor)));
 }
 
 }  // namespace
@@ -49,6 +115,57 @@ MeanAbsoluteError::MeanAbsoluteError() : Loss("mean_absolute_error") {}
 
 Tensor MeanAbsoluteError::call(const Tensor& y_true, const Tensor& y_pred) const {
   return elementwise_loss("loss " + name(), y_true, y_pred, ops::abs);
+}
+
+Huber::Huber(double delta) : Loss("huber_loss"), delta_(delta) {
+  MPT_CHECK(std::isfinite(delta) && delta > 0, "loss ", name(), ": delta must be positive and finite, got ", delta);
+}
+
+Tensor Huber::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return elementwise_loss("loss " + name(), y_true, y_pred, [this](const Tensor& x) {
+    // Keras's huber, op for op: delta and 0.5 in the compute dtype.
+    const Tensor delta = Tensor::scalar(delta_, x.dtype(), x.device());
+    const Tensor half = Tensor::scalar(0.5, x.dtype(), x.device());
+    const Tensor a = ops::abs(x);
+    return ops::where(ops::less_equal(a, delta), ops::mul(half, ops::square(x)),
+                      ops::sub(ops::mul(delta, a), ops::mul(half, ops::square(delta))));
+  });
+}
+
+KLDivergence::KLDivergence() : Loss("kl_divergence") {}
+
+Tensor KLDivergence::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return named_errors("loss " + name(), [&] {
+    MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
+    const DType d = compute_dtype(y_pred);
+    auto [t, p] = squeeze_or_expand_to_same_rank(cast_to(y_true, d), cast_to(y_pred, d));
+    t = clip_unit(t);
+    p = clip_unit(p);
+    return ops::sum(ops::mul(t, ops::log(ops::div(t, p))), {-1});
+  });
+}
+
+LogCosh::LogCosh() : Loss("log_cosh") {}
+
+Tensor LogCosh::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return elementwise_loss("loss " + name(), y_true, y_pred, [](const Tensor& x) {
+    const Tensor log2 = Tensor::scalar(std::log(2.0), x.dtype(), x.device());
+    return ops::sub(ops::add(x, softplus(x * -2.0)), log2);
+  });
+}
+
+CosineSimilarity::CosineSimilarity(std::int64_t axis) : Loss("cosine_similarity"), axis_(axis) {}
+
+Tensor CosineSimilarity::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return named_errors("loss " + name(), [&] {
+    MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
+    const DType d = compute_dtype(y_pred);
+    auto [t, p] = squeeze_or_expand_to_same_rank(cast_to(y_true, d), cast_to(y_pred, d));
+    const std::int64_t rank = std::min(t.dim(), p.dim());
+    MPT_CHECK(axis_ >= -rank && axis_ < rank, "axis ", axis_, " is out of range for y_true ",
+              to_string(y_true.shape()), " and y_pred ", to_string(y_pred.shape()));
+    return ops::neg(ops::sum(ops::mul(l2_normalize(t, axis_), l2_normalize(p, axis_)), {axis_}));
+  });
 }
 
 std::shared_ptr<Loss> get(const std::string& name) {
@@ -71,14 +188,26 @@ std::shared_ptr<Loss> get(const std::string& name) {
       {"MeanAbsoluteError", [] { return std::make_shared<MeanAbsoluteError>(); }},
       {"mae", [] { return std::make_shared<MeanAbsoluteError>(); }},
       {"MAE", [] { return std::make_shared<MeanAbsoluteError>(); }},
+      {"huber", [] { return std::make_shared<Huber>(); }},
+      {"Huber", [] { return std::make_shared<Huber>(); }},
+      {"kl_divergence", [] { return std::make_shared<KLDivergence>(); }},
+      {"KLDivergence", [] { return std::make_shared<KLDivergence>(); }},
+      {"kld", [] { return std::make_shared<KLDivergence>(); }},
+      {"KLD", [] { return std::make_shared<KLDivergence>(); }},
+      {"kullback_leibler_divergence", [] { return std::make_shared<KLDivergence>(); }},  // Keras 2
+      {"log_cosh", [] { return std::make_shared<LogCosh>(); }},
+      {"LogCosh", [] { return std::make_shared<LogCosh>(); }},
+      {"logcosh", [] { return std::make_shared<LogCosh>(); }},  // Keras 2
+      {"cosine_similarity", [] { return std::make_shared<CosineSimilarity>(); }},
+      {"CosineSimilarity", [] { return std::make_shared<CosineSimilarity>(); }},
   };
   auto it = table.find(name);
   if (it == table.end())
     fail("losses::get: unknown loss '", name,
          "'; valid names: sparse_categorical_crossentropy, categorical_crossentropy, binary_crossentropy (bce), "
-         "mean_squared_error (mse), mean_absolute_error (mae), or the class names "
-         "SparseCategoricalCrossentropy, CategoricalCrossentropy, BinaryCrossentropy, MeanSquaredError, "
-         "MeanAbsoluteError");
+         "mean_squared_error (mse), mean_absolute_error (mae), huber, kl_divergence (kld), log_cosh, "
+         "cosine_similarity, or the class names SparseCategoricalCrossentropy, CategoricalCrossentropy, "
+         "BinaryCrossentropy, MeanSquaredError, MeanAbsoluteError, Huber, KLDivergence, LogCosh, CosineSimilarity");
   return it->second();
 }
 

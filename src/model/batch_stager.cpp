@@ -6,14 +6,21 @@
 
 namespace mpt::detail {
 
-BatchStager::BatchStager(Tensor x, Tensor y, std::int64_t batch_size, std::vector<std::int64_t> order, Device device,
-                         const distributed::DataParallel* strategy)
-    : x_(std::move(x)), y_(std::move(y)), batch_size_(batch_size), order_(std::move(order)), device_(device),
-      steps_(data::batch_count(x_.shape()[0], batch_size)), ahead_(x_.device() != device), strategy_(strategy) {}
+BatchStager::BatchStager(Tensor x, Tensor y, Tensor w, std::int64_t batch_size, std::vector<std::int64_t> order,
+                         Device device, const distributed::DataParallel* strategy)
+    : x_(std::move(x)),
+      y_(std::move(y)),
+      w_(std::move(w)),
+      batch_size_(batch_size),
+      order_(std::move(order)),
+      device_(device),
+      steps_(data::batch_count(x_.shape()[0], batch_size)),
+      ahead_(x_.device() != device),
+      strategy_(strategy) {}
 
-std::pair<Tensor, Tensor> BatchStager::get(std::int64_t step) {
-  std::pair<Tensor, Tensor> b = next_step_ == step ? next_.get() : make(step);
-  if (ahead_ && step + 1 < steps_) {
+StagedBatch BatchStager::get(std::int64_t step, std::int64_t end) {
+  StagedBatch b = next_step_ == step ? next_.get() : make(step);
+  if (ahead_ && step + 1 < (end < 0 ? steps_ : std::min(end, steps_))) {
     next_ = std::async(std::launch::async, [this, s = step + 1] { return make(s); });
     next_step_ = step + 1;
   }
@@ -37,12 +44,12 @@ std::int64_t BatchStager::rows(std::int64_t step) const {
   return r.second - r.first;
 }
 
-std::pair<Tensor, Tensor> BatchStager::make(std::int64_t step) const {
+StagedBatch BatchStager::make(std::int64_t step) const {
   const auto [begin, end] = range(step);
   if (begin == end) return {};
   const std::int64_t b = begin, e = end;  // clang 14 lambdas cannot capture structured bindings
   auto pick = [&](const Tensor& t) { return t.defined() ? data::rows_of(t, order_, b, e).to(device_) : Tensor(); };
-  return {pick(x_), pick(y_)};
+  return {pick(x_), pick(y_), pick(w_)};
 }
 
 }  // namespace mpt::detail

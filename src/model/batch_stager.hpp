@@ -1,5 +1,5 @@
 #pragma once
-// Batches of (x, y) for fit, evaluate and predict, on the model's device.
+// Batches of (x, y, sample_weight) for fit, evaluate and predict, on the model's device.
 #include <cstdint>
 #include <future>
 #include <utility>
@@ -10,18 +10,25 @@
 
 namespace mpt::detail {
 
-/// Batches of (x, y) on the model's device, in order or by a shuffled order. When the data
+/// One batch: x, and y and the sample weights where given (undefined otherwise).
+struct StagedBatch {
+  Tensor x, y, w;
+};
+
+/// Batches of (x, y, sample_weight) on the model's device, in order or by a shuffled order. When the data
 /// lives elsewhere (host data, a model on a GPU), the next batch is gathered and copied on a
 /// background thread while the current one trains; data already on the device is sliced or
 /// gathered in place, synchronously (a helper thread would only take a core from the kernels).
 class BatchStager {
  public:
-  /// Under a strategy each rank takes its share of every (global) batch.
-  BatchStager(Tensor x, Tensor y, std::int64_t batch_size, std::vector<std::int64_t> order, Device device,
+  /// Under a strategy each rank takes its share of every (global) batch. y and w may be
+  /// undefined; w (sample weights) shards with x and y.
+  BatchStager(Tensor x, Tensor y, Tensor w, std::int64_t batch_size, std::vector<std::int64_t> order, Device device,
               const distributed::DataParallel* strategy = nullptr);
 
-  /// Batch `step`; steps are asked for in order.
-  std::pair<Tensor, Tensor> get(std::int64_t step);
+  /// Batch `step`; steps are asked for in order, up to `end` (exclusive; default: all batches),
+  /// which bounds the batch staged ahead.
+  StagedBatch get(std::int64_t step, std::int64_t end = -1);
   /// Rows of batch `step` over all ranks.
   std::int64_t global_rows(std::int64_t step) const;
   /// This rank's rows of batch `step`: [begin, end) of the (shuffled) order.
@@ -29,15 +36,15 @@ class BatchStager {
   std::int64_t rows(std::int64_t step) const;
 
  private:
-  std::pair<Tensor, Tensor> make(std::int64_t step) const;
+  StagedBatch make(std::int64_t step) const;
 
-  Tensor x_, y_;
+  Tensor x_, y_, w_;
   std::int64_t batch_size_;
   std::vector<std::int64_t> order_;
   Device device_;
   std::int64_t steps_;
   bool ahead_;
-  std::future<std::pair<Tensor, Tensor>> next_;
+  std::future<StagedBatch> next_;
   std::int64_t next_step_ = -1;
   const distributed::DataParallel* strategy_;
 };

@@ -15,8 +15,11 @@ namespace mpt {
 struct Model::FitRun {
   explicit FitRun(const FitOptions& options) : o(options) {}
   const FitOptions& o;
-  Tensor x, y, vx, vy;  // training and validation data
-  std::int64_t n = 0, steps = 0;
+  Tensor x, y, w, vx, vy, vw;  // training and validation data (w: sample weights or undefined)
+  std::int64_t n = 0;
+  std::int64_t batches = 0;  // batches in one pass over x
+  std::int64_t steps = 0;    // batches per epoch: steps_per_epoch, else batches
+  bool warned_short = false;
   const distributed::DataParallel* dp = nullptr;
   std::vector<std::shared_ptr<callbacks::Callback>> cbs;
   std::uint64_t seed = 0;
@@ -27,21 +30,40 @@ struct Model::FitRun {
 
 namespace {
 
-/// Keras's validation_split: the last fraction of the data, taken before any shuffling; or the
-/// validation_data given.
-void split_validation(const Tensor& x_all, const Tensor& y_all, const FitOptions& o, Tensor& x, Tensor& y,
-                      Tensor& vx, Tensor& vy) {
-  x = x_all, y = y_all;
+/// Keras's validation_split: the last fraction of the data (and of the sample weights), taken
+/// before any shuffling; or the validation_data given.
+struct Split {
+  Tensor x, y, w, vx, vy, vw;
+};
+Split split_validation(const Tensor& x_all, const Tensor& y_all, const FitOptions& o) {
+  Split d;
+  d.x = x_all, d.y = y_all, d.w = o.sample_weight;
   if (o.validation_data) {
-    vx = o.validation_data->first, vy = o.validation_data->second;
+    d.vx = o.validation_data->first, d.vy = o.validation_data->second, d.vw = o.validation_sample_weight;
   } else if (o.validation_split > 0) {
     const std::int64_t n = x_all.shape()[0];
     const auto split = static_cast<std::int64_t>(std::ceil(static_cast<double>(n) * (1.0 - o.validation_split)));
     MPT_CHECK(split > 0 && split < n, "fit: validation_split ", o.validation_split,
               " leaves no training or no validation samples out of ", n);
-    x = x_all.slice(0, split), y = y_all.slice(0, split);
-    vx = x_all.slice(split, n), vy = y_all.slice(split, n);
+    d.x = x_all.slice(0, split), d.y = y_all.slice(0, split);
+    d.vx = x_all.slice(split, n), d.vy = y_all.slice(split, n);
+    if (o.sample_weight.defined()) d.w = o.sample_weight.slice(0, split), d.vw = o.sample_weight.slice(split, n);
   }
+  return d;
+}
+
+/// Keras's epochs over a pass of `batches` batches, `steps` per epoch: an epoch goes on from
+/// where the last one stopped and ends early at the end of the data; the next pass (a new
+/// shuffle) starts with the next epoch. So epoch e is in pass e / E (E = ceil(batches / steps)
+/// epochs per pass), from batch (e % E) * steps. Computed from the epoch alone, so a fit
+/// resumed at initial_epoch takes the batches the uninterrupted run took.
+struct EpochSpan {
+  std::int64_t pass, first, count;
+};
+EpochSpan epoch_span(std::int64_t epoch, std::int64_t batches, std::int64_t steps) {
+  const std::int64_t per_pass = data::batch_count(batches, steps);
+  const std::int64_t first = (epoch % per_pass) * steps;
+  return {epoch / per_pass, first, std::min(steps, batches - first)};
 }
 
 /// Under a strategy: the same model and run on every rank (an mpt::Error on all of them
@@ -60,6 +82,13 @@ void agree_across_ranks(const Model& model, const distributed::DataParallel& dp,
   lines.push_back("batch_size " + std::to_string(o.batch_size) + ", epochs " + std::to_string(o.initial_epoch) + ".." +
                   std::to_string(o.epochs) + ", shuffle " + std::to_string(o.shuffle) + ", seed " +
                   std::to_string(seed));
+  lines.push_back("steps_per_epoch " + (o.steps_per_epoch ? std::to_string(*o.steps_per_epoch) : std::string("all")) +
+                  ", validation_freq " + std::to_string(o.validation_freq) + ", validation_batch_size " +
+                  std::to_string(o.validation_batch_size.value_or(o.batch_size)));
+  std::string weights = o.sample_weight.defined() ? "sample_weight" : o.class_weight.empty() ? "none" : "class_weight";
+  for (const auto& [c, w] : o.class_weight)
+    weights.append(" ").append(std::to_string(c)).append(":").append(std::to_string(w));
+  lines.push_back("weights " + weights + (o.validation_sample_weight.defined() ? ", validation sample weights" : ""));
   dp.check_same("models and fit arguments", lines);
   // SyncBatchNorm reduces inside the forward pass: every rank needs rows in every batch.
   MPT_CHECK(!dp.options().sync_batch_norm || n % o.batch_size == 0 || n % o.batch_size >= dp.size(),
@@ -101,6 +130,30 @@ void note_overflow(const std::vector<std::string>& nonfinite_variables, int epoc
 
 }  // namespace
 
+Tensor Model::class_sample_weights(const Tensor& y, const std::map<std::int64_t, double>& class_weight) const {
+  // Keras's class_weight_to_sample_weights: labels [N] or [N, 1], or the argmax of [N, C] rows
+  // (not for sparse labels: [N, T] are T labels of each example, no class of it).
+  const bool one_hot = y.dim() == 2 && y.shape()[1] > 1;
+  MPT_CHECK(y.dim() == 1 || y.dim() == 2, "fit: class_weight needs one class per example, y of shape (N,), (N, 1) or ",
+            "one-hot (N, C); got y of shape ", to_string(y.shape()));
+  MPT_CHECK(!one_hot || loss_->name() != "sparse_categorical_crossentropy", "fit: class_weight needs one class per ",
+            "example; with sparse labels, y of shape (N,) or (N, 1); got y of shape ", to_string(y.shape()));
+  const std::int64_t n = y.shape()[0], width = one_hot ? y.shape()[1] : 1;
+  const std::vector<double> v = y.to_vector<double>();
+  std::vector<float> w(static_cast<std::size_t>(n), 1.0f);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto row = v.begin() + static_cast<std::ptrdiff_t>(i * width);
+    double label = one_hot ? static_cast<double>(std::max_element(row, row + width) - row) : *row;
+    // Keras rounds labels; a fraction or a negative label is no class (regression targets).
+    MPT_CHECK(label >= 0 && label == std::round(label) && label < 9.0e15,
+              "fit: class_weight needs class indices in y, got ", label, " at sample ", i, " (y of shape ",
+              to_string(y.shape()), ")");
+    const auto it = class_weight.find(static_cast<std::int64_t>(label));
+    if (it != class_weight.end()) w[static_cast<std::size_t>(i)] = static_cast<float>(it->second);
+  }
+  return Tensor::from_vector(w, {n}, Device::cpu());
+}
+
 Logs Model::epoch_logs(const metrics::Mean& loss_mean, const distributed::DataParallel* strategy) const {
   const auto values = reduced_results(strategy, loss_mean, metrics_);
   Logs l;
@@ -117,18 +170,26 @@ void Model::fit_epoch(FitRun& run, int epoch) {
   metrics::Mean loss_mean("loss");
   std::int64_t skipped = 0;
   std::map<std::string, std::int64_t> nonfinite_layers;
-  detail::BatchStager batches(
-      run.x, run.y, o.batch_size,
-      o.shuffle ? data::permutation(run.n, run.seed + static_cast<std::uint64_t>(epoch)) : std::vector<std::int64_t>{},
-      run.device, run.dp);
-  for (std::int64_t step = 0; step < run.steps; ++step) {
-    auto [xb, yb] = batches.get(step);
+  // This epoch's batches: [first, first + count) of pass `pass` (one pass per epoch unless
+  // steps_per_epoch says otherwise); each pass has its own shuffle.
+  const EpochSpan span = epoch_span(epoch, run.batches, run.steps);
+  if (span.count < run.steps && !run.warned_short) {
+    run.warned_short = true;
+    mpt::log(LogLevel::warning, "fit: the data ran out after ", span.count, " of steps_per_epoch ", run.steps,
+             " batches in epoch ", epoch + 1, "; the epoch ends there and the next one starts a new pass (as Keras)");
+  }
+  std::vector<std::int64_t> order;
+  if (o.shuffle) order = data::permutation(run.n, run.seed + static_cast<std::uint64_t>(span.pass));
+  detail::BatchStager batches(run.x, run.y, run.w, o.batch_size, std::move(order), run.device, run.dp);
+  for (std::int64_t step = 0; step < span.count; ++step) {
+    const std::int64_t batch = span.first + step;
+    const detail::StagedBatch b = batches.get(batch, span.first + span.count);
     for (auto& c : run.cbs) c->on_train_batch_begin(step, {});
     bool keep_gradients = false;
     for (auto& c : run.cbs) keep_gradients = c->wants_gradients(step) || keep_gradients;
-    const std::int64_t rows = batches.rows(step);
-    StepResult r = train_step(xb, yb, keep_gradients, run.dp,
-                              static_cast<double>(rows) / static_cast<double>(batches.global_rows(step)));
+    const std::int64_t rows = batches.rows(batch);
+    StepResult r = train_step(b.x, b.y, b.w, keep_gradients, run.dp,
+                              static_cast<double>(rows) / static_cast<double>(batches.global_rows(batch)));
     if (keep_gradients)
       for (auto& c : run.cbs) c->on_train_batch_gradients(step, r.variables, r.gradients);
     if (rows > 0) loss_mean.update(r.loss, static_cast<double>(rows));
@@ -148,8 +209,10 @@ void Model::fit_epoch(FitRun& run, int epoch) {
   }
   Logs& logs = run.logs;
   logs = epoch_logs(loss_mean, run.dp);
-  if (run.vx.defined()) {
-    auto val = evaluate(run.vx, run.vy, {.batch_size = o.batch_size, .verbose = 0});
+  if (run.vx.defined() && (epoch + 1) % o.validation_freq == 0) {  // Keras's _should_eval
+    auto val = evaluate(run.vx, run.vy,
+                        {.batch_size = o.validation_batch_size.value_or(o.batch_size), .verbose = 0,
+                         .sample_weight = run.vw});
     for (const auto& [k, v] : val) logs["val_" + k] = v;
   }
   logs["learning_rate"] = optimizer_->learning_rate();
@@ -173,12 +236,34 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
             o.validation_split);
   if (o.validation_data) check_fit_inputs("fit (validation_data)", o.validation_data->first, o.validation_data->second,
                                           o.batch_size);
+  check_sample_weight("fit", "sample_weight", x_all, o.sample_weight);
+  MPT_CHECK(!o.validation_sample_weight.defined() || o.validation_data, "fit: validation_sample_weight ",
+            to_string(o.validation_sample_weight.shape()), " is given without validation_data");
+  if (o.validation_data)
+    check_sample_weight("fit", "validation_sample_weight", o.validation_data->first, o.validation_sample_weight);
+  MPT_CHECK(o.class_weight.empty() || !o.sample_weight.defined(),
+            "fit: class_weight and sample_weight cannot be given together (as in Keras); got both");
+  MPT_CHECK(o.class_weight.empty() || outputs_.size() <= 1,
+            "fit: class_weight is only supported for models with a single output; model '", name_, "' has ",
+            outputs_.size());
+  for (const auto& [c, w] : o.class_weight) {
+    MPT_CHECK(c >= 0, "fit: class_weight has the negative class index ", c, "; classes are indices 0, 1, ...");
+    MPT_CHECK(std::isfinite(w), "fit: class_weight of class ", c, " is ", w, "; weights must be finite");
+  }
+  MPT_CHECK(!o.steps_per_epoch || *o.steps_per_epoch > 0, "fit: steps_per_epoch must be positive, got ",
+            o.steps_per_epoch.value_or(0));
+  MPT_CHECK(!o.validation_batch_size || *o.validation_batch_size > 0,
+            "fit: validation_batch_size must be positive, got ", o.validation_batch_size.value_or(0));
+  MPT_CHECK(o.validation_freq > 0, "fit: validation_freq must be a positive number of epochs, got ", o.validation_freq);
   FitRun run{o};
-  split_validation(x_all, y_all, o, run.x, run.y, run.vx, run.vy);
+  Split split = split_validation(x_all, y_all, o);
+  run.x = split.x, run.y = split.y, run.w = split.w, run.vx = split.vx, run.vy = split.vy, run.vw = split.vw;
   run.n = run.x.shape()[0];
   MPT_CHECK(run.n > 0, "fit: no training samples");
   check_targets("fit", run.x, run.y);
-  run.steps = data::batch_count(run.n, o.batch_size);
+  if (!o.class_weight.empty()) run.w = class_sample_weights(run.y, o.class_weight);
+  run.batches = data::batch_count(run.n, o.batch_size);
+  run.steps = o.steps_per_epoch.value_or(run.batches);
   run.dp = distribution();
   run.seed = o.seed ? *o.seed : seed_;
   run.device = variables_device();
@@ -198,6 +283,8 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   try {
     for (auto& c : run.cbs) c->on_train_begin({});
     for (int epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) fit_epoch(run, epoch);
+    // Keras: with use_ema the model ends fit holding the optimizer's averages.
+    if (o.epochs > o.initial_epoch) optimizer_->finalize_variable_values(trainable_variables());
     for (auto& c : run.cbs) c->on_train_end(run.logs);
   } catch (const std::exception& e) {
     // The other ranks are waiting in a collective: tell them, so they stop at once.

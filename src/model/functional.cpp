@@ -27,7 +27,7 @@ KerasTensor Input(const Shape& shape, FunctionalInputOptions options) {
 }
 
 namespace {
-std::vector<LayerRef> keras_order(const std::vector<KerasTensor>& outputs);
+std::vector<std::pair<LayerRef, const FunctionalNode*>> keras_order(const std::vector<KerasTensor>& outputs);
 }  // namespace
 
 KerasTensor LayerRef::operator()(const KerasTensor& x) const { return (*this)(std::vector<KerasTensor>{x}); }
@@ -82,7 +82,9 @@ Model::Model(const std::vector<KerasTensor>& inputs, const std::vector<KerasTens
     MPT_CHECK(out.defined(), "Model '", name, "': undefined output");
     visit(out.node());
   }
-  layer_order_ = keras_order(outputs);
+  keras_layers_ = keras_order(outputs);
+  for (const auto& op : keras_layers_)
+    if (op.first) layer_order_.push_back(op.first);
   assign_layer_names();
 }
 
@@ -93,7 +95,8 @@ namespace {
 /// from the outputs. Keras names a model's weights by class and position in this list
 /// (layers/dense, layers/dense_1, ...), and lists its trainable variables, hence the optimizer's
 /// slots, in it: mpt keeps the same order so that .keras and .weights.h5 files match either way.
-std::vector<LayerRef> keras_order(const std::vector<KerasTensor>& outputs) {
+/// Each entry is a layer, or (null layer) the Input node Keras has an InputLayer for.
+std::vector<std::pair<LayerRef, const FunctionalNode*>> keras_order(const std::vector<KerasTensor>& outputs) {
   // An "operation" is a layer, or the InputLayer of one Input node.
   auto op_of = [](const FunctionalNode* n) -> const void* {
     return n->layer ? static_cast<const void*>(n->layer.get()) : n;
@@ -121,16 +124,17 @@ std::vector<LayerRef> keras_order(const std::vector<KerasTensor>& outputs) {
       d = std::max(d, depth + 1);
     }
   }
-  std::map<const Layer*, std::shared_ptr<Layer>> layer_of;
+  std::map<const void*, std::pair<LayerRef, const FunctionalNode*>> entry_of;
   for (const FunctionalNode* n : by_decreasing_depth)
-    if (n->layer) layer_of.emplace(n->layer.get(), n->layer);
-  std::vector<std::pair<const Layer*, std::shared_ptr<Layer>>> ops(layer_of.begin(), layer_of.end());
+    entry_of.emplace(op_of(n), n->layer ? std::pair{LayerRef(n->layer), static_cast<const FunctionalNode*>(nullptr)}
+                                        : std::pair{LayerRef(), n});
+  std::vector<std::pair<const void*, std::pair<LayerRef, const FunctionalNode*>>> ops(entry_of.begin(), entry_of.end());
   std::sort(ops.begin(), ops.end(), [&](const auto& a, const auto& b) {
     const std::size_t da = op_depth.at(a.first), db = op_depth.at(b.first);
     return da != db ? da > db : op_index.at(a.first) < op_index.at(b.first);
   });
-  std::vector<LayerRef> out;
-  for (const auto& [layer, ptr] : ops) out.emplace_back(ptr);
+  std::vector<std::pair<LayerRef, const FunctionalNode*>> out;
+  for (const auto& op : ops) out.push_back(op.second);
   return out;
 }
 

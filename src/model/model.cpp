@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "mpt/autograd.hpp"
 #include "mpt/data/data.hpp"
@@ -27,6 +28,47 @@ void Model::assign_layer_names() {
     used[name]++;
     if (l->name() != name) l->set_name(name);
   }
+}
+
+namespace {
+/// Keras's model.layers: a functional model's layers and Inputs (null layer), or the layers.
+std::vector<std::pair<LayerRef, const FunctionalNode*>> keras_layer_list(
+    const std::vector<std::pair<LayerRef, const FunctionalNode*>>& functional, const std::vector<LayerRef>& layers) {
+  if (!functional.empty()) return functional;
+  std::vector<std::pair<LayerRef, const FunctionalNode*>> out;
+  for (const auto& l : layers) out.emplace_back(l, nullptr);
+  return out;
+}
+std::string entry_name(const std::pair<LayerRef, const FunctionalNode*>& e) {
+  return e.first ? e.first->name() : e.second->input_name;
+}
+[[noreturn]] void input_is_no_layer(const std::string& model, const std::string& input) {
+  fail("get_layer: '", input, "' is an Input of model '", model, "': Keras's InputLayer, which mpt keeps as no ",
+       "layer; its shape is the model's input shape");
+}
+}  // namespace
+
+LayerRef Model::get_layer(const std::string& name) const {
+  const auto all = keras_layer_list(keras_layers_, layers());
+  std::string names;
+  for (const auto& e : all) {
+    if (entry_name(e) != name) continue;
+    if (!e.first) input_is_no_layer(name_, name);
+    return e.first;
+  }
+  for (const auto& e : all) names.append(names.empty() ? "'" : ", '").append(entry_name(e)).append("'");
+  fail("get_layer: model '", name_, "' has no layer named '", name, "'; its layers are [", names, "]");
+}
+
+LayerRef Model::get_layer(int index) const {
+  const auto all = keras_layer_list(keras_layers_, layers());
+  const auto n = static_cast<std::int64_t>(all.size());
+  const std::int64_t i = index < 0 ? n + index : index;
+  MPT_CHECK(i >= 0 && i < n, "get_layer: asked for the layer at index ", index, " but model '", name_, "' has only ", n,
+            " layers");
+  const auto& e = all[static_cast<std::size_t>(i)];
+  if (!e.first) input_is_no_layer(name_, e.second->input_name);
+  return e.first;
 }
 
 // ---- variables ----------------------------------------------------------------------------
@@ -95,8 +137,9 @@ void Model::compile(CompileOptions o) {
   if (std::all_of(model_layers.begin(), model_layers.end(), [](const LayerRef& l) { return l->built(); }))
     optimizer_->check_variables(trainable_variables());
   metric_args_ = o.metrics;
+  weighted_metric_args_ = o.weighted_metrics;
   distribution_ = o.distribution;
-  metrics_.clear(), val_metrics_.clear();
+  metrics_.clear(), val_metrics_.clear(), metric_weighted_.clear();
   metrics_resolved_ = false;
   // The layers that produce the model's outputs: a functional model's output nodes, else the last.
   std::vector<LayerRef> out_layers;
@@ -119,18 +162,36 @@ const distributed::DataParallel* Model::distribution() const {
 
 void Model::resolve_metrics(const Tensor& y, const Tensor& y_pred) {
   if (metrics_resolved_) return;
-  for (const auto& m : metric_args_) {
+  std::set<std::string> unweighted_names;
+  for (std::size_t i = 0; i < metric_args_.size() + weighted_metric_args_.size(); ++i) {
+    const bool weighted = i >= metric_args_.size();
+    const metrics::MetricArg& m = weighted ? weighted_metric_args_[i - metric_args_.size()] : metric_args_[i];
     auto metric = m.object() ? m.object() : metrics::get(m.name(), loss_->name(), y.shape(), y_pred.shape());
     // An accuracy by name skips the positions the loss ignores (padding tokens).
     auto* sparse_acc = m.object() ? nullptr : dynamic_cast<metrics::SparseCategoricalAccuracy*>(metric.get());
     if (auto* l = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(loss_.get()); l && sparse_acc)
       sparse_acc->set_ignore_class(l->options().ignore_class);
+    if (!weighted) unweighted_names.insert(metric->name());
+    // Keras's CompileMetrics.result: a weighted metric named as an unweighted one is "weighted_<name>".
+    if (weighted && unweighted_names.count(metric->name())) {
+      if (m.object()) metric = metric->clone();  // the user's object keeps its name
+      metric->set_name("weighted_" + metric->name());
+    }
     metrics_.push_back(metric);
+    metric_weighted_.push_back(weighted);
     auto val = metric->clone();
     val->set_name("val_" + metric->name());
     val_metrics_.push_back(val);
   }
   metrics_resolved_ = true;
+}
+
+void Model::update_metrics(std::vector<std::shared_ptr<metrics::Metric>>& ms, const Tensor& y, const Tensor& y_pred,
+                           const Tensor& sample_weight) {
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    if (metric_weighted_[i] && sample_weight.defined()) ms[i]->update_state(y, y_pred, sample_weight);
+    else ms[i]->update_state(y, y_pred);
+  }
 }
 
 std::map<std::string, double> Model::metric_logs(const std::vector<std::shared_ptr<metrics::Metric>>& ms) const {
@@ -188,6 +249,15 @@ void Model::check_fit_inputs(const char* where, const Tensor& x, const Tensor& y
   data::check_finite(where, "y", y);
 }
 
+void Model::check_sample_weight(const char* where, const char* what, const Tensor& x, const Tensor& w) const {
+  if (!w.defined()) return;
+  MPT_CHECK(w.dim() >= 1 && w.shape()[0] == x.shape()[0], where, ": ", what, " needs one weight per sample of x ",
+            to_string(x.shape()), ", got shape ", to_string(w.shape()));
+  MPT_CHECK(is_floating(w.dtype()) || w.dtype() == int32 || w.dtype() == int64 || w.dtype() == uint8, where, ": ", what,
+            " must be numeric, got ", to_string(w.dtype()));
+  data::check_finite(where, what, w);
+}
+
 void Model::finish_step(bool applied) {
   for (const auto& l : layers()) {
     if (applied) l->apply_constraints();  // Keras: after each applied update, on the float32 master
@@ -232,7 +302,7 @@ void Model::check_targets(const char* where, const Tensor& x, const Tensor& y) {
   if (loss_->name() == "binary_crossentropy") data::check_unit_interval(where, y);
 }
 
-Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_gradients,
+Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight, bool keep_gradients,
                                     const distributed::DataParallel* strategy, double weight) {
   StepResult r;
   Tensor y_pred;
@@ -254,7 +324,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
     GradientTape tape({.keep_source_gradient_dtype = !strategy && !keep_gradients});
     y_pred = as_loss_input(call(x, true));
     vars = trainable_variables();  // after the call: the first one builds the layers
-    r.loss = with_regularization((*loss_)(y, y_pred));
+    r.loss = with_regularization((*loss_)(y, y_pred, sample_weight));
     // Under a strategy this rank's share of the global mean is weight·loss: the weight rides on
     // the scalar loss, so the all-reduce is a plain sum with no pass over the gradients.
     const Tensor objective =
@@ -297,16 +367,17 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, bool keep_
   r.loss = r.loss.detach();
   NoGradGuard no_grad;
   resolve_metrics(y, y_pred);
-  for (auto& m : metrics_) m->update_state(y, y_pred.detach());
+  update_metrics(metrics_, y, y_pred.detach(), sample_weight);
   return r;
 }
 
-Tensor Model::test_step(const Tensor& x, const Tensor& y, std::vector<std::shared_ptr<metrics::Metric>>& ms) {
+Tensor Model::test_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight,
+                        std::vector<std::shared_ptr<metrics::Metric>>& ms) {
   NoGradGuard no_grad;
   Tensor y_pred = as_loss_input(call(x, false));
-  Tensor loss = with_regularization((*loss_)(y, y_pred));
+  Tensor loss = with_regularization((*loss_)(y, y_pred, sample_weight));
   resolve_metrics(y, y_pred);
-  for (auto& m : ms) m->update_state(y, y_pred);
+  update_metrics(ms, y, y_pred, sample_weight);
   return loss;
 }
 
@@ -316,6 +387,7 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, 
   MPT_CHECK(compiled(), "evaluate: model '", name_, "' is not compiled; call compile() first");
   check_fit_inputs("evaluate", x, y, o.batch_size);
   MPT_CHECK(y.defined(), "evaluate: y is required");
+  check_sample_weight("evaluate", "sample_weight", x, o.sample_weight);
   const std::int64_t n = x.shape()[0];
   MPT_CHECK(n > 0, "evaluate: no samples");
   check_targets("evaluate", x, y);  // metrics resolve here; val metrics are the evaluation copies
@@ -326,10 +398,12 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, 
   const auto [begin, end] = dp ? dp->shard(n) : std::pair<std::int64_t, std::int64_t>{0, n};
   const std::int64_t batch_size = dp ? std::max<std::int64_t>(1, o.batch_size / dp->size()) : o.batch_size;
   if (end > begin) {
-    detail::BatchStager batches(x.slice(begin, end), y.slice(begin, end), batch_size, {}, variables_device());
+    const Tensor& w = o.sample_weight;
+    detail::BatchStager batches(x.slice(begin, end), y.slice(begin, end), w.defined() ? w.slice(begin, end) : w,
+                                batch_size, {}, variables_device());
     for (std::int64_t step = 0; step * batch_size < end - begin; ++step) {
-      auto [xb, yb] = batches.get(step);
-      loss_mean.update(test_step(xb, yb, val_metrics_), static_cast<double>(batches.rows(step)));
+      const detail::StagedBatch b = batches.get(step);
+      loss_mean.update(test_step(b.x, b.y, b.w, val_metrics_), static_cast<double>(batches.rows(step)));
     }
   }
   const auto values = reduced_results(dp, loss_mean, val_metrics_);
@@ -348,9 +422,10 @@ Tensor Model::predict(const Tensor& x, PredictOptions o) {
   const auto [begin, end] = dp ? dp->shard(n) : std::pair<std::int64_t, std::int64_t>{0, n};
   const std::int64_t batch_size = dp ? std::max<std::int64_t>(1, o.batch_size / dp->size()) : o.batch_size;
   std::vector<Tensor> parts;
-  detail::BatchStager batches(end > begin ? x.slice(begin, end) : x.slice(0, 1), Tensor(), batch_size, {}, variables_device());
+  detail::BatchStager batches(end > begin ? x.slice(begin, end) : x.slice(0, 1), Tensor(), Tensor(), batch_size, {},
+                              variables_device());
   for (std::int64_t step = 0; step * batch_size < std::max<std::int64_t>(end - begin, 1); ++step) {
-    Tensor p = call(batches.get(step).first, false);
+    Tensor p = call(batches.get(step).x, false);
     parts.push_back(is_half(p.dtype()) ? p.to(float32) : p);
   }
   Tensor local = parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
@@ -359,24 +434,35 @@ Tensor Model::predict(const Tensor& x, PredictOptions o) {
   return dp ? dp->all_gather_rows(local).to(x.device()) : local.to(x.device());
 }
 
-std::map<std::string, double> Model::train_on_batch(const Tensor& x, const Tensor& y) {
+Tensor Model::predict_on_batch(const Tensor& x) {
+  check_fit_inputs("predict_on_batch", x, Tensor(), 1);
+  NoGradGuard no_grad;
+  Tensor p = call(x.to(variables_device()), false);
+  return (is_half(p.dtype()) ? p.to(float32) : p).to(x.device());
+}
+
+std::map<std::string, double> Model::train_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
   MPT_CHECK(compiled(), "train_on_batch: model '", name_, "' is not compiled; call compile() first");
   check_fit_inputs("train_on_batch", x, y, 1);
+  check_sample_weight("train_on_batch", "sample_weight", x, sample_weight);
   for (auto& m : metrics_) m->reset_state();
   const Device device = variables_device();
-  StepResult r = train_step(x.to(device), y.to(device));
+  StepResult r = train_step(x.to(device), y.to(device), sample_weight.defined() ? sample_weight.to(device) : Tensor());
   auto logs = metric_logs(metrics_);
   logs["loss"] = r.loss.item();
   return logs;
 }
 
-std::map<std::string, double> Model::test_on_batch(const Tensor& x, const Tensor& y) {
+std::map<std::string, double> Model::test_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
   MPT_CHECK(compiled(), "test_on_batch: model '", name_, "' is not compiled; call compile() first");
   check_fit_inputs("test_on_batch", x, y, 1);
+  check_sample_weight("test_on_batch", "sample_weight", x, sample_weight);
   if (metrics_resolved_)
     for (auto& m : val_metrics_) m->reset_state();
   const Device device = variables_device();
-  double loss = test_step(x.to(device), y.to(device), val_metrics_).item();
+  double loss =
+      test_step(x.to(device), y.to(device), sample_weight.defined() ? sample_weight.to(device) : Tensor(), val_metrics_)
+          .item();
   std::map<std::string, double> out{{"loss", loss}};
   for (std::size_t i = 0; i < val_metrics_.size(); ++i) out[metrics_[i]->name()] = val_metrics_[i]->result();
   return out;

@@ -236,6 +236,40 @@ TEST_CASE("evaluate and predict share the rows and agree with one process") {
   });
 }
 
+TEST_CASE("sample weights and class weights shard with their rows; steps_per_epoch and weighted validation agree") {
+  for_each_device([&](Device d) {
+    PolicyDeviceScope scope("float32", d);
+    auto [x, y] = make_data(301, 21);  // a last batch of 45 rows: shares of 22 and 23
+    const Tensor w = Tensor::random_uniform({301}, 0, 2, 22, float32, Device::cpu());
+    const Tensor vx = x.slice(0, 50), vy = y.slice(0, 50), vw = w.slice(0, 50);
+    for (const bool class_weighted : {false, true}) {
+      CAPTURE(class_weighted);
+      FitOptions o{.batch_size = 64, .epochs = 4, .verbose = 0, .validation_data = std::make_pair(vx, vy),
+                   .validation_sample_weight = vw, .steps_per_epoch = 3, .validation_batch_size = 16,
+                   .validation_freq = 2};
+      o.seed = 23;
+      if (class_weighted) o.class_weight = {{0, 0.5}, {3, 4.0}};
+      else o.sample_weight = w;
+      auto ref = mlp(24);
+      ref->compile(sgd());
+      const History hr = ref->fit(x, y, o);
+      auto m = mlp(24);
+      m->compile(sgd(dist::DataParallel()));
+      const History h = m->fit(x, y, o);
+      CHECK(max_abs_diff(flat_weights(*m), flat_weights(*ref)) <= 1e-5);
+      CHECK(same_on_all_ranks(flat_weights(*m)));
+      REQUIRE(h.history.at("loss").size() == 4);
+      REQUIRE(h.history.at("val_loss").size() == 2);
+      for (std::size_t e = 0; e < 4; ++e)
+        CHECK(h.history.at("loss")[e] == doctest::Approx(hr.history.at("loss")[e]).epsilon(1e-5));
+      for (std::size_t e = 0; e < 2; ++e)
+        CHECK(h.history.at("val_loss")[e] == doctest::Approx(hr.history.at("val_loss")[e]).epsilon(1e-5));
+      const double weighted = m->evaluate(x, y, {.batch_size = 64, .sample_weight = w}).at("loss");
+      CHECK(weighted == doctest::Approx(ref->evaluate(x, y, {.batch_size = 64, .sample_weight = w}).at("loss")).epsilon(1e-5));
+    }
+  });
+}
+
 TEST_CASE("a stop on one rank stops every rank; chief-only callbacks run on rank 0") {
   PolicyDeviceScope scope("float32", Device::cpu());
   auto [x, y] = make_data(256, 10);

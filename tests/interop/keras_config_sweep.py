@@ -7,6 +7,9 @@ does, or is refused by an mpt::Error naming the field.
 Layers: a small model around the layer, weights drawn at random, predictions compared (1e-5
 relative to the outputs' scale, float32). Optimizers, schedules and losses: the model compiled
 with them; a load must keep the field (mpt's own save of the loaded model carries the value).
+Metrics: each compiled in, with a non-default argument; a load must keep it (Keras reads mpt's
+saved entry back into the same metric). A loss field Keras's own get_config leaves out (Huber's delta, CosineSimilarity's axis) is put
+into the saved config.json, where Keras's from_config honours it.
 Prints one line per case and a summary; exits non-zero on any silent load or wrong prediction.
 """
 import json
@@ -121,9 +124,15 @@ OPTIMIZERS = {
     "Adam": (keras.optimizers.Adam, {"beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-5, "amsgrad": True}),
     "AdamW": (keras.optimizers.AdamW, {"weight_decay": 0.01, "beta_1": 0.8}),
     "RMSprop": (keras.optimizers.RMSprop, {"rho": 0.8, "momentum": 0.3, "epsilon": 1e-5, "centered": True}),
+    "Nadam": (keras.optimizers.Nadam, {"beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-5}),
+    "Adamax": (keras.optimizers.Adamax, {"beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-5}),
+    "Adagrad": (keras.optimizers.Adagrad, {"initial_accumulator_value": 0.3, "epsilon": 1e-5}),
+    "Lion": (keras.optimizers.Lion, {"beta_1": 0.8, "beta_2": 0.95}),
+    "Adafactor": (keras.optimizers.Adafactor, {"beta_2_decay": -0.5, "epsilon_1": 1e-20, "epsilon_2": 1e-2,
+                                               "clip_threshold": 0.5, "relative_step": False}),
 }
 # Fields that change nothing on their own: a load may drop them.
-INERT = {"ema_momentum": "used only with use_ema=True", "renorm_momentum": "used only with renorm=True"}
+INERT = {"renorm_momentum": "used only with renorm=True"}
 BASE_FIELDS = {"clipnorm": 1.0, "global_clipnorm": 2.0, "clipvalue": 0.5, "use_ema": True, "ema_momentum": 0.9,
                "ema_overwrite_frequency": 10, "loss_scale_factor": 4.0, "gradient_accumulation_steps": 3,
                "weight_decay": 0.02}
@@ -152,6 +161,33 @@ LOSSES = {
                            {"from_logits": True, "label_smoothing": 0.1, "axis": 0, "reduction": "sum"}),
     "MeanSquaredError": (keras.losses.MeanSquaredError, {"reduction": "sum"}),
     "MeanAbsoluteError": (keras.losses.MeanAbsoluteError, {"reduction": "sum"}),
+    "Huber": (keras.losses.Huber, {"delta": 2.5, "reduction": "sum"}),
+    "KLDivergence": (keras.losses.KLDivergence, {"reduction": "sum"}),
+    "LogCosh": (keras.losses.LogCosh, {"reduction": "sum"}),
+    "CosineSimilarity": (keras.losses.CosineSimilarity, {"axis": 0, "reduction": "sum"}),
+}
+
+# Metrics in compile: class -> (class, {case: constructor kwargs}). A case loads (and mpt's own
+# save keeps every kwarg, which Keras reads back into the same metric) or is refused naming it.
+KM = keras.metrics
+METRICS = {
+    "TopKCategoricalAccuracy": (KM.TopKCategoricalAccuracy, {"k": {"k": 3}, "name": {"name": "top3"}}),
+    "SparseTopKCategoricalAccuracy": (KM.SparseTopKCategoricalAccuracy,
+                                      {"k": {"k": 2}, "from_sorted_ids": {"from_sorted_ids": True}}),
+    "Precision": (KM.Precision, {"thresholds": {"thresholds": [0.3, 0.7]}, "top_k": {"top_k": 2},
+                                 "class_id": {"class_id": 1}, "thresholds (one)": {"thresholds": 0.4}}),
+    "Recall": (KM.Recall, {"thresholds": {"thresholds": [0.25, 0.5, 0.75]}, "top_k": {"top_k": 2},
+                           "class_id": {"class_id": 2}}),
+    "AUC": (KM.AUC, {"num_thresholds": {"num_thresholds": 50}, "curve": {"curve": "PR"},
+                     "summation_method": {"summation_method": "minoring"}, "thresholds": {"thresholds": [0.6, 0.2]},
+                     "multi_label": {"multi_label": True}, "num_labels": {"multi_label": True, "num_labels": 3},
+                     "label_weights": {"label_weights": [1.0, 0.5, 2.0]}, "from_logits": {"from_logits": True},
+                     "dtype": {"dtype": "float16"}}),
+    "F1Score": (KM.F1Score, {"average": {"average": "macro"}, "threshold": {"threshold": 0.4}}),
+    "RootMeanSquaredError": (KM.RootMeanSquaredError, {"name": {"name": "rms"}}),
+    "BinaryAccuracy": (KM.BinaryAccuracy, {"threshold": {"threshold": 0.7}}),
+    "function": (None, {"top_k_categorical_accuracy": KM.top_k_categorical_accuracy,
+                        "mean_squared_error": KM.mean_squared_error, "hinge": KM.hinge}),
 }
 
 
@@ -172,11 +208,20 @@ class Sweep:
         self.helper, self.d = helper, d
         self.rows, self.bad = [], []
 
-    def run(self, model, shape, what, field, check_resaved=None, layer_class=None):
+    def run(self, model, shape, what, field, check_resaved=None, layer_class=None, patch=None):
         path = os.path.join(self.d, "case.keras")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.save(path)
+        if patch:  # edit the archive's config.json (a field Keras's get_config leaves out)
+            with zipfile.ZipFile(path) as z:
+                entries = {n: z.read(n) for n in z.namelist()}
+            cfg = json.loads(entries["config.json"])
+            patch(cfg)
+            entries["config.json"] = json.dumps(cfg).encode()
+            with zipfile.ZipFile(path, "w") as z:
+                for n, data in entries.items():
+                    z.writestr(n, data)
         if shape == "int":
             x = np.random.default_rng(1).integers(0, 10, (N, 5)).astype("float32")
             dims = ["5", "int"]
@@ -325,14 +370,49 @@ def main():
         for cls, (make, fields) in LOSSES.items():
             for field, value in fields.items():
                 m = compiled_model()
-                m.compile(optimizer="adam", loss=make(**{field: value}))
+                loss_obj = make(**{field: value})
+                m.compile(optimizer="adam", loss=loss_obj)
+                patch, note = None, ""
+                if field not in keras.losses.serialize(loss_obj)["config"]:
+                    # Keras 3's Huber and CosineSimilarity get_config drop delta and axis, so
+                    # Keras's own file reloads them at the defaults. Their from_config takes them
+                    # (mpt writes them): the case puts the field into config.json, and checks
+                    # that Keras honours it there too.
+                    def patch(cfg, field=field, value=value):
+                        cfg["compile_config"]["loss"]["config"][field] = value
 
-                def check(cfg, field=field, want=value):
+                    cc = keras.losses.serialize(loss_obj)
+                    cc["config"][field] = value
+                    kwargs = getattr(keras.losses.deserialize(cc), "_fn_kwargs", {})
+                    assert close(kwargs.get(field), value), f"Keras does not honour {cls} {field} in config.json"
+                    note = "injected into config.json (Keras's get_config drops it); "
+
+                def check(cfg, field=field, want=value, note=note):
                     loss = find_field(cfg, ["compile_config", "loss"])
                     got = find_field(loss, ["config", field]) if isinstance(loss, dict) else None
-                    return close(got, want), f"mpt keeps {field} = {got!r}"
+                    return close(got, want), f"{note}mpt keeps {field} = {got!r}"
 
-                s.run(m, (6,), f"loss {cls}", field, check)
+                s.run(m, (6,), f"loss {cls}", field, check, patch=patch)
+        for cls, (make, cases) in METRICS.items():
+            for field, kwargs in cases.items():
+                metric = kwargs if make is None else make(**kwargs)
+                m = compiled_model()
+                m.compile(optimizer="adam", loss="mse", metrics=[metric])
+                want = keras.metrics.serialize(metric)
+
+                def check(cfg, want=want, kwargs=kwargs):
+                    got = find_field(cfg, ["compile_config", "metrics"])
+                    if not isinstance(got, list) or len(got) != 1:
+                        return False, f"mpt keeps metrics = {json.dumps(got)}"
+                    mine = got[0]
+                    if isinstance(want, dict) and want.get("class_name") == "function":
+                        return mine == want["config"], f"mpt keeps {json.dumps(mine)}"
+                    # Keras reads mpt's entry back into the metric it saved.
+                    theirs = keras.metrics.serialize(keras.metrics.get(mine))["config"]
+                    ok = theirs == want["config"] and all(k in json.dumps(mine) for k in kwargs)
+                    return ok, f"mpt keeps {json.dumps(mine)[:120]}"
+
+                s.run(m, (6,), f"metric {cls}", field, check)
         for what, field, verdict, note in s.rows:
             print(f"{what:34s} {field:28s} {verdict:28s} {note[:150]}")
         kinds = {}

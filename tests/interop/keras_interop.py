@@ -131,6 +131,22 @@ def main():
                 step = read_f32(os.path.join(d, "preds_step.f32"), (N, OUT))
                 report("Keras predict after one more Adam step (vs mpt's)", m.predict(x, verbose=0), step)
 
+        # Every optimizer's variables (slots, Nadam's u_product, EMA averages, gradient
+        # accumulators) and config: Keras rebuilds the compiled model from mpt's .keras and one
+        # more train_on_batch lands where mpt's did.
+        subprocess.run([helper, "optimizers_export", d], check=True)
+        opt_inputs = read_f32(os.path.join(d, "opt_inputs.f32"), (N, IN))
+        xb = read_f32(os.path.join(d, "opt_batch_x.f32"), (32, IN))
+        yb = read_f32(os.path.join(d, "opt_batch_y.f32"), (32,)).astype("int32")
+        for name in ["nadam", "adamax", "adagrad", "lion", "adafactor", "adam_ema_acc", "sgd_wd"]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # a skipped optimizer state would warn
+                km = keras.saving.load_model(os.path.join(d, f"mpt_opt_{name}.keras"))
+            km.train_on_batch(xb, yb)
+            want = read_f32(os.path.join(d, f"preds_opt_{name}.f32"), (N, OUT))
+            report(f"{type(km.optimizer).__name__} ({name}): Keras step from mpt's .keras vs mpt's step",
+                   km.predict(opt_inputs, verbose=0), want, tol=2e-5)
+
         # A whole model: Keras rebuilds mpt's .keras from its config.json and weights.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -189,6 +205,35 @@ def main():
 
         # ---- Keras writes, mpt reads -------------------------------------------------------
         print("Keras -> mpt")
+        # Keras's optimizers with their state: mpt's load_model rebuilds each and one more
+        # train_on_batch lands where Keras's did. (use_ema is checked the other way round above:
+        # Keras 3.15's fit on JAX fails with use_ema, "Attempt to donate the same buffer twice".)
+        O = keras.optimizers
+        keras_optimizers = {
+            "nadam": lambda: O.Nadam(1e-2, weight_decay=0.01),
+            "adamax": lambda: O.Adamax(1e-2, beta_2=0.99),
+            "adagrad": lambda: O.Adagrad(5e-2, initial_accumulator_value=0.2),
+            "lion": lambda: O.Lion(1e-3, weight_decay=0.1),
+            "adafactor": lambda: O.Adafactor(1e-2),
+            "adam_acc": lambda: O.Adam(1e-2, gradient_accumulation_steps=4),
+            "rmsprop_wd": lambda: O.RMSprop(1e-2, weight_decay=0.02, centered=True),
+        }
+        xo = np.random.default_rng(1).normal(size=(480, IN)).astype("float32")
+        yo = (xo[:, 0] > 0).astype("int32") + 2 * (xo[:, 1] > 0)
+        for name, make in keras_optimizers.items():
+            keras.utils.set_random_seed(5)
+            k = mlp()
+            k.compile(optimizer=make(), loss="sparse_categorical_crossentropy")
+            k.fit(xo, yo, batch_size=32, epochs=1, shuffle=False, verbose=0)
+            path = os.path.join(d, f"keras_opt_{name}.keras")
+            k.save(path)
+            k.train_on_batch(xb, yb)
+            want_step = k.predict(opt_inputs, verbose=0)
+            out = os.path.join(d, "out.f32")
+            subprocess.run([helper, "import_step", path, os.path.join(d, "opt_batch_x.f32"),
+                            os.path.join(d, "opt_batch_y.f32"), os.path.join(d, "opt_inputs.f32"), out], check=True)
+            report(f"{type(k.optimizer).__name__} ({name}): mpt step from Keras's .keras vs Keras's step",
+                   read_f32(out, (N, OUT)), want_step, tol=2e-5)
         keras.utils.set_random_seed(5)
         k = mlp()
         k.compile(optimizer="adam", loss="sparse_categorical_crossentropy")

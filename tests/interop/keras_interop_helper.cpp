@@ -8,6 +8,13 @@
 //       preds_step.f32 (predictions after one more Adam step from the saved optimizer state),
 //       mpt_residual.keras (a functional residual CNN), inputs_img.f32 [64, 8, 8, 3] and
 //       preds_residual.f32 [64, 5]
+//   keras_interop_helper optimizers_export <dir>   for each optimizer of optimizer_cases(): trains
+//       the MLP one epoch (15 batches), saves mpt_opt_<name>.keras (with the optimizer's
+//       variables), then takes one more train_on_batch step and writes opt_inputs.f32,
+//       opt_batch_x.f32 [32, 20], opt_batch_y.f32 [32] and preds_opt_<name>.f32 after the step
+//   keras_interop_helper import_step <model.keras> <batch_x.f32> <batch_y.f32> <inputs.f32> <preds.f32>
+//       rebuilds a compiled MLP saved by Keras with its optimizer state, takes one train_on_batch
+//       step on the batch [32, 20] / [32] and writes its predictions
 //   keras_interop_helper import <weights file> <inputs.f32> <preds.f32>
 //       loads weights written by Keras into the same MLP and writes its predictions
 //   keras_interop_helper import_model <model.keras> <inputs.f32> <preds.f32> [dims...]
@@ -23,6 +30,7 @@
 // .f32 files hold raw little-endian float32 values, row-major.
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string>
 
@@ -99,8 +107,59 @@ mpt::Tensor gpt_mask() {
   return mpt::Tensor::from_vector(m, {kSamples, kT, kT});
 }
 
+/// The optimizers keras_interop.py checks step by step (their Keras twins are in the script).
+std::vector<std::pair<std::string, std::function<std::shared_ptr<mpt::optimizers::Optimizer>()>>> optimizer_cases() {
+  namespace o = mpt::optimizers;
+  return {{"nadam", [] { return o::Nadam({.learning_rate = 1e-2, .weight_decay = 0.01}); }},
+          {"adamax", [] { return o::Adamax({.learning_rate = 1e-2}); }},
+          {"adagrad", [] { return o::Adagrad({.learning_rate = 5e-2, .initial_accumulator_value = 0.2}); }},
+          {"lion", [] { return o::Lion({.learning_rate = 1e-3, .weight_decay = 0.1}); }},
+          {"adafactor", [] { return o::Adafactor({.learning_rate = 1e-2}); }},
+          {"adam_ema_acc", [] {
+             return o::Adam({.learning_rate = 1e-2, .use_ema = true, .ema_momentum = 0.9, .gradient_accumulation_steps = 4});
+           }},
+          {"sgd_wd", [] { return o::SGD({.learning_rate = 0.05, .momentum = 0.9, .weight_decay = 0.01}); }}};
+}
+
+std::vector<std::int32_t> labels_of(const mpt::Tensor& x) {
+  auto v = x.to_vector<float>();
+  std::vector<std::int32_t> y(static_cast<std::size_t>(x.shape()[0]));
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int32_t>((v[i * kIn] > 0) + 2 * (v[i * kIn + 1] > 0));
+  return y;
+}
+
 int run(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "import_step" && argc == 7) {
+    auto m = mpt::load_model(argv[2]);
+    const mpt::Tensor xb = read_f32(argv[3], {32, kIn});
+    const mpt::Tensor yb = read_f32(argv[4], {32}).to(mpt::int32);
+    m->train_on_batch(xb, yb);
+    write_f32(argv[6], m->predict(read_f32(argv[5], {kSamples, kIn})));
+    return 0;
+  }
+  if (mode == "optimizers_export" && argc == 3) {
+    const std::string dir = argv[2];
+    const mpt::Tensor x = mpt::Tensor::random_normal({480, kIn}, 0, 1, 7);
+    const mpt::Tensor y = mpt::Tensor::from_vector(labels_of(x), {480});
+    const mpt::Tensor inputs = mpt::Tensor::random_uniform({kSamples, kIn}, -2, 2, 11);
+    const mpt::Tensor xb = inputs.slice(0, 32);
+    const mpt::Tensor yb = mpt::Tensor::from_vector(labels_of(xb), {32});
+    write_f32(dir + "/opt_inputs.f32", inputs);
+    write_f32(dir + "/opt_batch_x.f32", xb);
+    write_f32(dir + "/opt_batch_y.f32", yb.to(mpt::float32));
+    for (const auto& [name, make] : optimizer_cases()) {
+      mpt::set_random_seed(2024);
+      auto m = mlp();
+      m->compile({.optimizer = make(), .loss = "sparse_categorical_crossentropy"});
+      m->fit(x, y, {.batch_size = 32, .epochs = 1, .verbose = 0, .shuffle = false});
+      m->save(dir + "/mpt_opt_" + name + ".keras");
+      m->train_on_batch(xb, yb);
+      write_f32(dir + "/preds_opt_" + name + ".f32", m->predict(inputs));
+    }
+    std::cout << "exported " << optimizer_cases().size() << " optimizers to " << dir << "\n";
+    return 0;
+  }
   if (mode == "export" && argc == 3) {
     const std::string dir = argv[2];
     mpt::set_random_seed(2024);

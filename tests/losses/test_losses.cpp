@@ -1,7 +1,12 @@
 // Losses against host references computed in double with std::log, by object and by name,
-// under 16-bit predictions, their gradients, and their error messages.
+// under 16-bit predictions, their gradients, and their error messages. Huber, KLDivergence,
+// LogCosh and CosineSimilarity against Keras 3's own values, recorded by
+// tests/interop/record_keras_losses.py into tests/data/keras_losses.json.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
 
@@ -441,4 +446,232 @@ TEST_CASE("sparse categorical crossentropy with ignore_class: the mean over the 
     }
   });
   CHECK_THROWS_WITH_AS(losses::CategoricalCrossentropy({.ignore_class = 0}), doctest::Contains("ignore_class"), Error);
+}
+
+// ---- Huber, KLDivergence, LogCosh, CosineSimilarity --------------------------------------------
+
+namespace {
+
+const nlohmann::json& keras_losses() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(test::test_data("keras_losses.json"));
+    REQUIRE_MESSAGE(in.good(), "missing ", test::test_data("keras_losses.json"));
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+/// The mpt loss of a recorded case: Keras's class name and its options.
+std::shared_ptr<losses::Loss> loss_of(const std::string& cls, const nlohmann::json& options) {
+  if (cls == "Huber") return std::make_shared<losses::Huber>(options.value("delta", 1.0));
+  if (cls == "KLDivergence") return std::make_shared<losses::KLDivergence>();
+  if (cls == "LogCosh") return std::make_shared<losses::LogCosh>();
+  if (cls == "CosineSimilarity") return std::make_shared<losses::CosineSimilarity>(options.value("axis", -1));
+  FAIL("no loss class ", cls);
+  return nullptr;
+}
+
+template <class T>
+bool is_a(const std::shared_ptr<losses::Loss>& l) {
+  return dynamic_cast<const T*>(l.get()) != nullptr;
+}
+
+Tensor recorded_tensor(const nlohmann::json& j, DType dtype, Device dev) {
+  return Tensor::from_vector(j["values"].get<std::vector<double>>(), j["shape"].get<Shape>()).to(dtype).to(dev);
+}
+
+/// A y_true / y_pred pair per new loss for the gradient and 16-bit checks (float64 here), away from
+/// Huber's delta and KLDivergence's clip bounds.
+struct NewLossCase {
+  std::string what;
+  std::shared_ptr<losses::Loss> loss;
+  Tensor y_true, y_pred;
+};
+
+std::vector<NewLossCase> new_loss_cases(Device dev) {
+  Tensor t = Tensor::from_vector<double>({0.3, -1.2, 2.0, 0.0, 0.5, -0.4, 1.1, -2.5, 0.9, 0.2, -0.7, 1.6}, {4, 3}, dev);
+  Tensor p = Tensor::from_vector<double>({0.1, 0.4, -1.9, 0.6, 0.45, 1.8, 1.3, -0.5, 4.0, -0.3, -0.65, 1.0}, {4, 3}, dev);
+  Tensor pt = Tensor::random_uniform({4, 3}, 0.05, 0.95, 11, float64, dev);
+  Tensor pp = Tensor::random_uniform({4, 3}, 0.05, 0.95, 12, float64, dev);
+  Tensor t3 = Tensor::random_uniform({2, 3, 4}, -2, 2, 13, float64, dev);
+  Tensor p3 = Tensor::random_uniform({2, 3, 4}, -2, 2, 14, float64, dev);
+  return {
+      {"huber", std::make_shared<losses::Huber>(), t, p},
+      {"huber delta 0.7 rank 3", std::make_shared<losses::Huber>(0.7), t3, p3 * 1.7},
+      {"kl_divergence", std::make_shared<losses::KLDivergence>(), pt, pp},
+      {"kl_divergence rank 3", std::make_shared<losses::KLDivergence>(), (t3 + 2.1) / 4.3, (p3 + 2.2) / 4.5},
+      {"log_cosh", std::make_shared<losses::LogCosh>(), t, p * 3.0},
+      {"log_cosh rank 3", std::make_shared<losses::LogCosh>(), t3, p3},
+      {"cosine_similarity", std::make_shared<losses::CosineSimilarity>(), t, p},
+      {"cosine_similarity axis 1", std::make_shared<losses::CosineSimilarity>(1), t3, p3},
+      {"cosine_similarity axis 0", std::make_shared<losses::CosineSimilarity>(0), t, p},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("Huber, KLDivergence, LogCosh and CosineSimilarity give Keras 3's recorded values") {
+  const auto& rec = keras_losses();
+  REQUIRE(rec["cases"].size() >= 18);
+  // float32 against Keras's float32 (JAX): 1e-6 relative, with a 1e-7 floor for values near 0
+  // (cosine of orthogonal vectors, LogCosh's x + softplus(-2x) - log 2 cancelling to a small value).
+  const Tolerance tol{1e-6, 1e-7};
+  for_each_device([&](Device dev) {
+    for (const auto& c : rec["cases"]) {
+      const std::string what = c["what"];
+      CAPTURE(what);
+      auto loss = loss_of(c["class"], c["options"]);
+      Tensor y_true = recorded_tensor(c["y_true"], float32, dev);
+      Tensor y_pred = recorded_tensor(c["y_pred"], float32, dev);
+      Tensor per = loss->call(y_true, y_pred);
+      CHECK(per.dtype() == float32);
+      CHECK(per.shape() == c["per_example"]["shape"].get<Shape>());
+      check_close(per, c["per_example"]["values"].get<std::vector<double>>(), tol, what + " per example");
+      Tensor l = (*loss)(y_true, y_pred);
+      CHECK(l.dtype() == float32);
+      CHECK(l.dim() == 0);
+      check_close(l, {c["value"].get<double>()}, tol, what + " sum_over_batch_size");
+    }
+  });
+}
+
+TEST_CASE("the new losses by Keras's names, with Keras's defaults") {
+  for (const char* n : {"huber", "Huber"}) {
+    CAPTURE(n);
+    CHECK(is_a<losses::Huber>(losses::get(n)));
+    CHECK(std::dynamic_pointer_cast<losses::Huber>(losses::get(n))->delta() == 1.0);
+  }
+  for (const char* n : {"kl_divergence", "KLDivergence", "kld", "KLD", "kullback_leibler_divergence"}) {
+    CAPTURE(n);
+    CHECK(is_a<losses::KLDivergence>(losses::get(n)));
+  }
+  for (const char* n : {"log_cosh", "LogCosh", "logcosh"}) {
+    CAPTURE(n);
+    CHECK(is_a<losses::LogCosh>(losses::get(n)));
+  }
+  for (const char* n : {"cosine_similarity", "CosineSimilarity"}) {
+    CAPTURE(n);
+    CHECK(is_a<losses::CosineSimilarity>(losses::get(n)));
+    CHECK(std::dynamic_pointer_cast<losses::CosineSimilarity>(losses::get(n))->axis() == -1);
+  }
+  // Keras's default names.
+  CHECK(losses::Huber().name() == "huber_loss");
+  CHECK(losses::KLDivergence().name() == "kl_divergence");
+  CHECK(losses::LogCosh().name() == "log_cosh");
+  CHECK(losses::CosineSimilarity().name() == "cosine_similarity");
+  CHECK(losses::Huber(2.5).delta() == 2.5);
+  CHECK(losses::CosineSimilarity(1).axis() == 1);
+  const std::string msg = error_of([] { losses::get("huber_los"); });
+  for (const char* n : {"huber", "kl_divergence", "log_cosh", "cosine_similarity", "KLDivergence"}) {
+    CAPTURE(n);
+    CHECK(contains(msg, n));
+  }
+  CHECK(dynamic_cast<losses::LogCosh*>(losses::LossArg("log_cosh").get().get()) != nullptr);
+  CHECK(dynamic_cast<losses::Huber*>(losses::LossArg(losses::Huber(0.5)).get().get())->delta() == 0.5);
+}
+
+TEST_CASE("new loss gradients w.r.t. y_pred match finite differences in float64") {
+  for_each_device([](Device dev) {
+    for (const auto& c : new_loss_cases(dev)) {
+      CAPTURE(c.what);
+      CHECK(c.loss->call(c.y_true, c.y_pred).dtype() == float64);
+      CHECK((*c.loss)(c.y_true, c.y_pred).dtype() == float64);
+      check_gradients(c.what, [&](const std::vector<Tensor>& in) { return (*c.loss)(c.y_true, in[0]); },
+                      {c.y_pred});
+    }
+    // Huber's slope: x inside delta, delta * sign(x) outside (per element, over 3 elements, 2 rows).
+    {
+      GradientTape tape;
+      Tensor x = Tensor::from_vector<double>({0.5, -0.25, 3.0, -4.0, 1.0, -1.0}, {2, 3}, dev);
+      tape.watch(x);
+      Tensor l = losses::Huber(1.0)(Tensor::zeros({2, 3}, float64, dev), x);
+      check_close(tape.gradient(l, {x})[0], {0.5 / 6, -0.25 / 6, 1.0 / 6, -1.0 / 6, 1.0 / 6, -1.0 / 6},
+                  tolerance(float64), "huber slope");
+    }
+    // LogCosh's slope is tanh(x), also where exp(-2|x|) no longer changes 1 + e (|x| = 30).
+    {
+      GradientTape tape;
+      Tensor x = Tensor::from_vector<double>({0.0, 0.5, -2.0, 30.0, -30.0, 1e-3}, {1, 6}, dev);
+      tape.watch(x);
+      Tensor l = losses::LogCosh()(Tensor::zeros({1, 6}, float64, dev), x);
+      std::vector<double> want;
+      for (double v : x.to_vector<double>()) want.push_back(std::tanh(v) / 6);
+      check_close(tape.gradient(l, {x})[0], want, tolerance(float64), "log_cosh slope");
+      check_close(l, {(std::log(std::cosh(0.5)) + std::log(std::cosh(2.0)) + 2 * (30 - std::log(2.0)) +
+                       std::log(std::cosh(1e-3))) / 6},
+                  tolerance(float64), "log_cosh value");
+    }
+    // A zero vector: cosine 0 and a finite gradient (Keras's rsqrt(0) = inf never forms here).
+    {
+      GradientTape tape;
+      Tensor x = Tensor::from_vector<double>({0, 0, 0, 1, 2, 2}, {2, 3}, dev);
+      tape.watch(x);
+      Tensor t = Tensor::from_vector<double>({1, 0, 0, 2, 4, 4}, {2, 3}, dev);
+      Tensor per = losses::CosineSimilarity().call(t, x);
+      check_close(per, {0.0, -1.0}, tolerance(float64), "cosine with a zero vector");
+      Tensor g = tape.gradient(ops::mean(per), {x})[0];
+      for (double v : g.to_vector<double>()) CHECK(std::isfinite(v));
+    }
+  });
+}
+
+TEST_CASE("the new losses under 16-bit predictions: float32 losses, gradients in the prediction dtype") {
+  for (const auto& c : new_loss_cases(default_device())) {
+    for (DType d : {float16, bfloat16}) {
+      CAPTURE(c.what);
+      CAPTURE(to_string(d));
+      // Against float32 at the same (rounded) points.
+      Tensor x16 = c.y_pred.to(d);
+      Tensor x32 = x16.to(float32);
+      Tensor t32 = c.y_true.to(float32);
+      Tensor per = c.loss->call(t32, x16);
+      CHECK(per.dtype() == float32);
+      check_close(per, c.loss->call(t32, x32).to_vector<double>(), tolerance(float32), c.what + " per example");
+      GradientTape tape;
+      tape.watch(x16);
+      Tensor l = (*c.loss)(t32, x16);
+      CHECK(l.dtype() == float32);
+      Tensor g16 = tape.gradient(l, {x16})[0];
+      REQUIRE(g16.defined());
+      CHECK(g16.dtype() == d);
+      GradientTape tape32;
+      tape32.watch(x32);
+      Tensor g32 = tape32.gradient((*c.loss)(t32, x32), {x32})[0];
+      check_close(g16, g32.to_vector<double>(), tolerance(d), c.what + " gradient");
+    }
+  }
+}
+
+TEST_CASE("new loss errors name the loss") {
+  Tensor p = Tensor::zeros({4, 3});
+  const std::vector<std::pair<std::string, std::shared_ptr<losses::Loss>>> all = {
+      {"huber_loss", std::make_shared<losses::Huber>()},
+      {"kl_divergence", std::make_shared<losses::KLDivergence>()},
+      {"log_cosh", std::make_shared<losses::LogCosh>()},
+      {"cosine_similarity", std::make_shared<losses::CosineSimilarity>()}};
+  for (const auto& entry : all) {  // no structured binding: clang 14 cannot capture one
+    const std::string& name = entry.first;
+    const auto& loss = entry.second;
+    CAPTURE(name);
+    // Last axes that do not broadcast.
+    std::string msg = error_of([&] { (*loss)(Tensor::zeros({4, 2}), p); });
+    CHECK(contains(msg, "loss " + name));
+    CHECK(contains(msg, "(4, 2)"));
+    msg = error_of([&] { loss->call(Tensor::zeros({4, 2}), p); });
+    CHECK(contains(msg, "loss " + name));
+    // Batch sizes that differ.
+    msg = error_of([&] { (*loss)(Tensor::zeros({5, 3}), p); });
+    CHECK(contains(msg, "loss " + name));
+    CHECK(contains(msg, "(5, 3)"));
+  }
+  std::string msg = error_of([] { losses::Huber(0.0); });
+  CHECK(contains(msg, "huber_loss"));
+  CHECK(contains(msg, "delta"));
+  CHECK_THROWS_AS(losses::Huber(-1.0), Error);
+  CHECK_THROWS_AS(losses::Huber(std::nan("")), Error);
+  msg = error_of([&] { losses::CosineSimilarity(2)(p, p); });
+  CHECK(contains(msg, "cosine_similarity"));
+  CHECK(contains(msg, "axis 2"));
+  msg = error_of([&] { losses::CosineSimilarity(-3).call(p, p); });
+  CHECK(contains(msg, "axis -3"));
 }

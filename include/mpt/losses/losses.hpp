@@ -26,6 +26,10 @@ class Loss {
   /// The mean of call() over the batch: a float32 scalar (float64 for float64 predictions).
   /// Validates batch sizes, shapes and label ranges; errors name the loss.
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const;
+  /// Keras's sample_weight: sum(call() * w) / call().numel() ("sum_over_batch_size"). Weights
+  /// [N] (or [N, 1]) scale each example, over all its positions where call() gives one value
+  /// per position; weights of call()'s shape scale each position. Undefined: the plain mean.
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const;
   const std::string& name() const { return name_; }
 
  private:
@@ -83,9 +87,51 @@ class MeanAbsoluteError : public Loss {
   Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
 };
 
-/// By Keras name (sparse_categorical_crossentropy, categorical_crossentropy,
-/// binary_crossentropy, mean_squared_error / mse, mean_absolute_error / mae); others are an
-/// mpt::Error listing the valid names.
+/// Keras's Huber: mean over the last axis of 0.5 x^2 where |x| <= delta, else
+/// delta |x| - 0.5 delta^2, x = y_pred - y_true. delta must be positive and finite.
+class Huber : public Loss {
+ public:
+  explicit Huber(double delta = 1.0);
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+  double delta() const { return delta_; }
+
+ private:
+  double delta_;
+};
+
+/// Keras's KLDivergence: sum over the last axis of t log(t / p), t and p clipped to [1e-7, 1].
+class KLDivergence : public Loss {
+ public:
+  KLDivergence();
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+};
+
+/// Keras's LogCosh: mean over the last axis of log(cosh(x)), computed as Keras does,
+/// x + softplus(-2x) - log(2), x = y_pred - y_true.
+class LogCosh : public Loss {
+ public:
+  LogCosh();
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+};
+
+/// Keras's CosineSimilarity: -sum(l2_normalize(y_true) * l2_normalize(y_pred)) along `axis`
+/// (Keras's normalize: x * min(1/||x||, 1e7), so a zero vector gives 0). The per-example
+/// values drop `axis`; the scalar is their mean.
+class CosineSimilarity : public Loss {
+ public:
+  explicit CosineSimilarity(std::int64_t axis = -1);
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+  std::int64_t axis() const { return axis_; }
+
+ private:
+  std::int64_t axis_;
+};
+
+/// By Keras name (keras.losses.get's names: sparse_categorical_crossentropy,
+/// categorical_crossentropy, binary_crossentropy / bce, mean_squared_error / mse,
+/// mean_absolute_error / mae, huber, kl_divergence / kld, log_cosh, cosine_similarity, the class
+/// names, and Keras 2's logcosh / kullback_leibler_divergence); others are an mpt::Error listing
+/// the valid names. Options take Keras's defaults.
 std::shared_ptr<Loss> get(const std::string& name);
 
 /// A loss argument: an object (moved in), a shared one, or a name.

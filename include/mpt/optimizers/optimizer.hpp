@@ -178,10 +178,11 @@ class Optimizer {
   /// float32 gradients to the accumulators, counts the call and returns nothing; on the k-th,
   /// returns (g + accumulated) / k for each variable and zeroes the accumulators, without
   /// counting the call: apply_gradients_now then applies them (clipping, decay, update, EMA), or
-  /// skip_accumulated_update() counts the call without an update (a skipped overflow).
+  /// skip_accumulated_update() discards the window (a skipped overflow: the counts return to the
+  /// window's start, as a skipped step leaves iterations unchanged).
   std::vector<Tensor> accumulate_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
   ApplyResult apply_gradients_now(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
-  void skip_accumulated_update() { set_raw_iterations(raw_iterations() + 1); }
+  void skip_accumulated_update() { set_raw_iterations(raw_iterations() - (accumulation_steps() - 1)); }
 
   /// EMA (use_ema): swaps each variable with its average (SwapEMAWeights); mpt::Error without
   /// use_ema. Variables never stepped have no average and stay.
