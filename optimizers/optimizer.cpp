@@ -83,6 +83,9 @@ Optimizer::Optimizer(std::string name, CommonOptions options)
   const auto& f = options_.ema_overwrite_frequency;
   MPT_CHECK(!f || *f >= 1, "optimizer '", name_, "': ema_overwrite_frequency must be an integer >= 1 or none, got ",
             f ? *f : 0);
+  const auto& lsf = options_.loss_scale_factor;
+  MPT_CHECK(!lsf || (std::isfinite(*lsf) && *lsf > 0), "optimizer '", name_,
+            "': loss_scale_factor must be a finite number > 0, got ", lsf ? *lsf : 0.0);
   const auto& k = options_.gradient_accumulation_steps;
   MPT_CHECK(!k || *k >= 2, "optimizer '", name_, "': gradient_accumulation_steps must be an integer >= 2 or none, got ",
             k ? *k : 0);
@@ -103,7 +106,20 @@ void Optimizer::check_learning_rate(double lr) const {
             lr);
 }
 
-ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
+Tensor Optimizer::scale_loss(const Tensor& loss) const {
+  if (!options_.loss_scale_factor) return loss;
+  return ops::mul(loss, Tensor::scalar(*options_.loss_scale_factor, loss.dtype(), loss.device()));
+}
+
+ApplyResult Optimizer::apply_gradients(const std::vector<Tensor>& in, const std::vector<Variable>& vars) {
+  std::vector<Tensor> unscaled;
+  if (options_.loss_scale_factor) {  // Keras: g / loss_scale_factor before anything else
+    NoGradGuard no_grad;
+    for (const auto& g : in)
+      unscaled.push_back(g.defined() ? ops::div(g, Tensor::scalar(*options_.loss_scale_factor, g.dtype(), g.device()))
+                                     : g);
+  }
+  const std::vector<Tensor>& grads = options_.loss_scale_factor ? unscaled : in;
   if (accumulation_steps() == 1) return apply_gradients_now(grads, vars);
   MPT_CHECK(grad_scale_ == 1.0, "optimizer '", name_, "': gradient accumulation takes unscaled gradients");
   std::vector<Tensor> mean = accumulate_gradients(grads, vars);
@@ -210,7 +226,7 @@ ApplyResult Optimizer::apply_scaled_gradients(const std::vector<Tensor>& grads, 
 }
 
 bool Optimizer::fuses_gradient_scale() const {
-  return applies_gradient_scale() && !clips() && accumulation_steps() == 1;
+  return applies_gradient_scale() && !clips() && accumulation_steps() == 1 && !options_.loss_scale_factor;
 }
 
 bool detail::fits_one_list_op(const std::vector<Variable>& vars) {

@@ -31,8 +31,18 @@ class Callback {
   virtual void on_epoch_end(int epoch, Logs& logs) {}
   virtual void on_train_batch_begin(std::int64_t batch, const Logs& logs) {}
   virtual void on_train_batch_end(std::int64_t batch, const Logs& logs) {}
+  /// evaluate(), and fit's validation at the end of an epoch (with fit's callbacks), as Keras:
+  /// on_test_end gets the results. Batch hooks get empty logs (the running loss stays on the
+  /// device).
   virtual void on_test_begin(const Logs& logs) {}
   virtual void on_test_end(const Logs& logs) {}
+  virtual void on_test_batch_begin(std::int64_t batch, const Logs& logs) {}
+  virtual void on_test_batch_end(std::int64_t batch, const Logs& logs) {}
+  /// predict(), with PredictOptions::callbacks.
+  virtual void on_predict_begin(const Logs& logs) {}
+  virtual void on_predict_end(const Logs& logs) {}
+  virtual void on_predict_batch_begin(std::int64_t batch, const Logs& logs) {}
+  virtual void on_predict_batch_end(std::int64_t batch, const Logs& logs) {}
   /// Whether on_train_batch_end(batch) will read its logs. fit keeps the loss and metrics on the
   /// device and reads them back only for batches some callback asks for; the others get empty
   /// logs. A callback that never reads batch logs returns false (the built-in ones do).
@@ -51,9 +61,19 @@ class Callback {
   /// Set by fit before on_train_begin.
   void set_model(Model* model) { model_ = model; }
   Model* model() const { return model_; }
+  /// Keras's callback params: the fit's epochs, steps per epoch and verbosity (set by fit before
+  /// on_train_begin; zeros outside fit).
+  struct Params {
+    int epochs = 0;
+    std::int64_t steps = 0;
+    int verbose = 0;
+  };
+  void set_params(const Params& p) { params_ = p; }
+  const Params& params() const { return params_; }
 
  private:
   Model* model_ = nullptr;
+  Params params_;
 };
 
 /// A callback argument: an object (moved in) or a shared one.
@@ -125,6 +145,80 @@ class TerminateOnNaN : public Callback {
 
  private:
   std::int64_t stopped_batch_ = -1;
+};
+
+struct SwapEMAWeightsOptions {
+  /// Also keep the averages in the model from each epoch's end to the next epoch's start (so
+  /// that ModelCheckpoint and the like see them); fit ends with the averages either way.
+  bool swap_on_epoch = false;
+};
+/// Keras's SwapEMAWeights: evaluation (fit's validation, evaluate, predict with this callback)
+/// runs with the optimizer's EMA averages in the model, the training weights swapped back after.
+/// The optimizer (a LossScaleOptimizer's inner one) needs use_ema; otherwise the first swap is an
+/// mpt::Error saying so.
+///
+///   model.compile({.optimizer = mpt::optimizers::Adam({.use_ema = true}), .loss = "mse"});
+///   model.fit(x, y, {.validation_split = 0.1, .callbacks = {mpt::callbacks::SwapEMAWeights()}});
+class SwapEMAWeights : public Callback {
+ public:
+  explicit SwapEMAWeights(SwapEMAWeightsOptions o = {}) : o_(o) {}
+  void on_epoch_begin(int epoch, const Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  void on_test_begin(const Logs& logs) override;
+  void on_test_end(const Logs& logs) override;
+  void on_predict_begin(const Logs& logs) override;
+  void on_predict_end(const Logs& logs) override;
+  bool wants_batch_logs(std::int64_t) override { return false; }
+  /// Whether the model holds the averages now.
+  bool ema_weights_in_model() const { return in_model_; }
+
+ private:
+  void swap();
+  SwapEMAWeightsOptions o_;
+  bool in_model_ = false;
+};
+
+struct BackupAndRestoreOptions {
+  /// "epoch": back up at each epoch's end; a number: every that many batches (and a resumed
+  /// fit starts at the batch after the backup, with the same order and random streams).
+  std::variant<std::string, std::int64_t> save_freq = std::string("epoch");
+  /// Keep the previous backup too (latest.mpt.h5.bkp): a backup that fails to load falls back to it.
+  bool double_checkpoint = false;
+  /// Remove the backup when fit completes.
+  bool delete_checkpoint = true;
+};
+/// Keras's BackupAndRestore: a fit that was killed (SIGKILL, a preempted machine) and is started
+/// again with the same model, compile and fit arguments goes on from the latest backup and ends
+/// with the weights of an uninterrupted run. The backup is an mpt full checkpoint
+/// (`<backup_dir>/latest.mpt.h5`: weights, optimizer slots, loss scale, random state, and the
+/// epoch and batch it was taken at), written atomically, so a kill mid-write leaves the previous
+/// one. The directory belongs to this callback (as in Keras).
+///
+///   mpt::callbacks::BackupAndRestore backup("/tmp/backup", {.save_freq = std::int64_t{100}});
+///   model.fit(x, y, {.epochs = 10, .callbacks = {backup}});   // run again after a crash
+class BackupAndRestore : public Callback {
+ public:
+  explicit BackupAndRestore(std::string backup_dir, BackupAndRestoreOptions o = {});
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_begin(int epoch, const Logs& logs) override;
+  void on_train_batch_end(std::int64_t batch, const Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  void on_train_end(const Logs& logs) override;
+  bool wants_batch_logs(std::int64_t) override { return false; }
+  /// The backup file.
+  const std::string& backup_path() const { return path_; }
+  /// Where the latest fit resumed: (epoch, batch), or (-1, 0) when it started afresh.
+  std::pair<int, std::int64_t> resumed_from() const { return resumed_; }
+
+ private:
+  void save(int epoch, std::int64_t batch);
+  bool restore(const std::string& path);
+  std::string dir_, path_;
+  BackupAndRestoreOptions o_;
+  std::int64_t freq_ = 0;  // batches between backups; 0: every epoch
+  std::int64_t since_ = 0;
+  int epoch_ = 0;
+  std::pair<int, std::int64_t> resumed_{-1, 0};
 };
 
 /// Keras's LearningRateScheduler: at each epoch's start, the optimizer's rate becomes

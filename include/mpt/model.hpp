@@ -74,11 +74,15 @@ struct EvaluateOptions {
   int verbose = 0;
   /// [N]: each example's loss times its weight (as fit's sample_weight).
   Tensor sample_weight = {};
+  /// Their on_test_* hooks run (Keras's evaluate(callbacks=...)).
+  std::vector<callbacks::CallbackArg> callbacks = {};
 };
 
 struct PredictOptions {
   std::int64_t batch_size = 32;
   int verbose = 0;
+  /// Their on_predict_* hooks run (Keras's predict(callbacks=...)).
+  std::vector<callbacks::CallbackArg> callbacks = {};
 };
 
 /// Options of Model::save_weights.
@@ -233,7 +237,10 @@ class Model {
   /// fit's parts (fit.cpp): the state of one call, one epoch of it, and the logs of the
   /// training loss and metrics (over all ranks under a strategy).
   struct FitRun;
-  void fit_epoch(FitRun& run, int epoch);
+  void fit_epoch(FitRun& run, int epoch, std::int64_t first_step = 0);
+  /// evaluate with these callbacks' on_test_* hooks (fit's validation passes fit's callbacks).
+  std::map<std::string, double> evaluate_with(const Tensor& x, const Tensor& y, const EvaluateOptions& o,
+                                              const std::vector<std::shared_ptr<callbacks::Callback>>& cbs);
   Logs epoch_logs(const metrics::Mean& loss_mean, const distributed::DataParallel* strategy) const;
   void check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const;
   /// sample_weight (undefined: none): one finite weight per example of x.
@@ -268,6 +275,10 @@ class Model {
   std::optional<distributed::DataParallel> distribution_;
   std::uint64_t seed_;
   int epoch_ = 0;
+  /// Where the next fit starts when a callback set it in on_train_begin (BackupAndRestore):
+  /// epoch and batch within it; -1 for none.
+  int resume_epoch_ = -1;
+  std::int64_t resume_step_ = 0;
   friend struct detail::CheckpointAccess;
 };
 

@@ -8,11 +8,14 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
 
 #include "io/checked_file.hpp"
+#include "io/checkpoint.hpp"
+#include "io/checkpoint_access.hpp"
 #include "mpt/log.hpp"
 #include "mpt/model.hpp"
 
@@ -32,6 +35,119 @@ void TerminateOnNaN::on_train_batch_end(std::int64_t batch, const Logs& logs) {
   std::cout << "Batch " << batch << ": Invalid loss, terminating training" << std::endl;
   stopped_batch_ = batch;
   model()->stop_training = true;
+}
+
+namespace {
+/// The optimizer that keeps the averages: a LossScaleOptimizer's inner one, else the model's.
+optimizers::Optimizer& ema_optimizer(Model& m) {
+  MPT_CHECK(m.compiled(), "SwapEMAWeights: model '", m.name(), "' is not compiled");
+  auto* lso = m.loss_scale_optimizer();
+  return lso ? lso->inner_optimizer() : m.optimizer();
+}
+}  // namespace
+
+void SwapEMAWeights::swap() {
+  MPT_CHECK(model() != nullptr, "SwapEMAWeights: not attached to a model (pass it to fit, evaluate or predict)");
+  ema_optimizer(*model()).swap_ema_weights(model()->trainable_variables());
+  in_model_ = !in_model_;
+}
+
+void SwapEMAWeights::on_epoch_begin(int, const Logs&) {
+  if (o_.swap_on_epoch && in_model_) swap();
+}
+
+void SwapEMAWeights::on_epoch_end(int epoch, Logs&) {
+  if (!o_.swap_on_epoch || in_model_) return;
+  swap();
+  // Keras: at the last epoch the averages take the (swapped-in) EMA values, so that fit's
+  // finalize_variable_values, which installs the averages, leaves the EMA weights in the model.
+  if (epoch == params().epochs - 1) ema_optimizer(*model()).set_ema_from_variables(model()->trainable_variables());
+}
+
+void SwapEMAWeights::on_test_begin(const Logs&) {
+  if (!in_model_) swap();
+}
+
+void SwapEMAWeights::on_test_end(const Logs&) {
+  if (in_model_) swap();
+}
+
+void SwapEMAWeights::on_predict_begin(const Logs&) {
+  if (!in_model_) swap();
+}
+
+void SwapEMAWeights::on_predict_end(const Logs&) {
+  if (in_model_) swap();
+}
+
+BackupAndRestore::BackupAndRestore(std::string backup_dir, BackupAndRestoreOptions o)
+    : dir_(std::move(backup_dir)), o_(std::move(o)) {
+  MPT_CHECK(!dir_.empty(), "BackupAndRestore: empty backup_dir");
+  if (const auto* f = std::get_if<std::int64_t>(&o_.save_freq)) {
+    MPT_CHECK(*f > 0, "BackupAndRestore: save_freq must be \"epoch\" or a positive number of batches, got ", *f);
+    freq_ = *f;
+  } else {
+    const std::string& name = std::get<std::string>(o_.save_freq);
+    MPT_CHECK(name == "epoch", "BackupAndRestore: save_freq must be \"epoch\" or a positive number of batches, got \"",
+              name, "\"");
+  }
+  path_ = (std::filesystem::path(dir_) / "latest.mpt.h5").string();
+}
+
+bool BackupAndRestore::restore(const std::string& path) {
+  if (!std::filesystem::exists(path)) return false;
+  const io::Json state = io::restore_checkpoint(*model(), path);
+  const io::Json* b = io::find(state, "backup");
+  MPT_CHECK(b != nullptr, "BackupAndRestore: '", path, "' is a checkpoint without a backup position");
+  const int epoch = static_cast<int>(io::as_int(io::at(*b, "epoch", path), path + ", backup epoch"));
+  const std::int64_t batch = io::as_int(io::at(*b, "batch", path), path + ", backup batch");
+  MPT_CHECK(epoch >= 0 && batch >= 0, "BackupAndRestore: '", path, "' has a bad position (epoch ", epoch, ", batch ",
+            batch, ")");
+  mpt::detail::CheckpointAccess::set_resume_point(*model(), epoch, batch);
+  resumed_ = {epoch, batch};
+  return true;
+}
+
+void BackupAndRestore::on_train_begin(const Logs&) {
+  MPT_CHECK(model() != nullptr && model()->compiled(), "BackupAndRestore: the model must be compiled");
+  resumed_ = {-1, 0};
+  since_ = 0;
+  const std::string prev = path_ + ".bkp";
+  try {
+    restore(path_);
+  } catch (const Error& e) {
+    // As Keras: a backup that does not load falls back to the previous one when there is one.
+    if (!o_.double_checkpoint || !std::filesystem::exists(prev)) throw;
+    mpt::log(LogLevel::warning, "BackupAndRestore: ", e.what(), "; restoring the previous backup '", prev, "'");
+    restore(prev);
+  }
+}
+
+void BackupAndRestore::on_epoch_begin(int epoch, const Logs&) { epoch_ = epoch; }
+
+void BackupAndRestore::save(int epoch, std::int64_t batch) {
+  if (const auto* dp = model()->distribution(); dp && dp->rank() != 0) return;  // rank 0 writes for all
+  std::filesystem::create_directories(dir_);
+  if (o_.double_checkpoint && std::filesystem::exists(path_)) std::filesystem::copy_file(
+      path_, path_ + ".bkp", std::filesystem::copy_options::overwrite_existing);
+  io::save_checkpoint(*model(), path_, io::Json{{"backup", {{"epoch", epoch}, {"batch", batch}}}});
+}
+
+void BackupAndRestore::on_train_batch_end(std::int64_t batch, const Logs&) {
+  if (freq_ == 0 || ++since_ < freq_) return;
+  since_ = 0;
+  save(epoch_, batch + 1);  // the next fit starts after this batch
+}
+
+void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
+  if (freq_ == 0) save(epoch + 1, 0);
+}
+
+void BackupAndRestore::on_train_end(const Logs&) {
+  if (!o_.delete_checkpoint) return;
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);
+  std::filesystem::remove(path_ + ".bkp", ec);
 }
 
 LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> schedule, int verbose)

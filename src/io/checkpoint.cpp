@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "io/checked_file.hpp"
+#include "io/checkpoint.hpp"
 #include "io/checkpoint_access.hpp"
 #include "core/json_util.hpp"
 #include "io/keras_zip.hpp"
@@ -37,22 +38,27 @@ Json state_json(const Model& m) {
 
 }  // namespace
 
-void Model::save(const std::string& filepath) const {
+void io::save_checkpoint(const Model& model, const std::string& filepath, const Json& extra_state) {
+  const Model& m = model;
+  const std::string& name_ = m.name();
   const bool keras_zip = filepath.size() >= 6 && filepath.compare(filepath.size() - 6, 6, ".keras") == 0;
-  for (const auto& l : layers())
+  for (const auto& l : m.layers())
     MPT_CHECK(l->built(), "save: layer '", l->name(), "' of model '", name_,
               "' is not built; build the model (model.build(shape)) or call it once first");
   // Data parallelism: every rank holds the same model; rank 0 alone writes.
-  if (const auto* dp = distribution(); dp && dp->rank() != 0) return;
+  if (const auto* dp = m.distribution(); dp && dp->rank() != 0) return;
   const std::string where = "save: model '" + name_ + "'";
-  const io::Json config_json = io::model_config_json(*this);
+  const io::Json config_json = io::model_config_json(m);
   io::check_json_finite(config_json, where + ", the model config");  // refused here, not a file that fails to load
   const std::string model_config = io::dump_json(config_json, where);
-  const std::string compile_config = compiled() ? io::dump_json(io::compile_config_json(*this), where) : "";
-  const std::string state = io::dump_json(state_json(*this), where);
+  const std::string compile_config = m.compiled() ? io::dump_json(io::compile_config_json(m), where) : "";
+  Json state_object = state_json(m);
+  if (extra_state.is_object())
+    for (const auto& [k, v] : extra_state.items()) state_object[k] = v;
+  const std::string state = io::dump_json(state_object, where);
   auto write = [&](const std::string& tmp) {
     io::h5::File f = io::h5::File::create(tmp, io::kUserblockSize, filepath);
-    io::write_keras3(f, *this, {});
+    io::write_keras3(f, m, {});
     f.set_attr("mpt_format", kFormat);
     f.set_attr_int("mpt_format_version", kFormatVersion);
     f.set_attr("model_config", model_config);
@@ -71,13 +77,48 @@ void Model::save(const std::string& filepath) const {
   const std::string metadata = io::dump_json(
       Json{{"keras_version", "3.15.1"}, {"date_saved", date}, {"mpt_version", "0.1.0"}, {"mpt_format", kFormat}}, where);
   std::vector<char> zip = io::make_zip({{"metadata.json", bytes(metadata)},
-                                        {"config.json", bytes(io::dump_json(io::model_config_json(*this, true), where))},
+                                        {"config.json", bytes(io::dump_json(io::model_config_json(m, true), where))},
                                         {"model.weights.h5", io::stamped_image(filepath, kFormat, write)}},
                                        filepath);
   io::write_atomically(filepath, zip);
 }
 
+void Model::save(const std::string& filepath) const { io::save_checkpoint(*this, filepath, Json::object()); }
+
 namespace {
+/// Checks the whole mpt_state (epoch, seeds, layers' random streams) against the model before
+/// touching it or the global seed, then commits the weights and the state.
+void apply_state(Model& m, const Json& state, const std::string& w, io::PendingState& pending) {
+  // Check the whole state before touching the model or the global seed.
+  const std::string sw = w + ", mpt_state";
+  const std::int64_t epoch64 = io::as_int(io::at(state, "epoch", sw), sw + ", epoch");
+  MPT_CHECK(epoch64 >= 0 && epoch64 < (std::int64_t{1} << 31), sw, ": epoch ", epoch64, " is out of range");
+  const int epoch = static_cast<int>(epoch64);
+  const std::uint64_t seed = io::as_uint(io::at(state, "seed", sw), sw + ", seed");
+  const Json& g = io::as_array(io::at(state, "global_seed", sw), sw + ", global_seed");
+  MPT_CHECK(g.size() == 2, sw, ": global_seed needs two numbers");
+  const std::uint64_t gseed = io::as_uint(g[0], sw + ", global_seed"), gcount = io::as_uint(g[1], sw + ", global_seed");
+  std::vector<std::pair<LayerRef, std::vector<std::uint64_t>>> rng;
+  if (const Json* r = io::find(state, "layer_rng"); r && r->is_object()) {
+    for (const auto& [name, values] : r->items()) {
+      LayerRef layer;
+      for (const auto& l : m.layers())
+        if (l->name() == name) layer = l;
+      MPT_CHECK(static_cast<bool>(layer), sw, ": random state for layer '", name, "', which the model does not have");
+      std::vector<std::uint64_t> s;
+      for (const auto& x : io::as_array(values, sw + ", layer_rng")) s.push_back(io::as_uint(x, sw + ", layer_rng"));
+      MPT_CHECK(s.size() == layer->rng_state().size(), sw, ": layer '", name, "' keeps ", layer->rng_state().size(),
+                " random-state values, the file has ", s.size());
+      rng.emplace_back(layer, std::move(s));
+    }
+  }
+  pending.commit(m);
+  Access::epoch(m) = epoch;
+  Access::seed(m) = seed;
+  for (const auto& [layer, s] : rng) layer->set_rng_state(s);
+  detail::set_seed_state(gseed, gcount);
+}
+
 std::unique_ptr<Model> load_from(const std::vector<char>& bytes, const std::string& keras_config,
                                  const std::string& filepath, bool compile) {
   io::h5::File f = io::h5::File::open_image(bytes, filepath);
@@ -115,37 +156,29 @@ std::unique_ptr<Model> load_from(const std::vector<char>& bytes, const std::stri
     return m;
   }
 
-  // Check the whole state before touching the model or the global seed.
-  const std::string sw = w + ", mpt_state";
-  const std::int64_t epoch64 = io::as_int(io::at(state, "epoch", sw), sw + ", epoch");
-  MPT_CHECK(epoch64 >= 0 && epoch64 < (std::int64_t{1} << 31), sw, ": epoch ", epoch64, " is out of range");
-  const int epoch = static_cast<int>(epoch64);
-  const std::uint64_t seed = io::as_uint(io::at(state, "seed", sw), sw + ", seed");
-  const Json& g = io::as_array(io::at(state, "global_seed", sw), sw + ", global_seed");
-  MPT_CHECK(g.size() == 2, sw, ": global_seed needs two numbers");
-  const std::uint64_t gseed = io::as_uint(g[0], sw + ", global_seed"), gcount = io::as_uint(g[1], sw + ", global_seed");
-  std::vector<std::pair<LayerRef, std::vector<std::uint64_t>>> rng;
-  if (const Json* r = io::find(state, "layer_rng"); r && r->is_object()) {
-    for (const auto& [name, values] : r->items()) {
-      LayerRef layer;
-      for (const auto& l : m->layers())
-        if (l->name() == name) layer = l;
-      MPT_CHECK(static_cast<bool>(layer), sw, ": random state for layer '", name, "', which the model does not have");
-      std::vector<std::uint64_t> s;
-      for (const auto& x : io::as_array(values, sw + ", layer_rng")) s.push_back(io::as_uint(x, sw + ", layer_rng"));
-      MPT_CHECK(s.size() == layer->rng_state().size(), sw, ": layer '", name, "' keeps ", layer->rng_state().size(),
-                " random-state values, the file has ", s.size());
-      rng.emplace_back(layer, std::move(s));
-    }
-  }
-  pending.commit(*m);
-  Access::epoch(*m) = epoch;
-  Access::seed(*m) = seed;
-  for (const auto& [layer, s] : rng) layer->set_rng_state(s);
-  detail::set_seed_state(gseed, gcount);
+  apply_state(*m, state, w, pending);
   return m;
 }
 }  // namespace
+
+Json io::restore_checkpoint(Model& model, const std::string& filepath) {
+  const std::string w = "file '" + filepath + "'";
+  Json state;
+  std::vector<char> bytes = io::read_verified(filepath);
+  io::parse_guarded(bytes, filepath, [&] {
+    io::h5::File f = io::h5::File::open_image(bytes, filepath);
+    const auto format = f.attr_string("mpt_format");
+    MPT_CHECK(format && *format == kFormat && f.has_attr("mpt_state"), w, ": not an mpt full checkpoint");
+    const auto version = f.attr_int("mpt_format_version").value_or(0);
+    MPT_CHECK(version == kFormatVersion, w, ": checkpoint format version ", version,
+              " is not supported (this build reads ", kFormatVersion, ")");
+    state = io::parse_json(f.attr_string("mpt_state").value_or("{}"), w + ", mpt_state");
+    io::PendingState pending = io::read_weights(
+        f, model, model.compiled() ? io::OptimizerState::Required : io::OptimizerState::Ignore);
+    apply_state(model, state, w, pending);
+  });
+  return state;
+}
 
 std::unique_ptr<Model> load_model(const std::string& filepath, LoadModelOptions options) {
   try {

@@ -11,6 +11,8 @@ struct CheckpointAccess {
   static std::uint64_t& seed(Model& m) { return m.seed_; }
   static std::uint64_t seed(const Model& m) { return m.seed_; }
   static int& epoch(Model& m) { return m.epoch_; }
+  /// BackupAndRestore: where the coming fit starts (epoch, batch), read by fit after on_train_begin.
+  static void set_resume_point(Model& m, int epoch, std::int64_t step) { m.resume_epoch_ = epoch, m.resume_step_ = step; }
   static mixed_precision::Policy& policy(Model& m) { return m.policy_; }
   static const std::vector<metrics::MetricArg>& metric_args(const Model& m) { return m.metric_args_; }
   static const std::vector<metrics::MetricArg>& weighted_metric_args(const Model& m) { return m.weighted_metric_args_; }

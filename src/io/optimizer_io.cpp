@@ -161,7 +161,7 @@ void common(Json& c, const Options& o, const std::string& name) {
   c["use_ema"] = o.use_ema;
   c["ema_momentum"] = number(o.ema_momentum);
   c["ema_overwrite_frequency"] = optional_int(o.ema_overwrite_frequency);
-  c["loss_scale_factor"] = nullptr;
+  c["loss_scale_factor"] = optional_number(o.loss_scale_factor);
   c["gradient_accumulation_steps"] = optional_int(o.gradient_accumulation_steps);
 }
 
@@ -187,10 +187,8 @@ bool get_bool(const Json& c, const char* key, bool fallback, const std::string& 
 void check_optimizer_fields(const Json& c, std::initializer_list<std::string_view> own, const std::string& w) {
   std::vector<std::string_view> honoured{"name", "learning_rate", "clipnorm", "global_clipnorm", "clipvalue",
                                          "weight_decay", "use_ema", "ema_momentum", "ema_overwrite_frequency",
-                                         "gradient_accumulation_steps"};
+                                         "loss_scale_factor", "gradient_accumulation_steps"};
   honoured.insert(honoured.end(), own.begin(), own.end());
-  // loss_scale_factor (a fixed loss scale without a LossScaleOptimizer) is not implemented:
-  // only its null passes (check_fields lets nulls through).
   const Json inert = {{"is_legacy_optimizer", false}};
   check_fields(c, honoured, inert, w);
 }
@@ -216,6 +214,7 @@ void read_common(Options& o, const Json& c, const std::string& w) {
   o.ema_momentum = get_double(c, "ema_momentum", o.ema_momentum, w);
   o.ema_overwrite_frequency = optional_int64(c, "ema_overwrite_frequency", w);
   o.gradient_accumulation_steps = optional_int64(c, "gradient_accumulation_steps", w);
+  o.loss_scale_factor = optional_double(c, "loss_scale_factor", w);
 }
 
 }  // namespace

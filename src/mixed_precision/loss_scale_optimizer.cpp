@@ -38,6 +38,9 @@ LossScaleOptimizer::LossScaleOptimizer(optimizers::OptimizerArg inner, LossScale
       inner_(inner.get()),
       o_(options) {
   MPT_CHECK(inner_ != nullptr, "LossScaleOptimizer: no inner optimizer given");
+  MPT_CHECK(!inner_->common_options().loss_scale_factor, "LossScaleOptimizer: the inner optimizer '", inner_->name(),
+            "' has loss_scale_factor ", inner_->common_options().loss_scale_factor.value_or(0.0),
+            "; use either a fixed loss_scale_factor or a LossScaleOptimizer, not both");
   MPT_CHECK(dynamic_cast<LossScaleOptimizer*>(inner_.get()) == nullptr,
             "LossScaleOptimizer: the inner optimizer is already a LossScaleOptimizer");
   // The scale is a float32 (as Keras's): its bounds and 1/scale must be normal float32 values.

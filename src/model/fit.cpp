@@ -162,7 +162,7 @@ Logs Model::epoch_logs(const metrics::Mean& loss_mean, const distributed::DataPa
   return l;
 }
 
-void Model::fit_epoch(FitRun& run, int epoch) {
+void Model::fit_epoch(FitRun& run, int epoch, std::int64_t first_step) {
   const FitOptions& o = run.o;
   auto* lso = loss_scale_optimizer();
   for (auto& c : run.cbs) c->on_epoch_begin(epoch, {});
@@ -181,7 +181,9 @@ void Model::fit_epoch(FitRun& run, int epoch) {
   std::vector<std::int64_t> order;
   if (o.shuffle) order = data::permutation(run.n, run.seed + static_cast<std::uint64_t>(span.pass));
   detail::BatchStager batches(run.x, run.y, run.w, o.batch_size, std::move(order), run.device, run.dp);
-  for (std::int64_t step = 0; step < span.count; ++step) {
+  // A resumed epoch (BackupAndRestore) starts after the batches its backup had taken, in the
+  // same order (the permutation depends only on the seed and the pass).
+  for (std::int64_t step = std::min(first_step, span.count); step < span.count; ++step) {
     const std::int64_t batch = span.first + step;
     const detail::StagedBatch b = batches.get(batch, span.first + span.count);
     for (auto& c : run.cbs) c->on_train_batch_begin(step, {});
@@ -210,9 +212,11 @@ void Model::fit_epoch(FitRun& run, int epoch) {
   Logs& logs = run.logs;
   logs = epoch_logs(loss_mean, run.dp);
   if (run.vx.defined() && (epoch + 1) % o.validation_freq == 0) {  // Keras's _should_eval
-    auto val = evaluate(run.vx, run.vy,
-                        {.batch_size = o.validation_batch_size.value_or(o.batch_size), .verbose = 0,
-                         .sample_weight = run.vw});
+    // Keras's fit evaluates with its own callbacks: their on_test_* hooks run here.
+    auto val = evaluate_with(run.vx, run.vy,
+                             {.batch_size = o.validation_batch_size.value_or(o.batch_size), .verbose = 0,
+                              .sample_weight = run.vw},
+                             run.cbs);
     for (const auto& [k, v] : val) logs["val_" + k] = v;
   }
   logs["learning_rate"] = optimizer_->learning_rate();
@@ -271,7 +275,7 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   const bool chief = !run.dp || run.dp->rank() == 0;
   if (run.dp) agree_across_ranks(*this, *run.dp, run.n, run.vx.defined() ? run.vx.shape()[0] : 0, o, run.seed);
   run.cbs = fit_callbacks(o, chief, run.steps);
-  for (auto& c : run.cbs) c->set_model(this);
+  for (auto& c : run.cbs) c->set_model(this), c->set_params({o.epochs, run.steps, o.verbose});
 
   stop_training = false;
   if (trainable_variables().empty() && o.epochs > o.initial_epoch)  // Keras warns too
@@ -281,8 +285,17 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   // second step's temporaries need new memory (on a GPU, a cudaMalloc after the first step).
   optimizer_->build(trainable_variables());
   try {
+    resume_epoch_ = -1, resume_step_ = 0;
     for (auto& c : run.cbs) c->on_train_begin({});
-    for (int epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) fit_epoch(run, epoch);
+    int first = o.initial_epoch;
+    std::int64_t first_step = 0;
+    if (resume_epoch_ >= 0) {  // a callback restored a backup: go on from where it was taken
+      first = resume_epoch_, first_step = resume_step_;
+      resume_epoch_ = -1, resume_step_ = 0;
+    }
+    for (int epoch = first; epoch < o.epochs && !stop_training; ++epoch) {
+      fit_epoch(run, epoch, epoch == first ? first_step : 0);
+    }
     // Keras: with use_ema the model ends fit holding the optimizer's averages.
     if (o.epochs > o.initial_epoch) optimizer_->finalize_variable_values(trainable_variables());
     for (auto& c : run.cbs) c->on_train_end(run.logs);

@@ -329,7 +329,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, const Tens
     // the scalar loss, so the all-reduce is a plain sum with no pass over the gradients.
     const Tensor objective =
         strategy && weight != 1.0 ? ops::mul(r.loss, Tensor::scalar(weight, r.loss.dtype(), r.loss.device())) : r.loss;
-    const Tensor target = lso ? lso->get_scaled_loss(objective) : objective;
+    const Tensor target = lso ? lso->get_scaled_loss(objective) : optimizer_->scale_loss(objective);
     if (strategy) {
       start_reducer();
       grads = tape.gradient(target, vars, [&](std::size_t i, const Tensor& g) { reducer->ready(i, g); });
@@ -383,7 +383,27 @@ Tensor Model::test_step(const Tensor& x, const Tensor& y, const Tensor& sample_w
 
 // ---- evaluate / predict (fit: fit.cpp) ----------------------------------------------------
 
+namespace {
+/// The callbacks of evaluate/predict options, bound to the model (chief-only ones on rank 0).
+std::vector<std::shared_ptr<callbacks::Callback>> bound_callbacks(const std::vector<callbacks::CallbackArg>& args,
+                                                                  Model* model, const distributed::DataParallel* dp) {
+  std::vector<std::shared_ptr<callbacks::Callback>> out;
+  for (const auto& a : args) {
+    auto c = a.get();
+    if (!c || (dp && dp->rank() != 0 && c->chief_only())) continue;
+    c->set_model(model);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+}  // namespace
+
 std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, EvaluateOptions o) {
+  return evaluate_with(x, y, o, bound_callbacks(o.callbacks, this, distribution()));
+}
+
+std::map<std::string, double> Model::evaluate_with(const Tensor& x, const Tensor& y, const EvaluateOptions& o,
+                                                   const std::vector<std::shared_ptr<callbacks::Callback>>& cbs) {
   MPT_CHECK(compiled(), "evaluate: model '", name_, "' is not compiled; call compile() first");
   check_fit_inputs("evaluate", x, y, o.batch_size);
   MPT_CHECK(y.defined(), "evaluate: y is required");
@@ -401,14 +421,20 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, 
     const Tensor& w = o.sample_weight;
     detail::BatchStager batches(x.slice(begin, end), y.slice(begin, end), w.defined() ? w.slice(begin, end) : w,
                                 batch_size, {}, variables_device());
+    for (auto& c : cbs) c->on_test_begin({});
     for (std::int64_t step = 0; step * batch_size < end - begin; ++step) {
+      for (auto& c : cbs) c->on_test_batch_begin(step, {});
       const detail::StagedBatch b = batches.get(step);
       loss_mean.update(test_step(b.x, b.y, b.w, val_metrics_), static_cast<double>(batches.rows(step)));
+      for (auto& c : cbs) c->on_test_batch_end(step, {});
     }
+  } else {
+    for (auto& c : cbs) c->on_test_begin({});
   }
   const auto values = reduced_results(dp, loss_mean, val_metrics_);
   std::map<std::string, double> out{{"loss", values[0]}};
   for (std::size_t i = 0; i < val_metrics_.size(); ++i) out[metrics_[i]->name()] = values[i + 1];
+  for (auto& c : cbs) c->on_test_end(out);
   return out;
 }
 
@@ -424,10 +450,15 @@ Tensor Model::predict(const Tensor& x, PredictOptions o) {
   std::vector<Tensor> parts;
   detail::BatchStager batches(end > begin ? x.slice(begin, end) : x.slice(0, 1), Tensor(), Tensor(), batch_size, {},
                               variables_device());
+  const auto cbs = bound_callbacks(o.callbacks, this, dp);
+  for (auto& c : cbs) c->on_predict_begin({});
   for (std::int64_t step = 0; step * batch_size < std::max<std::int64_t>(end - begin, 1); ++step) {
+    for (auto& c : cbs) c->on_predict_batch_begin(step, {});
     Tensor p = call(batches.get(step).x, false);
     parts.push_back(is_half(p.dtype()) ? p.to(float32) : p);
+    for (auto& c : cbs) c->on_predict_batch_end(step, {});
   }
+  for (auto& c : cbs) c->on_predict_end({});
   Tensor local = parts.size() == 1 ? parts[0] : ops::concat(parts, 0);
   if (end == begin) local = local.slice(0, 0);  // a rank with no rows: the shape, no values
   // Results go where the inputs came from (host data in, host results out), in one copy.

@@ -44,6 +44,10 @@ CASES = [
     ("adam_accumulate2_ema", lambda: O.Adam(0.05, gradient_accumulation_steps=2, use_ema=True, ema_momentum=0.7), {}),
     ("sgd_accumulate2_clipnorm", lambda: O.SGD(0.1, gradient_accumulation_steps=2, clipnorm=0.5), {}),
     ("lion_clipvalue", lambda: O.Lion(0.01, clipvalue=0.2), {}),
+    # Gradients of a loss scaled by loss_scale_factor (times 128): apply divides them back.
+    ("adam_loss_scale_factor", lambda: O.Adam(0.05, loss_scale_factor=128.0), {"grad_multiplier": 128.0}),
+    ("sgd_loss_scale_factor_accumulate2", lambda: O.SGD(0.1, loss_scale_factor=64.0, gradient_accumulation_steps=2),
+     {"grad_multiplier": 64.0}),
 ]
 
 
@@ -52,6 +56,7 @@ def run(make, extra):
     kernel = keras.Variable(init["kernel"], name="kernel")
     bias = keras.Variable(init["bias"], name="bias")
     variables = [kernel, bias]
+    mult = np.float32(extra.get("grad_multiplier", 1.0))
     if "exclude" in extra:
         opt.exclude_from_weight_decay(var_names=extra["exclude"])
     opt.build(variables)
@@ -60,7 +65,7 @@ def run(make, extra):
         grads = []
         for v, name in zip(variables, ["kernel", "bias"]):
             w = np.asarray(v.value, dtype=np.float32)
-            grads.append((np.float32(0.5) * (w - target[name]) + noise[t][name]).astype(np.float32))
+            grads.append(((np.float32(0.5) * (w - target[name]) + noise[t][name]) * mult).astype(np.float32))
         opt.apply(grads, variables)
         steps.append({"kernel": np.asarray(kernel.value).ravel().tolist(), "bias": np.asarray(bias.value).tolist(),
                       "iterations": int(opt.iterations)})

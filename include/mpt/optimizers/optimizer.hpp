@@ -63,6 +63,10 @@ struct CommonOptions {
   /// accumulators and one update with their mean is applied at every k-th call; iterations()
   /// counts updates (Keras's iterations = _iterations // k).
   std::optional<std::int64_t> gradient_accumulation_steps;
+  /// Keras's loss_scale_factor: a fixed loss scale without a LossScaleOptimizer. scale_loss()
+  /// multiplies the loss by it (Model's train_step does), apply_gradients divides the
+  /// gradients by it first.
+  std::optional<double> loss_scale_factor;
 };
 
 /// The base arguments in Keras's order, for an optimizer's options struct after its own
@@ -73,6 +77,7 @@ struct CommonOptions {
   bool use_ema = false;                                                     \
   double ema_momentum = 0.99;                                               \
   std::optional<std::int64_t> ema_overwrite_frequency = std::nullopt;       \
+  std::optional<double> loss_scale_factor = std::nullopt;                   \
   std::optional<std::int64_t> gradient_accumulation_steps = std::nullopt;
 
 /// What one apply_gradients did. A plain optimizer always applies; a LossScaleOptimizer skips
@@ -128,6 +133,9 @@ class Optimizer {
   bool next_call_updates() const { return (raw_iterations() + 1) % accumulation_steps() == 0; }
   /// The base options (weight decay, EMA, accumulation, clipping).
   const CommonOptions& common_options() const { return options_; }
+  /// Keras's optimizer.scale_loss: loss * loss_scale_factor where one is set (a
+  /// LossScaleOptimizer multiplies by its dynamic scale instead), else the loss itself.
+  virtual Tensor scale_loss(const Tensor& loss) const;
   /// The learning rate the next step uses.
   virtual double learning_rate() const { return options_.learning_rate.at(iterations()); }
   /// Keras's `optimizer.learning_rate = lr` (ReduceLROnPlateau, LearningRateScheduler): a

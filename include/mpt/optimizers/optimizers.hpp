@@ -42,7 +42,7 @@ class BuiltinOptimizer : public Optimizer {
   BuiltinOptimizer(std::string name, Options o)
       : Optimizer(std::move(name), {o.learning_rate, o.clipnorm, o.clipvalue, o.global_clipnorm, o.weight_decay,
                                     o.use_ema, o.ema_momentum, o.ema_overwrite_frequency,
-                                    o.gradient_accumulation_steps}),
+                                    o.gradient_accumulation_steps, o.loss_scale_factor}),
         o_(std::move(o)) {}
   bool takes_16bit_gradients() const override { return true; }
   bool applies_gradient_scale() const override { return true; }
