@@ -96,6 +96,9 @@ struct SaveWeightsOptions {
 
 namespace detail {
 struct CheckpointAccess;
+/// logs[name] = the metric's value; a metric with several values (Precision at several
+/// thresholds, F1Score per class) logs "name[0]", "name[1]", ... instead.
+void log_metric(Logs& logs, const std::string& name, const std::vector<double>& values);
 }
 
 /// Per-epoch logs, as keras.callbacks.History: history["loss"][epoch], "val_loss",
@@ -230,7 +233,7 @@ class Model {
   StepResult train_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight, bool keep_gradients = false,
                         const distributed::DataParallel* strategy = nullptr, double weight = 1.0);
   /// The results of loss_mean and each of `ms`, over all ranks under a strategy (one message).
-  std::vector<double> reduced_results(const distributed::DataParallel* strategy, const metrics::Mean& loss_mean,
+  std::vector<std::vector<double>> reduced_results(const distributed::DataParallel* strategy, const metrics::Mean& loss_mean,
                                       const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
   Tensor test_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight,
                    std::vector<std::shared_ptr<metrics::Metric>>& metrics);

@@ -157,8 +157,8 @@ Tensor Model::class_sample_weights(const Tensor& y, const std::map<std::int64_t,
 Logs Model::epoch_logs(const metrics::Mean& loss_mean, const distributed::DataParallel* strategy) const {
   const auto values = reduced_results(strategy, loss_mean, metrics_);
   Logs l;
-  l["loss"] = values[0];
-  for (std::size_t i = 0; i < metrics_.size(); ++i) l[metrics_[i]->name()] = values[i + 1];
+  l["loss"] = values[0][0];
+  for (std::size_t i = 0; i < metrics_.size(); ++i) detail::log_metric(l, metrics_[i]->name(), values[i + 1]);
   return l;
 }
 

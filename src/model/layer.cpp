@@ -30,53 +30,6 @@ void detail::set_seed_state(std::uint64_t seed, std::uint64_t counter) {
   g_seed_counter = counter;
 }
 
-Tensor initialize(const std::string& init, const Shape& shape, DType dtype, std::uint64_t seed) {
-  // Keras fans: the last two dims are (in, out); leading dims are a receptive field.
-  double fan_in = 1, fan_out = 1;
-  if (shape.size() == 1) {
-    fan_in = fan_out = static_cast<double>(shape[0]);
-  } else if (shape.size() >= 2) {
-    double receptive = 1;
-    for (std::size_t i = 0; i + 2 < shape.size(); ++i) receptive *= static_cast<double>(shape[i]);
-    fan_in = static_cast<double>(shape[shape.size() - 2]) * receptive;
-    fan_out = static_cast<double>(shape.back()) * receptive;
-  }
-  fan_in = std::max(fan_in, 1.0), fan_out = std::max(fan_out, 1.0);
-  const Device device = default_device();
-  auto uniform = [&](double limit) { return Tensor::random_uniform(shape, -limit, limit, seed, dtype, device); };
-  // Keras's variance-scaling normals are truncated at 2 stddev: values outside are redrawn from
-  // the next offsets of the stream (a fixed number of rounds, ~1e-11 of them left, then
-  // clamped), all on the device; 0.8796 is the truncated distribution's stddev.
-  auto truncated = [&](double stddev) {
-    NoGradGuard no_grad;
-    Tensor x = Tensor::random_normal(shape, 0.0, 1.0, seed, float32, device);
-    const Tensor two = Tensor::scalar(2.0, float32, device);
-    for (std::uint64_t round = 1; round <= 8; ++round) {
-      Tensor redraw = Tensor::random_normal(shape, 0.0, 1.0, seed, float32, device, round);
-      x = ops::where(ops::greater(ops::abs(x), two), redraw, x);
-    }
-    x = ops::minimum(ops::maximum(x, ops::neg(two)), two);
-    return ops::mul(x, Tensor::scalar(stddev / 0.87962566103423978, float32, device)).to(dtype);
-  };
-  Tensor t;
-  if (init == "zeros") t = Tensor::zeros(shape, dtype, device);
-  else if (init == "ones") t = Tensor::ones(shape, dtype, device);
-  else if (init == "glorot_uniform") t = uniform(std::sqrt(6.0 / (fan_in + fan_out)));
-  else if (init == "glorot_normal") t = truncated(std::sqrt(2.0 / (fan_in + fan_out)));
-  else if (init == "he_uniform") t = uniform(std::sqrt(6.0 / fan_in));
-  else if (init == "he_normal") t = truncated(std::sqrt(2.0 / fan_in));
-  else if (init == "lecun_uniform") t = uniform(std::sqrt(3.0 / fan_in));
-  else if (init == "lecun_normal") t = truncated(std::sqrt(1.0 / fan_in));
-  // "normal" and "uniform" are Keras's other names of RandomNormal and RandomUniform (Embedding's default).
-  else if (init == "random_normal" || init == "normal") t = Tensor::random_normal(shape, 0, 0.05, seed, dtype, device);
-  else if (init == "random_uniform" || init == "uniform") t = uniform(0.05);
-  else
-    fail("initializer: unknown initializer '", init,
-         "'; valid: zeros, ones, glorot_uniform, glorot_normal, he_uniform, he_normal, lecun_uniform, "
-         "lecun_normal, random_normal (normal), random_uniform (uniform)");
-  return t;
-}
-
 std::string batch_shape_string(const Shape& per_example) {
   std::string out = "(None";
   for (auto d : per_example) out += ", " + std::to_string(d);
@@ -153,16 +106,16 @@ bool names_variable(const std::string& variable_name, const std::string& key) {
 }  // namespace
 
 void Layer::set_rules(const std::string& variable, std::optional<regularizers::Regularizer> r,
-                      std::optional<constraints::Constraint> c) {
+                      std::optional<constraints::Constraint> c, const std::string& config_key) {
   std::erase_if(rules_, [&](const Rules& e) { return e.variable == variable; });
-  rules_.push_back({variable, std::move(r), std::move(c)});
+  rules_.push_back({variable, config_key.empty() ? variable : config_key, std::move(r), std::move(c)});
 }
 
 nlohmann::json Layer::rules_config() const {
   nlohmann::json c = nlohmann::json::object();
   for (const auto& r : rules_) {
-    c[r.variable + "_regularizer"] = regularizers::serialize(r.regularizer);
-    c[r.variable + "_constraint"] = constraints::serialize(r.constraint);
+    c[r.config_key + "_regularizer"] = regularizers::serialize(r.regularizer);
+    c[r.config_key + "_constraint"] = constraints::serialize(r.constraint);
   }
   if (has_activity_rule_) c["activity_regularizer"] = regularizers::serialize(activity_regularizer_);
   return c;
@@ -170,8 +123,8 @@ nlohmann::json Layer::rules_config() const {
 
 void Layer::set_rules_from(const LayerConfig& config) {
   for (auto& r : rules_) {
-    r.regularizer = config.get_regularizer(r.variable + "_regularizer");
-    r.constraint = config.get_constraint(r.variable + "_constraint");
+    r.regularizer = config.get_regularizer(r.config_key + "_regularizer");
+    r.constraint = config.get_constraint(r.config_key + "_constraint");
   }
   if (has_activity_rule_) activity_regularizer_ = config.get_regularizer("activity_regularizer");
 }
@@ -240,9 +193,9 @@ std::int64_t Layer::count_params() const {
   return n;
 }
 
-Variable Layer::add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
+Variable Layer::add_weight(const std::string& name, const Shape& shape, const initializers::Initializer& initializer,
                            bool trainable) {
-  Variable v(initialize(initializer, shape, variable_dtype(), detail::next_seed()), name, trainable && trainable_);
+  Variable v(initializer(shape, variable_dtype(), detail::next_seed()), name, trainable && trainable_);
   v.set_path(name_ + "/" + name);
   variables_.push_back(v);
   return v;

@@ -25,8 +25,8 @@ std::map<std::string, LayerFactory> core_layers() {
   m["Dense"] = [](const LayerConfig& c) {
     return layers::Dense(c.get_int("units"), {.activation = c.get("activation", "linear"),
                                               .use_bias = c.has("use_bias") ? c.get_bool("use_bias") : true,
-                                              .kernel_initializer = c.get("kernel_initializer", "glorot_uniform"),
-                                              .bias_initializer = c.get("bias_initializer", "zeros"),
+                                              .kernel_initializer = c.get_initializer("kernel_initializer", "glorot_uniform"),
+                                              .bias_initializer = c.get_initializer("bias_initializer", "zeros"),
                                               .dtype = c.dtype,
                                               .name = c.name});
   };
@@ -78,7 +78,29 @@ const nlohmann::json& LayerConfig::at(const std::string& key) const {
   return *v;
 }
 
-std::string LayerConfig::get(const std::string& key) const { return io::as_string(at(key), where(*this, key)); }
+std::string LayerConfig::get(const std::string& key) const {
+  const nlohmann::json& v = at(key);
+  const nlohmann::json* module = io::find(v, "module");
+  if (module && module->is_string() && *module == "keras.initializers") {
+    // A factory reading an initializer by name: only Keras's default arguments say it all.
+    const initializers::Initializer init = initializers::deserialize(v, where(*this, key));
+    const std::string name = to_snake_case(init.class_name);
+    MPT_CHECK(init == initializers::Initializer(name), where(*this, key), ": initializer ", init.class_name, " with ",
+              init.get_config().dump(), " is not supported by mpt's ", class_name,
+              " (it reads this initializer by name: Keras's default arguments, no seed)");
+    return name;
+  }
+  return io::as_string(v, where(*this, key));
+}
+
+initializers::Initializer LayerConfig::get_initializer(const std::string& key,
+                                                       const initializers::Initializer& fallback) const {
+  read_.insert(key);
+  const nlohmann::json* v = io::find(config, key);
+  if (!v) return fallback;
+  if (v->is_null()) return initializers::GlorotUniform();  // Keras's add_weight(initializer=None)
+  return initializers::deserialize(*v, where(*this, key));
+}
 
 std::string LayerConfig::get(const std::string& key, const std::string& fallback) const {
   return has(key) ? get(key) : fallback;

@@ -194,19 +194,30 @@ void Model::update_metrics(std::vector<std::shared_ptr<metrics::Metric>>& ms, co
   }
 }
 
+void detail::log_metric(Logs& logs, const std::string& name, const std::vector<double>& values) {
+  if (values.size() == 1) {
+    logs[name] = values[0];
+    return;
+  }
+  // Several values (Precision/Recall at several thresholds, F1Score per class): Keras logs the
+  // array; mpt's logs hold numbers, one entry per value, "name[i]".
+  for (std::size_t i = 0; i < values.size(); ++i) logs[name + "[" + std::to_string(i) + "]"] = values[i];
+}
+
 std::map<std::string, double> Model::metric_logs(const std::vector<std::shared_ptr<metrics::Metric>>& ms) const {
   std::map<std::string, double> logs;
-  for (const auto& m : ms) logs[m->name()] = m->result();
+  for (const auto& m : ms) detail::log_metric(logs, m->name(), m->results());
   return logs;
 }
 
-std::vector<double> Model::reduced_results(const distributed::DataParallel* strategy, const metrics::Mean& loss_mean,
-                                           const std::vector<std::shared_ptr<metrics::Metric>>& ms) const {
+std::vector<std::vector<double>> Model::reduced_results(const distributed::DataParallel* strategy,
+                                                        const metrics::Mean& loss_mean,
+                                                        const std::vector<std::shared_ptr<metrics::Metric>>& ms) const {
   std::vector<const metrics::Metric*> all{&loss_mean};
   for (const auto& m : ms) all.push_back(m.get());
-  std::vector<double> out;
+  std::vector<std::vector<double>> out;
   if (!strategy) {
-    for (const auto* m : all) out.push_back(m->result());
+    for (const auto* m : all) out.push_back(m->results());
     return out;
   }
   // One message for all: each metric's state, summed over the ranks.
@@ -221,7 +232,7 @@ std::vector<double> Model::reduced_results(const distributed::DataParallel* stra
   std::size_t at = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     const auto first = states.begin() + static_cast<std::ptrdiff_t>(at);
-    out.push_back(all[i]->result_of_state(std::vector<double>(first, first + static_cast<std::ptrdiff_t>(sizes[i]))));
+    out.push_back(all[i]->results_of_state(std::vector<double>(first, first + static_cast<std::ptrdiff_t>(sizes[i]))));
     at += sizes[i];
   }
   return out;
@@ -432,8 +443,8 @@ std::map<std::string, double> Model::evaluate_with(const Tensor& x, const Tensor
     for (auto& c : cbs) c->on_test_begin({});
   }
   const auto values = reduced_results(dp, loss_mean, val_metrics_);
-  std::map<std::string, double> out{{"loss", values[0]}};
-  for (std::size_t i = 0; i < val_metrics_.size(); ++i) out[metrics_[i]->name()] = values[i + 1];
+  std::map<std::string, double> out{{"loss", values[0][0]}};
+  for (std::size_t i = 0; i < val_metrics_.size(); ++i) detail::log_metric(out, metrics_[i]->name(), values[i + 1]);
   for (auto& c : cbs) c->on_test_end(out);
   return out;
 }
@@ -495,7 +506,7 @@ std::map<std::string, double> Model::test_on_batch(const Tensor& x, const Tensor
       test_step(x.to(device), y.to(device), sample_weight.defined() ? sample_weight.to(device) : Tensor(), val_metrics_)
           .item();
   std::map<std::string, double> out{{"loss", loss}};
-  for (std::size_t i = 0; i < val_metrics_.size(); ++i) out[metrics_[i]->name()] = val_metrics_[i]->result();
+  for (std::size_t i = 0; i < val_metrics_.size(); ++i) detail::log_metric(out, metrics_[i]->name(), val_metrics_[i]->results());
   return out;
 }
 

@@ -134,3 +134,20 @@ TEST_CASE("loss_scale_factor: fit scales the loss and the optimizer the gradient
     CHECK(b->optimizer().scale_loss(Tensor::scalar(0.5, float32, dev)).item() == 128.0);
   });
 }
+
+TEST_CASE("a metric with several values logs one entry per value in fit and evaluate") {
+  const auto xy = regression_data(48, 7);
+  const Tensor labels = ops::cast(ops::greater(xy.second, Tensor::scalar(0.6, float32, Device::cpu())), float32);
+  set_random_seed(3);
+  Sequential m({layers::Input({4}), layers::Dense(1, {.activation = "sigmoid"})});
+  std::shared_ptr<metrics::Metric> precision = std::make_shared<metrics::Precision>(metrics::PrecisionRecallOptions{.thresholds = std::vector<double>{0.3, 0.7}});
+  m.compile({.optimizer = optimizers::SGD({.learning_rate = 0.1}), .loss = "binary_crossentropy",
+             .metrics = {precision}});
+  History h = m.fit(xy.first, labels, {.batch_size = 16, .epochs = 2, .verbose = 0});
+  REQUIRE(h.history.count("precision[0]") == 1);
+  REQUIRE(h.history.count("precision[1]") == 1);
+  CHECK(h.history.count("precision") == 0);
+  const auto scores = m.evaluate(xy.first, labels, {.batch_size = 48});
+  CHECK(scores.count("precision[1]") == 1);
+  CHECK(scores.at("precision[0]") >= 0.0);
+}
