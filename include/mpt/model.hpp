@@ -154,6 +154,38 @@ class Model {
   /// One forward pass over x as one batch, in inference mode (Keras's predict_on_batch);
   /// floating outputs returned in float32, where x came from.
   Tensor predict_on_batch(const Tensor& x);
+  /// One batch of fit or train_on_batch: x, y and the sample weights (undefined when none).
+  struct StepData {
+    Tensor x, y, sample_weight;
+  };
+  /// Keras's overridable train_step(data): fit and train_on_batch call it for every batch. The
+  /// default is mpt's step: forward, compute_loss, loss scaling, gradients, the optimizer update,
+  /// the compiled metrics; it returns the batch's loss. A subclass may override it with its own
+  /// step, written with the public API (call(), compute_loss(), a GradientTape, optimizer()'s
+  /// apply_gradients, update_compiled_metrics()), and return the batch's loss as a scalar; fit
+  /// logs that loss and the compiled metrics, and applies the layers' constraints after it
+  /// (finish_step(true)). An override may call Model::train_step(data) for the default. Under
+  /// data parallelism fit refuses an override (the default step sums the ranks' gradients).
+  ///
+  ///   struct Clipped : mpt::Sequential {
+  ///     using Sequential::Sequential;
+  ///     mpt::Tensor train_step(const StepData& d) override {
+  ///       mpt::GradientTape tape;
+  ///       mpt::Tensor loss = compute_loss(d.y, call(d.x, true), d.sample_weight);
+  ///       auto vars = trainable_variables();
+  ///       auto grads = tape.gradient(loss, vars);
+  ///       for (auto& g : grads) g = mpt::ops::mul(g, mpt::Tensor::scalar(0.5));  // a custom rule
+  ///       optimizer().apply_gradients(grads, vars);
+  ///       update_compiled_metrics(d.y, call(d.x, false), d.sample_weight);
+  ///       return loss;
+  ///     }
+  ///   };
+  virtual Tensor train_step(const StepData& data);
+  /// Keras's compute_loss: the compiled loss of (y, y_pred, sample_weight), in float32, plus the
+  /// layers' regularization penalties (losses()).
+  Tensor compute_loss(const Tensor& y, const Tensor& y_pred, const Tensor& sample_weight = {}) const;
+  /// Updates the compiled metrics with a batch, as the default step does (no gradients recorded).
+  void update_compiled_metrics(const Tensor& y, const Tensor& y_pred, const Tensor& sample_weight = {});
   /// One training step on one batch; returns the batch's loss and metrics.
   std::map<std::string, double> train_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
   std::map<std::string, double> test_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
@@ -230,8 +262,18 @@ class Model {
   /// One step on this rank's rows (x undefined: none this step); under a strategy the gradients
   /// are summed over the ranks, this rank's weighted by `weight` (its share of the batch's rows).
   /// sample_weight: undefined, or the batch's weights (the loss takes them).
-  StepResult train_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight, bool keep_gradients = false,
-                        const distributed::DataParallel* strategy = nullptr, double weight = 1.0);
+  StepResult default_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight, bool keep_gradients = false,
+                          const distributed::DataParallel* strategy = nullptr, double weight = 1.0);
+  /// What fit asks of the next default step, and what that step did (null when train_step is
+  /// overridden and did not call the default).
+  struct StepContext {
+    bool keep_gradients = false;
+    const distributed::DataParallel* strategy = nullptr;
+    double weight = 1.0;
+  } step_context_;
+  std::shared_ptr<StepResult> last_step_;
+  /// train_step(data) with fit's context: the default's full result, or the override's loss.
+  StepResult run_train_step(const StepData& data, const StepContext& context);
   /// The results of loss_mean and each of `ms`, over all ranks under a strategy (one message).
   std::vector<std::vector<double>> reduced_results(const distributed::DataParallel* strategy, const metrics::Mean& loss_mean,
                                       const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;

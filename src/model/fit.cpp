@@ -190,8 +190,9 @@ void Model::fit_epoch(FitRun& run, int epoch, std::int64_t first_step) {
     bool keep_gradients = false;
     for (auto& c : run.cbs) keep_gradients = c->wants_gradients(step) || keep_gradients;
     const std::int64_t rows = batches.rows(batch);
-    StepResult r = train_step(b.x, b.y, b.w, keep_gradients, run.dp,
-                              static_cast<double>(rows) / static_cast<double>(batches.global_rows(batch)));
+    StepResult r = run_train_step({b.x, b.y, b.w},
+                                  {keep_gradients, run.dp,
+                                   static_cast<double>(rows) / static_cast<double>(batches.global_rows(batch))});
     if (keep_gradients)
       for (auto& c : run.cbs) c->on_train_batch_gradients(step, r.variables, r.gradients);
     if (rows > 0) loss_mean.update(r.loss, static_cast<double>(rows));

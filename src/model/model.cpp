@@ -313,7 +313,7 @@ void Model::check_targets(const char* where, const Tensor& x, const Tensor& y) {
   if (loss_->name() == "binary_crossentropy") data::check_unit_interval(where, y);
 }
 
-Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight, bool keep_gradients,
+Model::StepResult Model::default_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight, bool keep_gradients,
                                     const distributed::DataParallel* strategy, double weight) {
   StepResult r;
   Tensor y_pred;
@@ -335,7 +335,7 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, const Tens
     GradientTape tape({.keep_source_gradient_dtype = !strategy && !keep_gradients});
     y_pred = as_loss_input(call(x, true));
     vars = trainable_variables();  // after the call: the first one builds the layers
-    r.loss = with_regularization((*loss_)(y, y_pred, sample_weight));
+    r.loss = compute_loss(y, y_pred, sample_weight);
     // Under a strategy this rank's share of the global mean is weight·loss: the weight rides on
     // the scalar loss, so the all-reduce is a plain sum with no pass over the gradients.
     const Tensor objective =
@@ -379,6 +379,48 @@ Model::StepResult Model::train_step(const Tensor& x, const Tensor& y, const Tens
   NoGradGuard no_grad;
   resolve_metrics(y, y_pred);
   update_metrics(metrics_, y, y_pred.detach(), sample_weight);
+  return r;
+}
+
+Tensor Model::compute_loss(const Tensor& y, const Tensor& y_pred, const Tensor& sample_weight) const {
+  MPT_CHECK(compiled(), "compute_loss: model '", name_, "' is not compiled; call compile() first");
+  return with_regularization((*loss_)(y, as_loss_input(y_pred), sample_weight));
+}
+
+void Model::update_compiled_metrics(const Tensor& y, const Tensor& y_pred, const Tensor& sample_weight) {
+  MPT_CHECK(compiled(), "update_compiled_metrics: model '", name_, "' is not compiled; call compile() first");
+  NoGradGuard no_grad;
+  const Tensor p = as_loss_input(y_pred).detach();
+  resolve_metrics(y, p);
+  update_metrics(metrics_, y, p, sample_weight);
+}
+
+Tensor Model::train_step(const StepData& d) {
+  const StepContext c = step_context_;
+  step_context_ = {};
+  last_step_ = std::make_shared<StepResult>(default_step(d.x, d.y, d.sample_weight, c.keep_gradients, c.strategy, c.weight));
+  return last_step_->loss;
+}
+
+Model::StepResult Model::run_train_step(const StepData& data, const StepContext& context) {
+  step_context_ = context;
+  last_step_.reset();
+  Tensor loss = train_step(data);
+  step_context_ = {};
+  if (last_step_) {  // the default step ran (itself, or called by an override)
+    StepResult r = std::move(*last_step_);
+    last_step_.reset();
+    if (loss.defined()) r.loss = loss.detach();
+    return r;
+  }
+  MPT_CHECK(context.strategy == nullptr, "fit: model '", name_, "' overrides train_step, which data parallelism ",
+            "does not support (the default step sums the gradients of the ranks)");
+  MPT_CHECK(loss.defined() && loss.numel() == 1, "train_step: model '", name_, "''s override must return the batch's ",
+            "loss as one value, got ", loss.defined() ? to_string(loss.shape()) : std::string("an undefined tensor"));
+  clear_activity_losses();
+  finish_step(true);  // the constraints, as after the default step's update
+  StepResult r;
+  r.loss = loss.detach().to(float32).to(variables_device()).reshape({});
   return r;
 }
 
@@ -489,7 +531,8 @@ std::map<std::string, double> Model::train_on_batch(const Tensor& x, const Tenso
   check_sample_weight("train_on_batch", "sample_weight", x, sample_weight);
   for (auto& m : metrics_) m->reset_state();
   const Device device = variables_device();
-  StepResult r = train_step(x.to(device), y.to(device), sample_weight.defined() ? sample_weight.to(device) : Tensor());
+  StepResult r = run_train_step({x.to(device), y.to(device), sample_weight.defined() ? sample_weight.to(device) : Tensor()},
+                                {});
   auto logs = metric_logs(metrics_);
   logs["loss"] = r.loss.item();
   return logs;
