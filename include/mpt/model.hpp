@@ -33,7 +33,8 @@ struct CompileOptions {
   /// Keras's weighted_metrics: metrics that take fit's and evaluate's sample weights (class_weight's
   /// too). Logged under their names, or "weighted_<name>" where an unweighted metric has it.
   std::vector<metrics::MetricArg> weighted_metrics;
-  /// Under mixed_float16, wrap the optimizer in a LossScaleOptimizer (Keras's default).
+  /// Under mixed_float16, wrap the optimizer in a LossScaleOptimizer (Keras's default), unless it
+  /// has a fixed loss_scale_factor (its own loss scaling).
   bool auto_scale_loss = true;
   /// Data parallelism across processes (mpt::distributed); default: the process-wide strategy
   /// of distributed::set_strategy, if any.
@@ -96,6 +97,8 @@ struct SaveWeightsOptions {
 
 namespace detail {
 struct CheckpointAccess;
+/// The model a layer stands for when it is a model used as a layer (Model::as_layer), else null.
+std::shared_ptr<Model> nested_model(const Layer& layer);
 /// logs[name] = the metric's value; a metric with several values (Precision at several
 /// thresholds, F1Score per class) logs "name[0]", "name[1]", ... instead.
 void log_metric(Logs& logs, const std::string& name, const std::vector<double>& values);
@@ -113,7 +116,7 @@ struct History {
 
 /// A model: the functional one (a graph of layer calls from mpt::Input to outputs) and the
 /// base of Sequential.
-class Model {
+class Model : public std::enable_shared_from_this<Model> {
  public:
   /// A functional model from symbolic inputs to outputs.
   Model(const KerasTensor& inputs, const KerasTensor& outputs, const std::string& name = "functional");
@@ -131,6 +134,19 @@ class Model {
     return call(xs, options.training);
   }
   Tensor operator()(const Tensor& x, CallOptions options = {}) { return call(x, options.training); }
+  /// This model as one layer of another (Keras's nested models, e.g. fine-tuning a loaded base):
+  /// called in a functional graph, y = (*base)(x), or given to Sequential({..., base, ...}) (a
+  /// std::shared_ptr<Model> converts to a LayerRef). Its variables stay its own (shared with the
+  /// outer model); the model must be owned by a std::shared_ptr, have one output, and the layer
+  /// is the same object each time it is asked for. Its class_name is "Functional" or "Sequential"
+  /// and its name the model's (renaming one renames the other).
+  LayerRef as_layer();
+  KerasTensor operator()(const KerasTensor& x) { return as_layer()(x); }
+  KerasTensor operator()(const std::vector<KerasTensor>& xs) { return as_layer()(xs); }
+  /// Keras's model.trainable: false freezes every layer (their variables leave
+  /// trainable_variables(), BatchNormalization runs in inference mode); true unfreezes them.
+  void set_trainable(bool on);
+  bool trainable() const { return trainable_; }
   /// Builds every layer for inputs shaped `input_shape` (batch dimension included or not).
   virtual void build(const Shape& input_shape);
   /// Layers, each once (shared layers included once): a Sequential's as added, a functional
@@ -324,7 +340,10 @@ class Model {
   /// epoch and batch within it; -1 for none.
   int resume_epoch_ = -1;
   std::int64_t resume_step_ = 0;
+  bool trainable_ = true;
+  std::weak_ptr<Layer> as_layer_;  // the layer of as_layer(), while one lives
   friend struct detail::CheckpointAccess;
+  friend class LayerRef;  // LayerRef(std::shared_ptr<Model>) makes and caches as_layer_
 };
 
 class Sequential : public Model {

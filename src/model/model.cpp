@@ -128,9 +128,12 @@ void Model::compile(CompileOptions o) {
   MPT_CHECK(!o.loss.empty(), "compile: a loss is required (e.g. .loss = \"sparse_categorical_crossentropy\")");
   loss_ = o.loss.get();
   MPT_CHECK(!o.optimizer.empty(), "compile: the optimizer is empty (\"\" or a null pointer); pass an optimizer ",
-            "or one of the names sgd, adam, adamw, rmsprop (Keras's default is rmsprop)");
+            "or one of the names sgd, adam, adamw, rmsprop, nadam, adamax, adagrad, lion, adafactor (Keras's default "
+            "is rmsprop)");
   optimizer_ = o.optimizer.get();
-  if (o.auto_scale_loss && policy_.name() == "mixed_float16" && !loss_scale_optimizer())
+  // An optimizer with a fixed loss_scale_factor is the user's loss scaling: not wrapped again.
+  if (o.auto_scale_loss && policy_.name() == "mixed_float16" && !loss_scale_optimizer() &&
+      !optimizer_->common_options().loss_scale_factor)
     optimizer_ = std::make_shared<mixed_precision::LossScaleOptimizer>(optimizer_);
   // A built model's variables are checked now (float64 ones), not inside the first step.
   const std::vector<LayerRef> model_layers = layers();  // a copy: one vector to iterate

@@ -151,3 +151,14 @@ TEST_CASE("a metric with several values logs one entry per value in fit and eval
   CHECK(scores.count("precision[1]") == 1);
   CHECK(scores.at("precision[0]") >= 0.0);
 }
+
+TEST_CASE("under mixed_float16 an optimizer with a fixed loss_scale_factor is not wrapped in a LossScaleOptimizer") {
+  test::PolicyDeviceScope scope("mixed_float16", Device::cpu());
+  const auto xy = regression_data(32, 8);
+  auto fixed = make_model(optimizers::Adam({.learning_rate = 0.01, .loss_scale_factor = 1024.0}));
+  CHECK(fixed->loss_scale_optimizer() == nullptr);
+  auto dynamic = make_model(optimizers::Adam({.learning_rate = 0.01}));
+  CHECK(dynamic->loss_scale_optimizer() != nullptr);
+  History h = fixed->fit(xy.first, xy.second, {.batch_size = 8, .epochs = 3, .verbose = 0});
+  CHECK(h.history.at("loss")[2] < h.history.at("loss")[0]);
+}
