@@ -266,7 +266,9 @@ struct CSVLoggerOptions {
   char separator = ',';
   bool append = false;
 };
-/// Writes "epoch,<log keys sorted>" then one row per epoch.
+/// Writes "epoch,<log keys sorted>" then one row per epoch, as Keras: when the first epoch has no
+/// val_ entries (no validation, or validation_freq > 1) each column gets a val_ twin up front,
+/// and a value an epoch does not have is written "NA".
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string filename, CSVLoggerOptions o = {});

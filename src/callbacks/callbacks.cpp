@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -308,8 +309,16 @@ void CSVLogger::on_train_begin(const Logs&) {
 }
 
 void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
-  if (keys_.empty())
-    for (const auto& [k, v] : logs) keys_.push_back(k);
+  if (keys_.empty()) {
+    for (const auto& [k, v] : logs) keys_.push_back(k);  // sorted (a std::map), as Keras sorts them
+    // Keras: without val_ entries in the first epoch (none, or validation_freq > 1), the columns
+    // get a val_ twin each up front, "NA" until an epoch validates.
+    const bool has_val = std::any_of(keys_.begin(), keys_.end(), [](const std::string& k) { return k.rfind("val_", 0) == 0; });
+    if (!has_val) {
+      const std::size_t n = keys_.size();
+      for (std::size_t i = 0; i < n; ++i) keys_.push_back("val_" + keys_[i]);
+    }
+  }
   std::ostringstream out;
   if (!header_written_) {
     out << "epoch";
@@ -322,6 +331,7 @@ void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
     auto it = logs.find(k);
     out << o_.separator;
     if (it != logs.end()) out << it->second;
+    else out << "NA";  // as Keras
   }
   out << "\n";
   append_whole(filename_, out.str(), false);

@@ -187,6 +187,19 @@ TEST_CASE("callbacks: EarlyStopping, LambdaCallback, CSVLogger") {
   while (std::getline(in, line)) ++rows;
   CHECK(rows == 3);
   std::remove(csv.c_str());
+  // Keras's columns when the first epoch did not validate (validation_freq 2): val_ twins, "NA".
+  m->fit(x, y, {.batch_size = 64, .epochs = 2, .verbose = 0, .callbacks = {callbacks::CSVLogger(csv)},
+                .validation_split = 0.25, .validation_freq = 2});
+  std::ifstream in2(csv);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in2, l);) lines.push_back(l);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] == "epoch,learning_rate,loss,loss_scale,skipped_steps,val_learning_rate,val_loss,val_loss_scale,"
+                    "val_skipped_steps");
+  CHECK(lines[1].find(",NA,") != std::string::npos);
+  CHECK(lines[2].find(",NA,") != std::string::npos);  // val_learning_rate is never logged
+  CHECK(lines[2].substr(lines[2].size() - 3) == ",NA");
+  std::remove(csv.c_str());
   CHECK_THROWS_AS(m->fit(x, y, {.epochs = 1, .verbose = 0, .callbacks = {callbacks::EarlyStopping({.monitor = "val_nope"})},
                                 .validation_split = 0.25}),
                   mpt::Error);
