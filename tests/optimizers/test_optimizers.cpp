@@ -984,6 +984,36 @@ TEST_CASE("the built-in optimizers' update_steps equal their per-variable update
       PerVariable<opt::RMSpropOptimizer> b({.learning_rate = 0.01, .momentum = 0.5, .centered = true});
       check_list_step(a, b, dev);
     }
+    SUBCASE("nadam with weight decay") {
+      opt::NadamOptimizer a({.learning_rate = 0.01, .weight_decay = 0.1});
+      PerVariable<opt::NadamOptimizer> b({.learning_rate = 0.01, .weight_decay = 0.1});
+      check_list_step(a, b, dev);
+    }
+    SUBCASE("adamax") {
+      opt::AdamaxOptimizer a({.learning_rate = 0.01});
+      PerVariable<opt::AdamaxOptimizer> b({.learning_rate = 0.01});
+      check_list_step(a, b, dev);
+    }
+    SUBCASE("adagrad") {
+      opt::AdagradOptimizer a({.learning_rate = 0.01});
+      PerVariable<opt::AdagradOptimizer> b({.learning_rate = 0.01});
+      check_list_step(a, b, dev);
+    }
+    SUBCASE("lion with weight decay and an excluded variable") {
+      opt::LionOptimizer a({.learning_rate = 0.01, .weight_decay = 0.1});
+      PerVariable<opt::LionOptimizer> b({.learning_rate = 0.01, .weight_decay = 0.1});
+      a.exclude_from_weight_decay({"v1", "v3"});
+      b.exclude_from_weight_decay({"v1", "v3"});
+      check_list_step(a, b, dev);
+    }
+    SUBCASE("sgd and rmsprop with weight decay") {
+      opt::SGDOptimizer a({.learning_rate = 0.05, .momentum = 0.9, .weight_decay = 0.01});
+      PerVariable<opt::SGDOptimizer> b({.learning_rate = 0.05, .momentum = 0.9, .weight_decay = 0.01});
+      check_list_step(a, b, dev);
+      opt::RMSpropOptimizer c({.learning_rate = 0.01, .weight_decay = 0.01});
+      PerVariable<opt::RMSpropOptimizer> d({.learning_rate = 0.01, .weight_decay = 0.01});
+      check_list_step(c, d, dev);
+    }
     SUBCASE("a variable given twice is updated twice, one after another") {
       opt::AdamOptimizer a({.learning_rate = 0.01});
       PerVariable<opt::AdamOptimizer> b({.learning_rate = 0.01});
