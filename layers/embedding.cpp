@@ -51,7 +51,7 @@ const bool registered = [] {
   register_layer("Embedding", [](const LayerConfig& c) {
     c.has("input_length");  // Keras 2's, for shape inference only
     return Embedding(c.get_int("input_dim"), c.get_int("output_dim"),
-                     {.embeddings_initializer = c.get("embeddings_initializer", "uniform"),
+                     {.embeddings_initializer = c.get_initializer("embeddings_initializer", "uniform"),
                       .mask_zero = c.has("mask_zero") && c.get_bool("mask_zero"),
                       .dtype = c.dtype,
                       .name = c.name});

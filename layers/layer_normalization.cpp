@@ -55,8 +55,8 @@ const bool registered = [] {
     if (c.has("epsilon")) o.epsilon = c.get_double("epsilon");
     if (c.has("center")) o.center = c.get_bool("center");
     if (c.has("scale")) o.scale = c.get_bool("scale");
-    o.beta_initializer = c.get("beta_initializer", o.beta_initializer);
-    o.gamma_initializer = c.get("gamma_initializer", o.gamma_initializer);
+    o.beta_initializer = c.get_initializer("beta_initializer", o.beta_initializer);
+    o.gamma_initializer = c.get_initializer("gamma_initializer", o.gamma_initializer);
     return LayerNormalization(std::move(o));
   });
   return true;

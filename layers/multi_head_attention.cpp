@@ -113,7 +113,7 @@ class MultiHeadAttentionLayer : public Layer {
       if (kernel_[p].shape()[0] != want[p])
         error("the ", kProjName[p], " has ", want[p], " features; the layer was built for ", kernel_[p].shape()[0]);
   }
-  void add(std::size_t p, const char* what, const Shape& shape, const std::string& init, Variable& v) {
+  void add(std::size_t p, const char* what, const Shape& shape, const initializers::Initializer& init, Variable& v) {
     v = add_weight(std::string(kProjName[p]) + "/" + what, shape, init);
     vars_.push_back(p);
   }
@@ -212,8 +212,8 @@ const bool registered = [] {
     MultiHeadAttentionOptions o{.dropout = c.has("dropout") ? c.get_double("dropout") : 0.0,
                                 .use_bias = !c.has("use_bias") || c.get_bool("use_bias"),
                                 .use_causal_mask = c.has("use_causal_mask") && c.get_bool("use_causal_mask"),
-                                .kernel_initializer = c.get("kernel_initializer", "glorot_uniform"),
-                                .bias_initializer = c.get("bias_initializer", "zeros"),
+                                .kernel_initializer = c.get_initializer("kernel_initializer", "glorot_uniform"),
+                                .bias_initializer = c.get_initializer("bias_initializer", "zeros"),
                                 .dtype = c.dtype,
                                 .name = c.name};
     if (c.has("value_dim")) o.value_dim = c.get_int("value_dim");

@@ -38,7 +38,7 @@ class PositionEmbeddingLayer : public Layer {
 const bool registered = [] {
   register_layer("PositionEmbedding", [](const LayerConfig& c) {
     return PositionEmbedding(c.get_int("sequence_length"),
-                             {.initializer = c.get("initializer", "glorot_uniform"), .dtype = c.dtype, .name = c.name});
+                             {.initializer = c.get_initializer("initializer", "glorot_uniform"), .dtype = c.dtype, .name = c.name});
   });
   return true;
 }();

@@ -42,9 +42,13 @@ struct Conv2dOptions {
   IntPair dilation = {1, 1};
   /// Fused activation: linear, relu, sigmoid, tanh, gelu, silu (as ops::dense).
   std::string activation = "linear";
+  /// Grouped convolution (Keras's Conv2D `groups`): the channels split into `groups` blocks,
+  /// output block g computed from input block g only; Cin and Cout divisible by it. groups ==
+  /// Cin is a depthwise convolution (DepthwiseConv2D).
+  std::int64_t groups = 1;
 };
-/// act(conv(x, kernel) + bias): x [N, H, W, Cin], kernel [kh, kw, Cin, Cout], bias [Cout] or
-/// undefined; one fused op with its own backward (data, weights, bias).
+/// act(conv(x, kernel) + bias): x [N, H, W, Cin], kernel [kh, kw, Cin / groups, Cout], bias
+/// [Cout] or undefined; one fused op with its own backward (data, weights, bias).
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias = {}, Conv2dOptions options = {});
 
 struct Pool2dOptions {

@@ -21,11 +21,13 @@ struct LossScaleRule;  // mpt/optim_ops.hpp: the parameters update_loss_scale ta
 
 enum class ReduceOp : std::uint8_t { Sum, Mean, Max, Min };
 
-/// Geometry of a 2-D convolution over NHWC activations with [kh, kw, Cin, Cout] kernels:
-/// explicit (possibly asymmetric) zero padding, strides and dilation (1 = dense).
+/// Geometry of a 2-D convolution over NHWC activations with [kh, kw, Cin / groups, Cout]
+/// kernels: explicit (possibly asymmetric) zero padding, strides, dilation (1 = dense) and
+/// groups (output channel block g of Cout / groups sees input block g of Cin / groups).
 struct Conv2dGeometry {
   std::int64_t stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
   std::int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  std::int64_t groups = 1;
 };
 /// Max pooling, or average pooling that leaves padding out of the average (Keras 'same').
 enum class PoolKind : std::uint8_t { Max, Avg };
@@ -206,12 +208,12 @@ class Backend {
 
   // Convolution, pooling and normalization (conv.cpp, pool.cpp, batch_norm.cpp, layer_norm.cpp).
   // Activations are NHWC; outputs are pre-shaped by the ops (see mpt/nn_ops.hpp).
-  /// out [N,OH,OW,Cout] = act(conv(x [N,H,W,Cin], w [kh,kw,Cin,Cout]) + bias [Cout] or undefined);
-  /// act as in matmul.
+  /// out [N,OH,OW,Cout] = act(conv(x [N,H,W,Cin], w [kh,kw,Cin/groups,Cout]) + bias [Cout] or
+  /// undefined); act as in matmul.
   virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g,
                       Activation act, Tensor& out) = 0;
   /// Gradients of conv2d for the output gradient dy [N,OH,OW,Cout], each computed only when
-  /// defined: dx [N,H,W,Cin]; dw [kh,kw,Cin,Cout] (dw's dtype, accumulated in float32); dbias
+  /// defined: dx [N,H,W,Cin]; dw [kh,kw,Cin/groups,Cout] (dw's dtype, accumulated in float32); dbias
   /// [Cout] = sum of dy over N, OH, OW. One call, so a backend can share work (conversions of dy).
   virtual void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
                                const Conv2dGeometry& g, Tensor& dx, Tensor& dw, Tensor& dbias) = 0;

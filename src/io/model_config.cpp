@@ -48,6 +48,16 @@ Shape per_example_shape(const Json& v, const std::string& w) {
 /// {"module": "keras.layers", "class_name", "config", "registered_name"} of one layer.
 /// `keras_view`: for Keras's config.json (seeds cut to the 31 bits Keras's backends take).
 Json layer_json(const Layer& l, bool keras_view) {
+  if (const auto inner = detail::nested_model(l)) {
+    // A model used as a layer: its own model config, named as the layer, as Keras nests it
+    // (an uncompiled model's empty compile_config included).
+    Json j = model_config_json(*inner, keras_view);
+    j["config"]["name"] = l.name();
+    j["config"]["trainable"] = l.trainable();
+    j.erase("compile_config");
+    if (keras_view) j["compile_config"] = Json::object();
+    return j;
+  }
   Json c = {{"name", l.name()}, {"trainable", l.trainable()}, {"dtype", policy_json(l.dtype_policy())}};
   const nlohmann::json own = l.config();
   MPT_CHECK(own.is_object() || own.is_null(), "save: layer '", l.name(), "' config() must be a JSON object, got ",
@@ -62,26 +72,14 @@ Json layer_json(const Layer& l, bool keras_view) {
         c[k] = as_uint(v, "save: layer '" + l.name() + "', seed") % 2147483648ull;
       else
         c[k] = Json(v);
+      // An initializer's seed too (mpt/initializers.hpp).
+      const nlohmann::json* module = find(v, "module");
+      const nlohmann::json* init = keras_view && module && *module == "keras.initializers" ? find(v, "config") : nullptr;
+      const nlohmann::json* seed = init ? find(*init, "seed") : nullptr;
+      if (seed && seed->is_number_integer())
+        c[k]["config"]["seed"] = as_uint(*seed, "save: layer '" + l.name() + "', " + k + ", seed") % 2147483648ull;
     }
   return {{"module", "keras.layers"}, {"class_name", l.class_name()}, {"config", c}, {"registered_name", nullptr}};
-}
-
-/// A Keras initializer object as the name mpt's initialize() takes. mpt's initializers have
-/// Keras's default arguments; other arguments are refused, not dropped (a seed passes: it
-/// changes which random draw, not the distribution).
-std::string initializer_name(const Json& v, const std::string& w) {
-  const std::string cls = as_string(at(v, "class_name", w), w + ", class_name");
-  static const std::map<std::string, Json> defaults = {
-      {"RandomNormal", {{"mean", 0.0}, {"stddev", 0.05}}}, {"RandomUniform", {{"minval", -0.05}, {"maxval", 0.05}}}};
-  if (const Json* c = find(v, "config"); c && c->is_object())
-    for (const auto& [arg, value] : c->items()) {
-      if (arg == "seed" || value.is_null()) continue;
-      const auto d = defaults.find(cls);
-      const Json* want = d != defaults.end() ? find(d->second, arg) : nullptr;
-      MPT_CHECK(want && *want == value, w, ": initializer ", cls, " with ", arg, " = ", value.dump(),
-                " is not supported (mpt's initializers take Keras's default arguments)");
-    }
-  return to_snake_case(cls);
 }
 
 LayerConfig layer_config_from(const Json& v, const std::string& where) {
@@ -95,12 +93,8 @@ LayerConfig layer_config_from(const Json& v, const std::string& where) {
   if (const Json* d = find(cfg, "dtype"); d && !d->is_null()) c.dtype = policy_from(*d, w);
   for (const auto& [k, val] : cfg.items()) {
     if (k == "name" || k == "trainable" || k == "dtype") continue;
-    // Keras serializes initializers as {"module": "keras.initializers", "class_name": "GlorotUniform", ...}.
-    const Json* module = find(val, "module");
-    if (module && module->is_string() && *module == "keras.initializers" && find(val, "class_name"))
-      c.config[k] = initializer_name(val, w + ", " + k);
-    else
-      c.config[k] = nlohmann::json(val);
+    // Initializer objects as saved: the factory reads them (LayerConfig::get_initializer).
+    c.config[k] = nlohmann::json(val);
   }
   return c;
 }
@@ -444,11 +438,11 @@ Json sequential_config(const Sequential& s, bool keras_view) {
               l->class_name(), " '", l->name(), "' takes several call arguments in Keras, which a Keras Sequential ",
               "cannot pass; build the model with the functional API to save it as .keras");
     Json j = layer_json(*l, keras_view);
-    if (!l->input_shape().empty())
+    if (!l->input_shape().empty() && !j.contains("build_config"))  // a nested model writes its own
       j["build_config"] = {{"input_shape", shape_json(Shape(l->input_shape().begin() + 1, l->input_shape().end()))}};
     layers.push_back(std::move(j));
   }
-  Json c = {{"name", m.name()}, {"trainable", true}, {"dtype", policy_json(m.dtype_policy())}, {"layers", layers},
+  Json c = {{"name", m.name()}, {"trainable", m.trainable()}, {"dtype", policy_json(m.dtype_policy())}, {"layers", layers},
             {"build_input_shape", shape_json(in)}};
   Json out = {{"module", "keras"}, {"class_name", "Sequential"}, {"config", c}};
   if (keras_view) {
@@ -556,16 +550,17 @@ Json functional_config(const Model& m, bool keras_view) {
     Json shapes = Json::array();
     for (const auto& in : n->inputs) shapes.push_back(shape_json(in.shape()));
     const auto [node_args, kwargs, build_config] = node_json(*n->layer, n->inputs, args, shapes);
-    if (entry["inbound_nodes"].empty())  // Keras builds a layer from its first call's input shapes
-      entry["build_config"] = build_config;
+    // Keras builds a layer from its first call's input shapes (a nested functional model: its own).
+    if (entry["inbound_nodes"].empty() && !entry.contains("build_config")) entry["build_config"] = build_config;
     history[n.get()] = {n->layer->name(), entry["inbound_nodes"].size()};
     entry["inbound_nodes"].push_back({{"args", node_args}, {"kwargs", kwargs}});
   }
   for (const auto& l : ls) {  // Keras's key order: build_config before name and inbound_nodes
     Json& e = entries.at(l.ptr().get());
     Json ordered = {{"module", e["module"]}, {"class_name", e["class_name"]}, {"config", e["config"]},
-                    {"registered_name", nullptr}};
+                    {"registered_name", e.contains("registered_name") ? e["registered_name"] : Json(nullptr)}};
     if (e.contains("build_config")) ordered["build_config"] = e["build_config"];
+    if (e.contains("compile_config")) ordered["compile_config"] = e["compile_config"];  // a nested model's
     ordered["name"] = e["name"];
     ordered["inbound_nodes"] = e["inbound_nodes"];
     layers.push_back(std::move(ordered));
@@ -577,7 +572,7 @@ Json functional_config(const Model& m, bool keras_view) {
   Json ins = Json::array(), outs = Json::array();
   for (const auto& t : inputs) ins.push_back(ref(t));
   for (const auto& t : Access::outputs(m)) outs.push_back(ref(t));
-  Json c = {{"name", m.name()}, {"trainable", true}};
+  Json c = {{"name", m.name()}, {"trainable", m.trainable()}};
   if (!keras_view) c["dtype"] = policy_json(m.dtype_policy());
   c["layers"] = layers;
   c["input_layers"] = ins.size() == 1 ? ins[0] : ins;  // one tensor is written bare, as Keras does
@@ -702,6 +697,15 @@ void call_layers(std::vector<PendingLayer>& pending, const ReadyTensor& ready,
               " waits on a tensor that no layer call produces (a cycle or a missing call)");
 }
 
+bool is_model_class(const std::string& cls) { return cls == "Functional" || cls == "Sequential"; }
+
+/// A model used as a layer, from its nested config (Keras's layer entry of class Functional or
+/// Sequential holding the model's own config).
+LayerRef nested_from(const Json& e, const std::string& w) {
+  std::shared_ptr<Model> m = model_from_config(e, w);
+  return LayerRef(m);
+}
+
 std::unique_ptr<Model> functional_from(const Json& c, const std::string& name, const std::string& w) {
   std::map<std::string, std::vector<KerasTensor>> produced;  // layer name -> its calls' outputs
   std::set<std::string> names;
@@ -724,9 +728,15 @@ std::unique_ptr<Model> functional_from(const Json& c, const std::string& name, c
       produced[lname] = {Input(per_example_shape(*shape, wi + ", batch_shape"), {.dtype = dtype, .name = lname})};
       continue;
     }
+    const Json& nodes = as_array(at(e, "inbound_nodes", wi), wi + ", inbound_nodes");
+    if (is_model_class(cls)) {  // a model used as a layer
+      LayerRef nested = nested_from(e, wi);
+      MPT_CHECK(nested->name() == lname, wi, ": name '", lname, "' differs from its config's '", nested->name(), "'");
+      pending.push_back({nested, lname, &nodes, 0, wi + " ('" + lname + "')"});
+      continue;
+    }
     LayerConfig lc = layer_config_from(e, wi);
     MPT_CHECK(lc.name == lname, wi, ": name '", lname, "' differs from its config's '", lc.name, "'");
-    const Json& nodes = as_array(at(e, "inbound_nodes", wi), wi + ", inbound_nodes");
     call_options_from(nodes, lc, wi + " ('" + lname + "')");
     pending.push_back({layer_from_config(lc), lname, &nodes, 0, wi + " ('" + lname + "')"});
   }
@@ -775,8 +785,13 @@ std::unique_ptr<Model> model_from_config(const Json& v, const std::string& w) {
   if (cls == "Sequential") {
     const Json& layer_list = as_array(at(c, "layers", w), w + ", layers");
     std::vector<LayerRef> layers;
-    for (std::size_t i = 0; i < layer_list.size(); ++i)
-      layers.push_back(layer_from_config(layer_config_from(layer_list[i], w + ", layer " + std::to_string(i))));
+    for (std::size_t i = 0; i < layer_list.size(); ++i) {
+      const std::string wi = w + ", layer " + std::to_string(i);
+      const Json& e = layer_list[i];
+      layers.push_back(is_model_class(as_string(at(e, "class_name", wi), wi + ", class_name"))
+                           ? nested_from(e, wi)
+                           : layer_from_config(layer_config_from(e, wi)));
+    }
     auto s = std::make_unique<Sequential>(layers);
     if (const Json* b = find(c, "build_input_shape"); b && !b->is_null() && s->input_shape().empty()) {
       Shape shape;
@@ -792,6 +807,8 @@ std::unique_ptr<Model> model_from_config(const Json& v, const std::string& w) {
   }
   m->set_name(name);
   if (const Json* d = find(c, "dtype"); d && !d->is_null()) Access::policy(*m) = policy_from(*d, w);
+  // Keras's model.trainable = False (a frozen base): every layer frozen, whatever its own entry.
+  if (const Json* t = find(c, "trainable"); t && !as_bool(*t, w + ", trainable")) m->set_trainable(false);
   return m;
 }
 

@@ -214,16 +214,18 @@ std::map<std::string, std::vector<std::size_t>> variable_groups(const Layer& lay
   return groups;
 }
 
-PendingState read_keras3(const h5::File& f, const Model& model, OptimizerState optimizer) {
-  PendingState st;
-  h5::Group lg = f.group("layers");
+/// The variables of `layers` from the group `lg` ("layers", or a nested model's
+/// "layers/<model>/layers"); `top`: the model's own list, where mpt's older by-name keys are
+/// still read.
+void read_layers(const h5::File& f, const h5::Group& lg, const std::vector<LayerRef>& layers, PendingState& st,
+                 bool top) {
   std::vector<std::string> file_layers = lg.children();
   std::vector<std::string> used;
-  const auto layers = model.layers();
   const auto paths = object_paths(layers);
+  const std::string at = top ? std::string("layers") : lg.path();
   // Keras finds a layer's group by its object path; mpt files written before mpt followed
   // Keras there keyed it by layer name, which is read back when the paths are not all present.
-  bool by_path = true, by_name = true;
+  bool by_path = true, by_name = top;
   for (std::size_t i = 0; i < layers.size(); ++i)
     if (!layers[i]->variables().empty()) {
       by_path = by_path && lg.has_group(paths[i]);
@@ -235,9 +237,16 @@ PendingState read_keras3(const h5::File& f, const Model& model, OptimizerState o
     if (vars.empty()) continue;
     const std::string name = by_path || !by_name ? paths[li] : layer->name();
     MPT_CHECK(lg.has_group(name), "file '", f.file_name(), "': layer '", layer->name(), "' (", layer->class_name(),
-              ", ", vars.size(), " variables) is not in the file: Keras keeps it at layers/", name,
+              ", ", vars.size(), " variables) is not in the file: Keras keeps it at ", at, "/", name,
               " (its class and position among the model's layers); the file has layers: ", join(file_layers));
     h5::Group layer_group = lg.group(name);
+    if (const auto inner = detail::nested_model(*layer)) {  // a model used as a layer: its own layers/
+      MPT_CHECK(layer_group.has_group("layers"), layer_group.where("layers"), ": missing; layer '", layer->name(),
+                "' is a model (", layer->class_name(), ") whose layers Keras keeps there");
+      read_layers(f, layer_group.group("layers"), inner->layers(), st, false);
+      used.push_back(name);
+      continue;
+    }
     for (const auto& [group, indices] : variable_groups(*layer)) {
       MPT_CHECK(group.empty() || layer_group.has_group(group), layer_group.where(group), ": missing; layer '", name,
                 "' (", layer->class_name(), ") keeps ", indices.size(), " variables there");
@@ -264,14 +273,19 @@ PendingState read_keras3(const h5::File& f, const Model& model, OptimizerState o
     if (std::find(used.begin(), used.end(), name) != used.end() || !lg.has_group(name)) continue;
     h5::Group g = lg.group(name);
     const std::size_t n = g.has_group("vars") ? g.group("vars").children().size() : 0;
-    MPT_CHECK(n == 0, "file '", f.file_name(), "': holds ", n, " variables at layers/", name,
+    MPT_CHECK(n == 0, "file '", f.file_name(), "': holds ", n, " variables at ", at, "/", name,
               ", which the model does not have (or has without variables); the model's layers: ", [&] {
                 std::vector<std::string> names;
                 for (std::size_t i = 0; i < layers.size(); ++i)
-                  names.push_back(layers[i]->name() + " (layers/" + paths[i] + ")");
+                  names.push_back(layers[i]->name() + " (" + at + "/" + paths[i] + ")");
                 return join(names);
               }());
   }
+}
+
+PendingState read_keras3(const h5::File& f, const Model& model, OptimizerState optimizer) {
+  PendingState st;
+  read_layers(f, f.group("layers"), model.layers(), st, true);
   if (optimizer != OptimizerState::Ignore) read_optimizer(f, model, st, optimizer == OptimizerState::Required);
   return st;
 }
@@ -299,8 +313,12 @@ PendingState read_legacy(const h5::File& f, const Model& model) {
   }
   std::vector<LayerRef> model_layers;
   std::vector<std::string> model_names;
-  for (const auto& l : model.layers())
+  for (const auto& l : model.layers()) {
+    MPT_CHECK(!detail::nested_model(*l), "file '", f.file_name(), "': a Keras 2 (legacy .h5) weights file; model '",
+              model.name(), "' holds a model as a layer ('", l->name(), "'), which mpt reads from Keras 3's ",
+              ".weights.h5 layout only");
     if (!l->variables().empty()) model_layers.push_back(l), model_names.push_back(l->name());
+  }
   MPT_CHECK(file_layers.size() == model_layers.size(), "file '", f.file_name(), "': holds weights for ",
             file_layers.size(), " layers (", join(file_layers), "), the model has ", model_layers.size(),
             " layers with weights (", join(model_names), ")");
@@ -322,16 +340,23 @@ PendingState read_legacy(const h5::File& f, const Model& model) {
 
 }  // namespace
 
-void write_keras3(const h5::Group& root, const Model& model, const SaveWeightsOptions& o) {
+namespace {
+/// parent/layers/<object path>/vars/<i> for each of `layers`; a model used as a layer gets its
+/// own layers/ group inside its one (layers/functional/layers/dense/vars/0), as Keras writes it.
+void write_layers(const h5::Group& parent, const std::vector<LayerRef>& layers, const SaveWeightsOptions& o) {
   {
-    h5::Group lg = root.create_group("layers");
-    const auto layers = model.layers();
+    h5::Group lg = parent.create_group("layers");
     const auto paths = object_paths(layers);
     for (std::size_t li = 0; li < layers.size(); ++li) {
       const LayerRef& layer = layers[li];
       MPT_CHECK(!paths[li].empty(), "save_weights: layer class '", layer->class_name(),
                 "' gives no Keras object path");
       h5::Group layer_group = lg.create_group(paths[li]);
+      if (const auto inner = detail::nested_model(*layer)) {
+        write_layers(layer_group, inner->layers(), o);
+        layer_group.create_group("vars").set_attr("name", layer->name());
+        continue;
+      }
       const auto vars = layer->variables();
       auto groups = variable_groups(*layer);
       groups.try_emplace("");  // every layer has its own vars group, as Keras writes it
@@ -345,6 +370,11 @@ void write_keras3(const h5::Group& root, const Model& model, const SaveWeightsOp
       }
     }
   }
+}
+}  // namespace
+
+void write_keras3(const h5::Group& root, const Model& model, const SaveWeightsOptions& o) {
+  write_layers(root, model.layers(), o);
   if (o.include_optimizer && !o.dtype && model.compiled()) {
     h5::Group og = root.create_group("optimizer");
     const auto entries = model_optimizer_entries(model);
@@ -363,7 +393,11 @@ void write_keras3(const h5::Group& root, const Model& model, const SaveWeightsOp
 
 void write_legacy(const h5::Group& root, const Model& model, std::optional<DType> dtype) {
   std::vector<std::string> names;
-  for (const auto& layer : model.layers()) names.push_back(layer->name());
+  for (const auto& layer : model.layers()) {
+    MPT_CHECK(!detail::nested_model(*layer), "save_weights: model '", model.name(), "' holds a model as a layer ('",
+              layer->name(), "'); save it in Keras 3's layout (a .weights.h5 file name), not the legacy .h5");
+    names.push_back(layer->name());
+  }
   root.set_attr("layer_names", names, false);
   // The layout is TensorFlow's (kernels [in, out], channels-last); Keras 2 readers only convert
   // for backend "theano" or keras_version "1".

@@ -59,7 +59,8 @@ void Layer::set_name(const std::string& name) {
 
 void Layer::set_trainable(bool on) {
   trainable_ = on;
-  for (auto& v : variables_) v.set_trainable(on);
+  for (std::size_t i = 0; i < variables_.size(); ++i)
+    variables_[i].set_trainable(on && (i >= created_trainable_.size() || created_trainable_[i]));
 }
 
 Tensor Layer::cast_input(const Tensor& x) const {
@@ -175,21 +176,21 @@ Tensor Layer::call_multi(const std::vector<Tensor>& xs, bool) { error("takes one
 
 std::vector<Variable> Layer::trainable_variables() const {
   std::vector<Variable> out;
-  for (const auto& v : variables_)
+  for (const auto& v : variables())
     if (v.trainable()) out.push_back(v);
   return out;
 }
 
 std::vector<Variable> Layer::non_trainable_variables() const {
   std::vector<Variable> out;
-  for (const auto& v : variables_)
+  for (const auto& v : variables())
     if (!v.trainable()) out.push_back(v);
   return out;
 }
 
 std::int64_t Layer::count_params() const {
   std::int64_t n = 0;
-  for (const auto& v : variables_) n += v.numel();
+  for (const auto& v : variables()) n += v.numel();
   return n;
 }
 
@@ -198,6 +199,7 @@ Variable Layer::add_weight(const std::string& name, const Shape& shape, const in
   Variable v(initializer(shape, variable_dtype(), detail::next_seed()), name, trainable && trainable_);
   v.set_path(name_ + "/" + name);
   variables_.push_back(v);
+  created_trainable_.push_back(trainable);
   return v;
 }
 

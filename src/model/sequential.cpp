@@ -21,6 +21,7 @@ void Sequential::add(LayerRef layer) {
   }
   for (const auto& l : layers_)
     MPT_CHECK(l.ptr() != layer.ptr(), "Sequential.add: layer '", layer->name(), "' is already in the model");
+  MPT_CHECK(detail::nested_model(*layer).get() != this, "Sequential.add: model '", name_, "' cannot be a layer of itself");
   layers_.push_back(layer);
   try {
     assign_layer_names();  // a duplicate user name: the model stays as it was

@@ -34,6 +34,7 @@ Conv2dGeometry conv_geometry(const Tensor& x, const Tensor& w, const Conv2dOptio
   g.stride_h = o.strides[0], g.stride_w = o.strides[1];
   g.dilation_h = o.dilation[0], g.dilation_w = o.dilation[1];
   g.pad_top = h.pad_lo, g.pad_bottom = h.pad_hi, g.pad_left = v.pad_lo, g.pad_right = v.pad_hi;
+  g.groups = o.groups;
   return g;
 }
 
@@ -48,8 +49,14 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, Conv2dO
             describe(kernel));
   const Shape& ws = kernel.shape();
   MPT_CHECK(ws[0] > 0 && ws[1] > 0 && ws[2] > 0 && ws[3] > 0, name, ": empty kernel ", describe(kernel));
-  MPT_CHECK(ws[2] == x.shape()[3], name, ": input ", describe(x), " has ", x.shape()[3], " channels but kernel ",
-            describe(kernel), " expects ", ws[2]);
+  const std::int64_t groups = o.groups, cin = x.shape()[3];
+  MPT_CHECK(groups >= 1, name, ": groups must be positive, got ", groups);
+  MPT_CHECK(cin % groups == 0 && ws[3] % groups == 0, name, ": groups = ", groups, " must divide the ", cin,
+            " input channels of ", describe(x), " and the ", ws[3], " filters of kernel ", describe(kernel));
+  MPT_CHECK(ws[2] * groups == cin, name, ": input ", describe(x), " has ", cin, " channels but kernel ",
+            describe(kernel), " expects ", ws[2], groups > 1 ? " per group (" + std::to_string(ws[2] * groups) + " in " +
+                                                                   std::to_string(groups) + " groups)"
+                                                             : std::string());
   if (bias.defined()) {
     check_compatible(name, x, bias);
     MPT_CHECK(bias.dim() == 1 && bias.shape()[0] == ws[3], name, ": bias ", describe(bias), " does not match kernel ",

@@ -81,6 +81,7 @@ struct ConvLayer {
   std::int64_t dilation = 1;
   bool bias = false;
   Activation act = Activation::Linear;
+  std::int64_t groups = 1;  ///< grouped (Conv2D groups) or depthwise (groups == cin)
 };
 
 struct Problem {
@@ -105,8 +106,9 @@ Problem problem(const ConvLayer& l) {
   axis(l.w, ow, p.g.pad_left, p.g.pad_right);
   p.g.stride_h = p.g.stride_w = l.stride;
   p.g.dilation_h = p.g.dilation_w = l.dilation;
+  p.g.groups = l.groups;
   p.x = {l.n, l.h, l.w, l.cin};
-  p.w = {l.k, l.k, l.cin, l.cout};
+  p.w = {l.k, l.k, l.cin / l.groups, l.cout};
   p.y = {l.n, oh, ow, l.cout};
   return p;
 }
@@ -210,6 +212,45 @@ TEST_CASE("cuda conv plans: every convolution of models B, C and resnet_cifar pl
         ++graphs;
       }
   MESSAGE(graphs, " graphs planned; fewest plans for one: ", min_count);
+}
+
+TEST_CASE("cuda conv plans: grouped and depthwise convolutions plan on an H100") {
+  // Conv2D(groups) and DepthwiseConv2D: the filter's C is cin / groups (conv_plans.cpp, filter()),
+  // every pass in every dtype, and the forward with its bias + ReLU fused where cuDNN fuses it.
+  if (!have_device_descriptions()) return;
+  const PlanTarget target{nullptr, device_properties(h100())};
+  const Activation relu = Activation::Relu;
+  const std::vector<ConvLayer> layers = {
+      {"depthwise 3x3 (MobileNet block)", 128, 32, 32, 32, 32, 3, 1, true, 1, true, relu, 32},
+      {"depthwise 3x3/2", 128, 32, 32, 32, 32, 3, 2, true, 1, false, Activation::Linear, 32},
+      {"depthwise 3x3 multiplier 2", 64, 16, 16, 16, 32, 3, 1, false, 1, true, relu, 16},
+      {"grouped 3x3, 4 groups", 128, 16, 16, 64, 64, 3, 1, true, 1, true, relu, 4},
+      {"grouped 1x1, 2 groups", 128, 16, 16, 64, 128, 1, 1, false, 1, false, Activation::Linear, 2},
+  };
+  for (const ConvLayer& l : layers)
+    for (DType d : kDtypes)
+      for (ConvPass pass : kPasses) {
+        ConvKey k = key_of(l, pass, d);
+        CHECK(k.groups == l.groups);
+        REQUIRE(describe(k).find(" groups " + std::to_string(l.groups)) != std::string::npos);
+        const int n = static_cast<int>(build_plans(k, target, 0).size());
+        MESSAGE(std::string(l.where), ": ", describe(k), ": ", n, " plans");
+        CHECK_MESSAGE(n >= 1, std::string(l.where), ": ", describe(k));
+        if (pass == ConvPass::Forward && l.bias) {
+          k.bias = true;
+          k.act = l.act;
+          const int f = static_cast<int>(build_plans(k, target, 0).size());
+          // Reported: where cuDNN has no fused engine, conv.cpp runs conv, then bias and activation.
+          MESSAGE(std::string(l.where), ": fused ", describe(k), ": ", f, " plans");
+        }
+      }
+  // The group count is part of the key: a grouped problem never finds an ungrouped plan.
+  const ConvLayer plain{"plain", 128, 32, 32, 32, 32, 3, 1, true};
+  ConvLayer grouped = plain;
+  grouped.groups = 32;
+  const ConvKey a = key_of(plain, ConvPass::Forward, float16), b = key_of(grouped, ConvPass::Forward, float16);
+  CHECK_FALSE(a == b);
+  CHECK(hash_of(a) != hash_of(b));
 }
 
 TEST_CASE("cuda conv plans: fused bias + ReLU forward graphs plan in 16-bit") {

@@ -7,13 +7,14 @@ does, or is refused by an mpt::Error naming the field.
 Layers: a small model around the layer, weights drawn at random, predictions compared (1e-5
 relative to the outputs' scale, float32). Optimizers, schedules and losses: the model compiled
 with them; a load must keep the field (mpt's own save of the loaded model carries the value).
+Initializers: each with non-default arguments on a Dense kernel; a load must keep it (in mpt's
+re-saved config, read back by Keras) and mpt's fresh kernel must follow it as Keras's draws do.
 Metrics: each compiled in, with a non-default argument; a load must keep it (Keras reads mpt's
 saved entry back into the same metric). A loss field Keras's own get_config leaves out (Huber's delta, CosineSimilarity's axis) is put
 into the saved config.json, where Keras's from_config honours it.
 Prints one line per case and a summary; exits non-zero on any silent load or wrong prediction.
 """
 import json
-import re
 import os
 import subprocess
 import sys
@@ -94,6 +95,11 @@ CASES = {
         "dilation_rate": 2, "groups": 2, "activation": "relu", "use_bias": False, "kernel_initializer": INIT,
         "bias_initializer": "ones", "kernel_regularizer": RNG, "bias_regularizer": RNG,
         "activity_regularizer": RNG, "kernel_constraint": CONSTRAINT, "bias_constraint": CONSTRAINT}),
+    "DepthwiseConv2D": (lambda **f: L.DepthwiseConv2D(**{"kernel_size": 3, **f}), image_in, {
+        "kernel_size": 2, "strides": 2, "padding": "same", "depth_multiplier": 3, "data_format": "channels_first",
+        "dilation_rate": 2, "activation": "relu", "use_bias": False, "depthwise_initializer": INIT,
+        "bias_initializer": "ones", "depthwise_regularizer": RNG, "bias_regularizer": RNG,
+        "activity_regularizer": RNG, "depthwise_constraint": CONSTRAINT, "bias_constraint": CONSTRAINT}),
     "Embedding": (lambda **f: L.Embedding(**{"input_dim": 10, "output_dim": 4, **f}), ids_in, {
         "input_dim": 12, "output_dim": 6, "embeddings_initializer": INIT, "embeddings_regularizer": RNG,
         "activity_regularizer": RNG, "embeddings_constraint": CONSTRAINT, "mask_zero": True}),
@@ -275,6 +281,102 @@ class Sweep:
             self.bad.append((what, field, note))
 
 
+KI = keras.initializers
+# Initializers with their arguments, as Dense(48)'s kernel_initializer over 80 features (kernel
+# [80, 48]: fan_in 80, fan_out 48). A load must keep the initializer: mpt's re-saved config carries
+# its class and arguments, Keras reads that file back into the same initializer, and the kernel mpt
+# draws afresh from the loaded config follows the initializer as Keras's draws do (values for the
+# constant ones; orthonormal columns for Orthogonal; else mean, stddev and, where the distribution
+# is bounded, its ends, against Keras's own draws: a seed gives other values in mpt than in JAX).
+INITIALIZERS = {
+    "RandomNormal": KI.RandomNormal(mean=0.1, stddev=0.5, seed=3),
+    "RandomUniform": KI.RandomUniform(minval=-0.3, maxval=0.7, seed=4),
+    "TruncatedNormal": KI.TruncatedNormal(mean=0.2, stddev=0.3),
+    "Zeros": KI.Zeros(),
+    "Ones": KI.Ones(),
+    "Constant": KI.Constant(0.7),
+    "VarianceScaling": KI.VarianceScaling(scale=2.5, mode="fan_out", distribution="untruncated_normal", seed=5),
+    "VarianceScaling truncated": KI.VarianceScaling(scale=0.5, mode="fan_avg"),
+    "VarianceScaling axes": KI.VarianceScaling(scale=3.0, distribution="uniform", input_axes=[1], output_axes=[0]),
+    "GlorotNormal": KI.GlorotNormal(seed=6),
+    "GlorotUniform": KI.GlorotUniform(seed=7),
+    "HeNormal": KI.HeNormal(seed=8),
+    "HeUniform": KI.HeUniform(),
+    "LecunNormal": KI.LecunNormal(),
+    "LecunUniform": KI.LecunUniform(seed=9),
+    "Orthogonal": KI.Orthogonal(gain=1.5, seed=10),
+    "Identity": KI.Identity(gain=2.0),
+}
+INIT_IN, INIT_UNITS = 80, 48
+
+
+def bounded(obj):
+    """Whether the initializer's distribution has ends (uniform or truncated at 2 stddev)."""
+    if isinstance(obj, KI.VarianceScaling):
+        return obj.distribution != "untruncated_normal"
+    return isinstance(obj, (KI.RandomUniform, KI.TruncatedNormal))
+
+
+def compare_draws(mine, theirs, obj):
+    """(ok, note): mpt's fresh kernel against Keras's draws of the same initializer and shape."""
+    if isinstance(obj, (KI.Zeros, KI.Ones, KI.Constant, KI.Identity)):
+        diff = float(np.abs(mine - theirs).max())
+        return diff <= 1e-7, f"values as Keras's (max abs diff {diff:.3g})"
+    if isinstance(obj, KI.Orthogonal):
+        err = float(np.abs(mine.T @ mine - obj.gain ** 2 * np.eye(mine.shape[1])).max())
+        return err <= 1e-5 * obj.gain ** 2, f"orthogonal: max |K^T K - gain^2 I| {err:.3g}"
+    n = mine.size
+    mm, ms, tm, ts = float(mine.mean()), float(mine.std()), float(theirs.mean()), float(theirs.std())
+    ok = abs(mm - tm) <= 6 * ts * np.sqrt(2.0 / n) and abs(ms / ts - 1) <= 6 / np.sqrt(n)
+    note = f"mean/std mpt {mm:.4f}/{ms:.4f}, Keras {tm:.4f}/{ts:.4f}"
+    if bounded(obj):
+        span = float(theirs.max() - theirs.min())
+        ends = abs(float(mine.min() - theirs.min())), abs(float(mine.max() - theirs.max()))
+        ok = ok and max(ends) <= 0.05 * span
+        note += f"; ends mpt [{mine.min():.4f}, {mine.max():.4f}], Keras [{theirs.min():.4f}, {theirs.max():.4f}]"
+    return ok, note
+
+
+def run_initializer(s, name, obj):
+    want = KI.serialize(obj)
+    patch = None
+    if isinstance(obj, KI.Identity):
+        # Keras 3.15's Identity get_config drops gain (its from_config takes it): the case puts it
+        # into config.json, as mpt writes it.
+        want["config"]["gain"] = obj.gain
+
+        def patch(cfg):
+            for layer in cfg["config"]["layers"]:
+                if layer["class_name"] == "Dense":
+                    layer["config"]["kernel_initializer"]["config"]["gain"] = obj.gain
+
+    x = keras.Input((INIT_IN,))
+    m = keras.Model(x, L.Dense(INIT_UNITS, kernel_initializer=obj)(x))
+    randomize(m, 2)
+
+    def check(cfg):
+        mine = next(l for l in cfg["config"]["layers"] if l["class_name"] == "Dense")["config"]["kernel_initializer"]
+        if not same_value(mine, want):
+            return False, f"mpt keeps kernel_initializer = {json.dumps(mine)}, Keras has {json.dumps(want)}"
+        resaved = os.path.join(s.d, "resaved.keras")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            back = keras.models.load_model(resaved, compile=False)
+        got = next(l for l in back.layers if isinstance(l, L.Dense)).kernel_initializer
+        if (type(got) is not type(obj) or KI.serialize(got)["config"] != KI.serialize(obj)["config"]
+                or getattr(got, "gain", None) != getattr(obj, "gain", None)):
+            return False, f"Keras reads mpt's file as {KI.serialize(got)}"
+        out = os.path.join(s.d, "kernel.f32")
+        r = subprocess.run([s.helper, "fresh_kernel", resaved, out], capture_output=True, text=True)
+        if r.returncode != 0:
+            return False, f"fresh_kernel failed: {r.stdout}{r.stderr}"
+        fresh = np.fromfile(out, dtype="float32").reshape(INIT_IN, INIT_UNITS).astype("float64")
+        theirs = np.asarray(obj((INIT_IN, INIT_UNITS)), dtype="float64")
+        return compare_draws(fresh, theirs, obj)
+
+    s.run(m, (INIT_IN,), f"initializer {name}", "kernel_initializer", check, patch=patch)
+
+
 def compiled_model(seed=0):
     x = keras.Input((6,))
     m = keras.Model(x, L.Dense(3)(x))
@@ -291,11 +393,9 @@ def find_field(cfg, path):
 
 
 def same_value(mine, keras_value):
-    """Whether mpt's saved value of a field is Keras's: numbers to 1e-6, tuples as lists, Keras's
-    initializer objects as mpt's snake_case names, serialized objects by class and config."""
+    """Whether mpt's saved value of a field is Keras's: numbers to 1e-6, tuples as lists,
+    serialized objects (initializers included) by class and config."""
     if isinstance(keras_value, dict) and "class_name" in keras_value:
-        if keras_value.get("module") == "keras.initializers" and isinstance(mine, str):
-            return mine == re.sub("([a-z])([A-Z])", r"\1_\2", keras_value["class_name"]).lower()
         return (isinstance(mine, dict) and mine.get("class_name") == keras_value["class_name"]
                 and same_value(mine.get("config", {}), keras_value.get("config", {})))
     if isinstance(keras_value, dict):
@@ -332,6 +432,8 @@ def main():
                     continue
                 randomize(m, 1)
                 s.run(m, shape, cls, field, layer_class=cls)
+        for name, obj in INITIALIZERS.items():
+            run_initializer(s, name, obj)
         for cls, (make, fields) in OPTIMIZERS.items():
             for field, value in list(fields.items()) + list(BASE_FIELDS.items()):
                 if cls == "AdamW" and field == "weight_decay" and value == 0.02:

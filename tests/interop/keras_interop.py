@@ -11,7 +11,8 @@
    Keras also rebuilds whole models from mpt's .keras archives (load_model): the MLP, every core
    layer under mixed_bfloat16, and a functional residual CNN (Keras 3's functional config).
 2. Keras writes .weights.h5 (float32 and bfloat16), a legacy .h5 and .keras archives (the MLP
-   and a functional residual CNN); mpt loads each (load_weights, load_model) and predicts. Every comparison prints its max abs
+   and a functional residual CNN); mpt loads each (load_weights, load_model) and predicts. Both
+   ways also a CNN with DepthwiseConv2D and a grouped Conv2D. Every comparison prints its max abs
    difference and must stay under 1e-5.
 It also checks that h5py reads mpt's files through their 512-byte userblock.
 """
@@ -57,6 +58,15 @@ def residual_cnn():
     return keras.Model(inp, out, name="residual")
 
 
+def depthwise_cnn():
+    """keras_interop_helper's depthwise_cnn(): DepthwiseConv2D and a grouped Conv2D."""
+    inp = keras.Input((8, 8, 4))
+    x = keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2, activation="relu")(inp)
+    x = keras.layers.Conv2D(6, 3, groups=2, activation="tanh")(x)
+    out = keras.layers.Dense(5)(keras.layers.GlobalAveragePooling2D()(x))
+    return keras.Model(inp, out, name="depthwise")
+
+
 T, VOCAB = 12, 20
 
 
@@ -78,6 +88,15 @@ def crossed(names):
     yb = keras.layers.Dense(4, name=names[1])(ya)
     yc = keras.layers.Dense(4, activation="relu", name=names[2])(x)
     return keras.Model(x, keras.layers.Add()([yc, yb]))
+
+
+def nested():
+    """A model used as a layer: Input -> base -> Dense head, base = Dense, BatchNormalization, Dense."""
+    bi = keras.Input((IN,))
+    h = keras.layers.BatchNormalization()(keras.layers.Dense(16, activation="relu")(bi))
+    base = keras.Model(bi, keras.layers.Dense(8, activation="tanh")(h))
+    x = keras.Input((IN,))
+    return keras.Model(x, keras.layers.Dense(OUT)(base(x)))
 
 
 def read_f32(path, shape):
@@ -203,6 +222,17 @@ def main():
         assert kg.get_config()["layers"][[l.name for l in kg.layers].index(mha.name)]["inbound_nodes"][0]["kwargs"][
             "use_causal_mask"] is True
 
+        # DepthwiseConv2D and a grouped Conv2D (Keras's groups), trained in mpt.
+        subprocess.run([helper, "depthwise_export", d], check=True)
+        xdw = read_f32(os.path.join(d, "inputs_dw.f32"), (N, 8, 8, 4))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kd = keras.saving.load_model(os.path.join(d, "mpt_depthwise.keras"))
+        print(f"  Keras load_model(mpt_depthwise.keras): " + ", ".join(
+            f"{type(l).__name__}{'(groups=%d)' % l.groups if getattr(l, 'groups', 1) != 1 else ''}" for l in kd.layers))
+        report("Keras predict after load_model(mpt_depthwise.keras)", kd.predict(xdw, verbose=0),
+               read_f32(os.path.join(d, "preds_dw.f32"), (N, 5)))
+
         # ---- Keras writes, mpt reads -------------------------------------------------------
         print("Keras -> mpt")
         # Keras's optimizers with their state: mpt's load_model rebuilds each and one more
@@ -323,6 +353,54 @@ def main():
                         os.path.join(d, "gpt_mask_k.f32"), out], check=True)
         report("mpt predict after load_model(keras_gpt.keras)", read_f32(out, (N, T, VOCAB)),
                kg.predict([ids, gmask], verbose=0))
+        # DepthwiseConv2D (kernel [3, 3, 4, 2]) and Conv2D(groups=2), trained a little in Keras.
+        kdw = depthwise_cnn()
+        rng = np.random.default_rng(6)
+        kdw.set_weights([rng.uniform(-0.5, 0.5, w.shape).astype("float32") for w in kdw.get_weights()])
+        kdw.compile(optimizer="adam", loss="mse")
+        kdw.fit(rng.normal(size=(128, 8, 8, 4)).astype("float32"), rng.normal(size=(128, 5)).astype("float32"),
+                epochs=1, verbose=0)
+        kdw.save(os.path.join(d, "keras_depthwise.keras"))
+        subprocess.run([helper, "import_model", os.path.join(d, "keras_depthwise.keras"),
+                        os.path.join(d, "inputs_dw.f32"), out, "8", "8", "4"], check=True)
+        report("mpt predict after load_model(keras_depthwise.keras)", read_f32(out, (N, 5)),
+               kdw.predict(xdw, verbose=0))
+        # ---- a model used as a layer (fine-tuning a frozen base), both ways ------------------
+        print("nested models")
+        subprocess.run([helper, "nested_export", d], check=True)
+        xn = read_f32(os.path.join(d, "inputs_nested.f32"), (N, IN))
+        mpt_nested = read_f32(os.path.join(d, "preds_nested.f32"), (N, OUT))
+        mn = keras.saving.load_model(os.path.join(d, "mpt_nested.keras"))
+        inner = mn.layers[1]
+        assert isinstance(inner, keras.Model) and not inner.trainable, inner
+        assert len(mn.trainable_weights) == 2 and len(mn.weights) == 2 + 8, (mn.trainable_weights, mn.weights)
+        report("Keras predict after load_model(mpt_nested.keras)", mn.predict(xn, verbose=0), mpt_nested)
+        with h5py.File(os.path.join(d, "mpt_nested.weights.h5"), "r") as f:
+            for key in ["layers/functional/layers/dense/vars/0", "layers/functional/layers/batch_normalization/vars/3",
+                        "layers/functional/layers/dense_1/vars/1", "layers/dense/vars/0"]:
+                assert key in f, key
+        kn = nested()
+        kn.load_weights(os.path.join(d, "mpt_nested.weights.h5"))
+        report("Keras predict after load_weights(mpt_nested.weights.h5)", kn.predict(xn, verbose=0), mpt_nested)
+        kn2 = nested()
+        rng = np.random.default_rng(8)
+        for v in kn2.weights:
+            lo, hi = (0.5, 1.5) if "variance" in v.name else (-0.5, 0.5)
+            v.assign(rng.uniform(lo, hi, v.shape).astype("float32"))
+        kn2.layers[1].trainable = False
+        kn2.compile(optimizer="adam", loss="mse")
+        kn2.fit(rng.normal(size=(128, IN)).astype("float32"), rng.normal(size=(128, OUT)).astype("float32"),
+                epochs=1, verbose=0)
+        kn2.save(os.path.join(d, "keras_nested.keras"))
+        kn2.save_weights(os.path.join(d, "keras_nested.weights.h5"))
+        want_n = kn2.predict(xn, verbose=0)
+        subprocess.run([helper, "import_model", os.path.join(d, "keras_nested.keras"),
+                        os.path.join(d, "inputs_nested.f32"), out], check=True)
+        report(f"mpt predict after load_model(keras_nested.keras), base '{kn2.layers[1].name}'",
+               read_f32(out, (N, OUT)), want_n)
+        subprocess.run([helper, "nested_import", os.path.join(d, "keras_nested.weights.h5"),
+                        os.path.join(d, "inputs_nested.f32"), out], check=True)
+        report("mpt predict after load_weights(keras_nested.weights.h5)", read_f32(out, (N, OUT)), want_n)
     print("interop OK")
 
 

@@ -26,6 +26,17 @@
 //       [64, 12, 20]
 //   keras_interop_helper gpt_import <model.keras> <ids.f32> <mask.f32> <preds.f32>
 //       rebuilds a Keras-saved model of that shape and writes its predictions
+//   keras_interop_helper depthwise_export <dir>   a CNN with DepthwiseConv2D and a grouped Conv2D
+//       (depthwise_cnn()), trained one epoch: mpt_depthwise.keras, inputs_dw.f32 [64, 8, 8, 4]
+//       and preds_dw.f32 [64, 5]
+//   keras_interop_helper nested_export <dir>   a model used as a layer (nested()): a frozen
+//       functional base (Dense, BatchNormalization, Dense) under a Dense head, random weights, the
+//       head trained one epoch: mpt_nested.keras, mpt_nested.weights.h5, inputs_nested.f32
+//       [64, 20] and preds_nested.f32 [64, 10]
+//   keras_interop_helper nested_import <weights file> <inputs.f32> <preds.f32>   loads Keras's
+//       weights into nested() and writes its predictions
+//   keras_interop_helper fresh_kernel <model.keras> <kernel.f32>   the first Dense layer made again
+//       from its saved config and built: its freshly initialized kernel (keras_config_sweep.py)
 //
 // .f32 files hold raw little-endian float32 values, row-major.
 #include <cstdio>
@@ -59,6 +70,16 @@ std::unique_ptr<mpt::Model> residual_cnn() {
   auto y = layers::Conv2D(4, {3, 3}, {.padding = "same"})(x);
   auto out = layers::Dense(5, {.activation = "softmax"})(layers::GlobalAveragePooling2D()(layers::Add()({x, y})));
   return std::make_unique<mpt::Model>(in, out, "residual");
+}
+
+/// Input(8, 8, 4) -> DepthwiseConv2D(3, x2, same, relu) -> Conv2D(6, 3, groups 2) -> GAP -> Dense(5);
+/// keras_interop.py's depthwise_cnn() builds the same one.
+std::unique_ptr<mpt::Model> depthwise_cnn() {
+  auto in = mpt::Input({8, 8, 4});
+  auto x = layers::DepthwiseConv2D(3, {.padding = "same", .depth_multiplier = 2, .activation = "relu"})(in);
+  x = layers::Conv2D(6, 3, {.groups = 2, .activation = "tanh"})(x);
+  auto out = layers::Dense(5)(layers::GlobalAveragePooling2D()(x));
+  return std::make_unique<mpt::Model>(in, out, "depthwise");
 }
 
 constexpr std::int64_t kT = 12, kVocab = 20;
@@ -126,6 +147,16 @@ std::vector<std::int32_t> labels_of(const mpt::Tensor& x) {
   std::vector<std::int32_t> y(static_cast<std::size_t>(x.shape()[0]));
   for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int32_t>((v[i * kIn] > 0) + 2 * (v[i * kIn + 1] > 0));
   return y;
+}
+
+/// Input(20) -> base -> Dense(10), base = functional Input(20) -> Dense(16, relu) ->
+/// BatchNormalization -> Dense(8, tanh), as nested() in keras_interop.py.
+std::shared_ptr<mpt::Model> nested() {
+  auto bin = mpt::Input({kIn});
+  auto h = layers::BatchNormalization()(layers::Dense(16, {.activation = "relu"})(bin));
+  auto base = std::make_shared<mpt::Model>(bin, layers::Dense(8, {.activation = "tanh"})(h));
+  auto in = mpt::Input({kIn});
+  return std::make_shared<mpt::Model>(in, layers::Dense(kOut)((*base)(in)), "outer");
 }
 
 int run(int argc, char** argv) {
@@ -255,6 +286,21 @@ int run(int argc, char** argv) {
     m->save(argv[5]);
     return 0;
   }
+  if (mode == "fresh_kernel" && argc == 4) {
+    // keras_config_sweep.py: the first Dense layer of a .keras model made again from its config
+    // (its initializers with their arguments) and built; writes its fresh kernel.
+    auto m = mpt::load_model(argv[2], {.compile = false});
+    for (const auto& l : m->layers()) {
+      if (l->class_name() != "Dense") continue;
+      mpt::LayerRef fresh = mpt::layer_from_config(
+          mpt::LayerConfig(l->class_name(), l->name(), l->dtype_policy(), l->trainable(), l->config()));
+      fresh(mpt::Tensor::zeros({1, l->variables()[0].shape()[0]}));
+      write_f32(argv[3], fresh->variables()[0].value());
+      return 0;
+    }
+    std::cout << "no Dense layer in " << argv[2] << "\n";
+    return 1;
+  }
   if (mode == "crossed_import" && argc == 5) {
     auto m = crossed();
     m->load_weights(argv[2]);
@@ -290,6 +336,49 @@ int run(int argc, char** argv) {
               (*m)({mpt::ops::cast(ids, mpt::int32), mpt::ops::cast(gpt_mask(), mpt::bool_)})[0]);
     return 0;
   }
+  if (mode == "depthwise_export" && argc == 3) {
+    const std::string dir = argv[2];
+    mpt::set_random_seed(17);
+    auto m = depthwise_cnn();
+    std::uint64_t seed = 200;
+    for (auto& v : m->variables())  // biases away from zero
+      v.assign(mpt::Tensor::random_uniform(v.shape(), -0.5, 0.5, seed++).to(v.dtype()));
+    m->compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-2}), .loss = "mse"});
+    m->fit(mpt::Tensor::random_normal({128, 8, 8, 4}, 0, 1, 18), mpt::Tensor::random_normal({128, 5}, 0, 1, 19),
+           {.batch_size = 32, .epochs = 1, .verbose = 0});
+    m->save(dir + "/mpt_depthwise.keras");
+    const mpt::Tensor inputs = mpt::Tensor::random_uniform({kSamples, 8, 8, 4}, -2, 2, 20);
+    write_f32(dir + "/inputs_dw.f32", inputs);
+    write_f32(dir + "/preds_dw.f32", m->predict(inputs));
+    return 0;
+  }
+  if (mode == "nested_export" && argc == 3) {
+    const std::string dir = argv[2];
+    mpt::set_random_seed(31);
+    auto m = nested();
+    std::uint64_t seed = 300;
+    for (auto& v : m->variables()) {  // variances positive, the rest away from zeros and ones
+      const bool variance = v.name() == "moving_variance";
+      v.assign(mpt::Tensor::random_uniform(v.shape(), variance ? 0.5 : -0.5, variance ? 1.5 : 0.5, seed++));
+    }
+    auto base = mpt::detail::nested_model(*m->layers()[0]);
+    base->set_trainable(false);  // fine-tuning: the head alone trains
+    m->compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-2}), .loss = "mse"});
+    m->fit(mpt::Tensor::random_normal({128, kIn}, 0, 1, 32), mpt::Tensor::random_normal({128, kOut}, 0, 1, 33),
+           {.batch_size = 32, .epochs = 1, .verbose = 0});
+    m->save(dir + "/mpt_nested.keras");
+    m->save_weights(dir + "/mpt_nested.weights.h5");
+    const mpt::Tensor inputs = mpt::Tensor::random_uniform({kSamples, kIn}, -2, 2, 34);
+    write_f32(dir + "/inputs_nested.f32", inputs);
+    write_f32(dir + "/preds_nested.f32", m->predict(inputs));
+    return 0;
+  }
+  if (mode == "nested_import" && argc == 5) {
+    auto m = nested();
+    m->load_weights(argv[2]);
+    write_f32(argv[4], m->predict(read_f32(argv[3], {kSamples, kIn})));
+    return 0;
+  }
   if (mode == "gpt_import" && argc == 6) {
     auto m = mpt::load_model(argv[2]);
     mpt::Tensor ids = mpt::ops::cast(read_f32(argv[3], {kSamples, kT}), mpt::int32);
@@ -301,6 +390,7 @@ int run(int argc, char** argv) {
                "       keras_interop_helper import <weights file> <inputs.f32> <preds.f32>\n"
                "       keras_interop_helper import_model <model.keras or .h5> <inputs.f32> <preds.f32> [dims...]\n"
                "       keras_interop_helper gpt_export <dir>\n"
+               "       keras_interop_helper depthwise_export <dir>\n"
                "       keras_interop_helper gpt_import <model.keras> <ids.f32> <mask.f32> <preds.f32>\n";
   return 2;
 }

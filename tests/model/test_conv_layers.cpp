@@ -1,6 +1,8 @@
 // Convolutional, pooling, normalization and merge layers: the layer harness (shapes, dtypes under
 // every policy, float64 gradients), Keras configs, errors that name the layer, BatchNormalization's
 // moving statistics following only applied optimizer steps, and a small CNN that learns.
+#include <set>
+
 #include "layer_harness.hpp"
 
 using namespace mpt;
@@ -51,6 +53,23 @@ TEST_CASE("convolution and pooling layers through the layer harness") {
        [] { return layers::Conv2D(5, 1, {.activation = "sigmoid", .kernel_initializer = "he_normal"}); },
        {2, 3, 3, 4},
        {2, 3, 3, 5}},
+      {"Conv2D groups 2", [] { return layers::Conv2D(6, 3, {.groups = 2}); }, {2, 5, 6, 4}, {2, 3, 4, 6}},
+      {"Conv2D groups 3 same strides 2 tanh, no bias",
+       [] { return layers::Conv2D(3, {3, 2}, {.strides = 2, .padding = "same", .groups = 3, .activation = "tanh", .use_bias = false}); },
+       {2, 5, 6, 3},
+       {2, 3, 3, 3}},
+      {"DepthwiseConv2D", [] { return layers::DepthwiseConv2D(3); }, {2, 5, 6, 3}, {2, 3, 4, 3}},
+      {"DepthwiseConv2D multiplier 2 same strides 2 tanh",
+       [] {
+         return layers::DepthwiseConv2D(3, {.strides = 2, .padding = "same", .depth_multiplier = 2, .activation = "tanh",
+                                            .bias_initializer = "ones"});
+       },
+       {2, 5, 6, 2},
+       {2, 3, 3, 4}},
+      {"DepthwiseConv2D 3x2 dilation 2 same, no bias",
+       [] { return layers::DepthwiseConv2D({3, 2}, {.padding = "same", .dilation_rate = 2, .use_bias = false}); },
+       {1, 6, 5, 4},
+       {1, 6, 5, 4}},
       {"MaxPooling2D", [] { return layers::MaxPooling2D({2, 2}); }, {2, 5, 6, 3}, {2, 2, 3, 3}},
       {"MaxPooling2D same 3x3/2", [] { return layers::MaxPooling2D(3, {.strides = 2, .padding = "same"}); }, {2, 5, 6, 2}, {2, 3, 3, 2}},
       {"AveragePooling2D", [] { return layers::AveragePooling2D({2, 2}); }, {2, 4, 6, 3}, {2, 2, 3, 3}},
@@ -146,8 +165,8 @@ TEST_CASE("layer configs are Keras's") {
   CHECK(conv["data_format"] == "channels_last");
   CHECK(conv["activation"] == "relu");
   CHECK(conv["use_bias"] == false);
-  CHECK(conv["kernel_initializer"] == "glorot_uniform");
-  CHECK(conv["bias_initializer"] == "zeros");
+  CHECK(conv["kernel_initializer"]["class_name"] == "GlorotUniform");
+  CHECK(conv["bias_initializer"]["class_name"] == "Zeros");
   auto pool = config_of(layers::MaxPooling2D({3, 3}));
   CHECK(pool["pool_size"] == pair(3, 3));
   CHECK(pool["strides"] == pair(3, 3));  // None means the pool size
@@ -158,7 +177,7 @@ TEST_CASE("layer configs are Keras's") {
   CHECK(bn["epsilon"] == 0.001);
   CHECK(bn["center"] == true);
   CHECK(bn["scale"] == true);
-  CHECK(bn["moving_variance_initializer"] == "ones");
+  CHECK(bn["moving_variance_initializer"]["class_name"] == "Ones");
   auto ln = config_of(layers::LayerNormalization());
   CHECK(ln["epsilon"] == 0.001);
   CHECK(config_of(layers::ZeroPadding2D({{1, 2}, {3, 4}}))["padding"] == nlohmann::json::array({pair(1, 2), pair(3, 4)}));
@@ -176,6 +195,99 @@ TEST_CASE("layer configs are Keras's") {
   }
 }
 
+TEST_CASE("DepthwiseConv2D convolves each channel with its own depth_multiplier filters, as Keras") {
+  PolicyScope scope("float64");
+  const std::int64_t C = 3, M = 2;
+  auto dw = layers::DepthwiseConv2D({2, 3}, {.depth_multiplier = M, .bias_initializer = "random_uniform"});
+  Tensor x = Tensor::random_uniform({2, 4, 5, C}, -1, 1, 1, float64);
+  Tensor y = dw(x);
+  REQUIRE(y.shape() == Shape{2, 3, 3, C * M});
+  auto vars = dw->variables();
+  REQUIRE(vars.size() == 2);
+  CHECK(vars[0].path() == "depthwise_conv2d/kernel");  // Keras 3's name
+  CHECK(vars[0].shape() == Shape{2, 3, C, M});         // and shape
+  CHECK(vars[1].shape() == Shape{C * M});
+  const auto xv = x.to_vector<double>(), k = vars[0].value().to_vector<double>(), b = vars[1].value().to_vector<double>();
+  std::vector<double> want;
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t oy = 0; oy < 3; ++oy)
+      for (std::int64_t ox = 0; ox < 3; ++ox)
+        for (std::int64_t c = 0; c < C; ++c)
+          for (std::int64_t m = 0; m < M; ++m) {  // output channel c * M + m, from input channel c only
+            double acc = b[c * M + m];
+            for (std::int64_t i = 0; i < 2; ++i)
+              for (std::int64_t j = 0; j < 3; ++j)
+                acc += xv[((n * 4 + oy + i) * 5 + ox + j) * C + c] * k[((i * 3 + j) * C + c) * M + m];
+            want.push_back(acc);
+          }
+  test::check_close(y, want, {1e-12, 1e-12}, "DepthwiseConv2D against per-channel loops");
+  // A grouped Conv2D: its kernel [kh, kw, 1, C * M] is the depthwise one in the same order.
+  auto grouped = layers::Conv2D(C * M, {2, 3}, {.groups = C});
+  grouped(x);
+  grouped->variables()[0].assign(ops::reshape(vars[0].value(), {2, 3, 1, C * M}));
+  grouped->variables()[1].assign(vars[1].value());
+  CHECK(grouped->variables()[0].shape() == Shape{2, 3, 1, C * M});
+  test::check_close(grouped(x), want, {1e-12, 1e-12}, "Conv2D(groups = C) with the depthwise kernel");
+  // Glorot's fans are Keras's for [kh, kw, C, M]: limit sqrt(6 / ((C + M) * kh * kw)).
+  PolicyScope f32("float32");
+  auto big = layers::DepthwiseConv2D(3, {.depth_multiplier = 4});
+  big(Tensor::zeros({1, 3, 3, 64}));
+  double lim = 0;
+  for (double v : big->variables()[0].value().to_vector<double>()) lim = std::max(lim, std::abs(v));
+  CHECK(lim <= std::sqrt(6.0 / ((64 + 4) * 9)) + 1e-7);
+  CHECK(lim > 0.9 * std::sqrt(6.0 / ((64 + 4) * 9)));
+}
+
+TEST_CASE("grouped Conv2D and DepthwiseConv2D: configs, rules and load_model registration as Keras's") {
+  PolicyScope scope("float32");
+  auto conv = config_of(layers::Conv2D(8, 3, {.groups = 4}));
+  CHECK(conv["groups"] == 4);
+  auto d = config_of(layers::DepthwiseConv2D({3, 1}, {.strides = 2, .padding = "same", .depth_multiplier = 3,
+                                                      .dilation_rate = 1, .activation = "relu", .use_bias = false,
+                                                      .depthwise_initializer = "he_normal",
+                                                      .depthwise_regularizer = regularizers::L2(0.01),
+                                                      .depthwise_constraint = constraints::MaxNorm(1.5)}));
+  // Keras 3.15's DepthwiseConv2D.get_config keys, and no others.
+  std::set<std::string> keys;
+  for (auto it = d.begin(); it != d.end(); ++it) keys.insert(it.key());
+  CHECK(keys == std::set<std::string>{"depth_multiplier", "kernel_size", "strides", "padding", "data_format",
+                                      "dilation_rate", "activation", "use_bias", "depthwise_initializer",
+                                      "bias_initializer", "depthwise_regularizer", "bias_regularizer",
+                                      "activity_regularizer", "depthwise_constraint", "bias_constraint"});
+  CHECK(d["depth_multiplier"] == 3);
+  CHECK(d["kernel_size"] == pair(3, 1));
+  CHECK(d["strides"] == pair(2, 2));
+  CHECK(d["data_format"] == "channels_last");
+  CHECK(d["depthwise_initializer"]["class_name"] == "HeNormal");
+  CHECK(d["depthwise_regularizer"]["class_name"] == "L2");
+  CHECK(d["depthwise_constraint"]["class_name"] == "MaxNorm");
+  CHECK(d["bias_regularizer"].is_null());
+  for (LayerRef l : {layers::Conv2D(6, {3, 1}, {.groups = 3, .kernel_regularizer = regularizers::L1(0.1)}),
+                     layers::DepthwiseConv2D(3, {.depth_multiplier = 2, .depthwise_regularizer = regularizers::L2(0.5),
+                                                 .depthwise_constraint = constraints::NonNeg()})}) {
+    LayerConfig c{l->class_name(), l->name(), l->dtype_policy(), true, l->config()};
+    LayerRef back = layer_from_config(c);
+    CHECK(back->class_name() == l->class_name());
+    CHECK(back->config() == l->config());
+  }
+  // The depthwise regularizer and constraint act on the kernel: a loss, and a projection.
+  auto dw = layers::DepthwiseConv2D(2, {.depthwise_regularizer = regularizers::L2(0.5),
+                                        .depthwise_constraint = constraints::NonNeg()});
+  dw(Tensor::ones({1, 3, 3, 2}));
+  auto k = dw->variables()[0];
+  k.assign(Tensor::full(k.shape(), -1.0));
+  auto losses = dw->losses();
+  REQUIRE(losses.size() == 1);
+  CHECK(losses[0].item() == doctest::Approx(0.5 * 8));
+  dw->apply_constraints();
+  for (double v : k.value().to_vector<double>()) CHECK(v == 0.0);
+  // A Keras config with fields mpt does not have is refused naming them.
+  nlohmann::json keras_cfg = config_of(layers::DepthwiseConv2D(3));
+  keras_cfg["data_format"] = "channels_first";
+  CHECK_ERROR_HAS(layer_from_config({"DepthwiseConv2D", "dw", Policy("float32"), true, keras_cfg}), "DepthwiseConv2D",
+                  "data_format", "channels_first");
+}
+
 TEST_CASE("bad configurations and inputs raise mpt::Error naming the layer") {
   PolicyScope scope("float32");
   CHECK_ERROR_HAS(layers::Conv2D(8, {5, 5})(Tensor::zeros({1, 4, 4, 3})), "Conv2D 'conv2d'", "[5, 5]", "4x4", "valid",
@@ -189,6 +301,21 @@ TEST_CASE("bad configurations and inputs raise mpt::Error naming the layer") {
   CHECK_ERROR_HAS(layers::Conv2D(0, 3), "Conv2D", "filters");
   CHECK_ERROR_HAS(layers::Conv2D(4, 3, {.padding = "causal"}), "Conv2D", "causal");
   CHECK_ERROR_HAS(layers::Conv2D(4, 3, {.activation = "swishy"}), "swishy");
+  CHECK_ERROR_HAS(layers::Conv2D(5, 3, {.groups = 2}), "Conv2D 'conv2d'", "filters = 5", "groups = 2");
+  CHECK_ERROR_HAS(layers::Conv2D(4, 3, {.groups = 0}), "Conv2D", "groups", "got 0");
+  CHECK_ERROR_HAS(layers::Conv2D(6, 3, {.groups = 3})(Tensor::zeros({1, 5, 5, 4})), "Conv2D 'conv2d'", "4 channels",
+                  "groups = 3", "(1, 5, 5, 4)");
+  auto grouped = layers::Conv2D(4, 3, {.groups = 2});
+  grouped(Tensor::zeros({1, 5, 5, 4}));
+  CHECK_ERROR_HAS(grouped(Tensor::zeros({1, 5, 5, 6})), "Conv2D 'conv2d'", "4 input channels", "(1, 5, 5, 6)");
+  CHECK_ERROR_HAS(layers::DepthwiseConv2D(3, {.depth_multiplier = 0}), "DepthwiseConv2D 'depthwise_conv2d'",
+                  "depth_multiplier", "0");
+  CHECK_ERROR_HAS(layers::DepthwiseConv2D(3, {.padding = "causal"}), "DepthwiseConv2D", "causal");
+  CHECK_ERROR_HAS(layers::DepthwiseConv2D(5)(Tensor::zeros({1, 4, 4, 3})), "DepthwiseConv2D", "[5, 5]", "4x4");
+  auto dw = layers::DepthwiseConv2D(3);
+  dw(Tensor::zeros({1, 5, 5, 3}));
+  CHECK_ERROR_HAS(dw(Tensor::zeros({1, 5, 5, 2})), "DepthwiseConv2D 'depthwise_conv2d'", "3 input channels",
+                  "(1, 5, 5, 2)");
   CHECK_ERROR_HAS(layers::MaxPooling2D(3)(Tensor::zeros({1, 2, 2, 1})), "MaxPooling2D 'max_pooling2d'", "[3, 3]", "2x2");
   CHECK_ERROR_HAS(layers::AveragePooling2D()(Tensor::zeros({2, 4})), "AveragePooling2D", "rank 4", "(2, 4)");
   CHECK_ERROR_HAS(layers::GlobalAveragePooling2D()(Tensor::zeros({2, 4, 4})), "GlobalAveragePooling2D", "(2, 4, 4)");

@@ -34,12 +34,15 @@ struct ConvRef {
   double scale = 0;  // largest sum of |terms| of one output
 };
 
-ConvRef conv_ref(const Tensor& xt, const Tensor& wt, const Tensor& bt, IntPair s, bool same, IntPair d) {
+/// groups: the kernel is [kh, kw, C / groups, F], output f seeing input channels of block f / (F / groups).
+ConvRef conv_ref(const Tensor& xt, const Tensor& wt, const Tensor& bt, IntPair s, bool same, IntPair d,
+                 std::int64_t groups = 1) {
   const Vec x = xt.to_vector<double>(), w = wt.to_vector<double>();
   const Vec b = bt.defined() ? bt.to_vector<double>() : Vec();
   const Shape& xs = xt.shape();
   const Shape& ws = wt.shape();
   const std::int64_t N = xs[0], H = xs[1], W = xs[2], C = xs[3], KH = ws[0], KW = ws[1], F = ws[3];
+  const std::int64_t CG = C / groups, FG = F / groups;
   std::int64_t OH, OW, pt, pl;
   keras_axis(H, (KH - 1) * d[0] + 1, s[0], same, OH, pt);
   keras_axis(W, (KW - 1) * d[1] + 1, s[1], same, OW, pl);
@@ -55,8 +58,8 @@ ConvRef conv_ref(const Tensor& xt, const Tensor& wt, const Tensor& bt, IntPair s
             for (std::int64_t j = 0; j < KW; ++j) {
               const std::int64_t iy = oy * s[0] + i * d[0] - pt, ix = ox * s[1] + j * d[1] - pl;
               if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;  // zero padding
-              for (std::int64_t c = 0; c < C; ++c) {
-                const double t = x[((n * H + iy) * W + ix) * C + c] * w[((i * KW + j) * C + c) * F + f];
+              for (std::int64_t c = 0; c < CG; ++c) {
+                const double t = x[((n * H + iy) * W + ix) * C + f / FG * CG + c] * w[((i * KW + j) * CG + c) * F + f];
                 acc += t, mag += std::abs(t);
               }
             }
@@ -344,6 +347,126 @@ TEST_CASE("gradients of conv2d w.r.t. input, kernel and bias") {
                     },
                     {random({1, 4, 5, 2}, float64, dev, 25, 0.1, 1), random({2, 2, 2, 3}, float64, dev, 26, 0.1, 1),
                      random({3}, float64, dev, 27, 0.5, 1)});
+  });
+}
+
+namespace {
+/// Grouped convolutions: (input, kernel, filters, groups, strides, padding, dilation).
+struct GroupedCase {
+  Shape x;
+  IntPair k;
+  std::int64_t filters, groups;
+  IntPair strides;
+  const char* padding;
+  IntPair dilation;
+};
+const std::vector<GroupedCase>& grouped_cases() {
+  static const std::vector<GroupedCase> cases = {
+      {{2, 7, 6, 4}, {3, 3}, 6, 2, {1, 1}, "valid", {1, 1}},     // 2 groups of 2 -> 3
+      {{2, 8, 7, 6}, {3, 2}, 9, 3, {2, 2}, "same", {1, 1}},      // strided, asymmetric 'same'
+      {{1, 9, 9, 4}, {3, 3}, 4, 4, {1, 1}, "same", {2, 2}},      // depthwise, dilated
+      {{2, 6, 7, 5}, {3, 3}, 10, 5, {1, 2}, "valid", {1, 1}},    // depthwise, multiplier 2
+      {{2, 6, 6, 3}, {1, 1}, 3, 3, {1, 1}, "valid", {1, 1}},     // depthwise 1x1, 3 channels
+      {{2, 9, 8, 32}, {3, 3}, 64, 32, {2, 2}, "same", {1, 1}},   // MobileNet-like depthwise
+      {{2, 7, 7, 32}, {3, 3}, 32, 4, {1, 1}, "same", {1, 1}},    // 4 groups of 8 (AMX-sized channels)
+  };
+  return cases;
+}
+std::string describe_case(const GroupedCase& c) {
+  std::string s = "grouped conv2d ";
+  s.append(to_string(c.x)).append(" k").append(std::to_string(c.k[0])).append("x").append(std::to_string(c.k[1]));
+  s.append(" f").append(std::to_string(c.filters)).append(" groups ").append(std::to_string(c.groups));
+  s.append(" s").append(std::to_string(c.strides[0])).append(std::to_string(c.strides[1])).append(" ").append(c.padding);
+  s.append(" d").append(std::to_string(c.dilation[0])).append(std::to_string(c.dilation[1]));
+  return s;
+}
+}  // namespace
+
+TEST_CASE("grouped and depthwise conv2d match the float64 reference in every dtype") {
+  for_each_device([&](Device dev) {
+    for (DType dt : test::float_dtypes())
+      for_bf16_paths(dt, [&](const char* path) {
+        for (const auto& c : grouped_cases()) {
+          const std::string what = describe_case(c) + " " + to_string(dt) + " (" + path + ")";
+          Tensor x = random(c.x, dt, dev, 1, -1, 1);
+          Tensor w = random({c.k[0], c.k[1], c.x[3] / c.groups, c.filters}, dt, dev, 2, -0.5, 0.5);
+          Tensor b = random({c.filters}, dt, dev, 3);
+          Tensor y = ops::conv2d(x, w, b,
+                                 {.strides = c.strides, .padding = c.padding, .dilation = c.dilation, .groups = c.groups});
+          ConvRef r = conv_ref(x, w, b, c.strides, std::string(c.padding) == "same", c.dilation, c.groups);
+          REQUIRE_MESSAGE(y.shape() == r.shape, what, ": shape ", to_string(y.shape()), " vs ", to_string(r.shape));
+          CHECK(y.dtype() == dt);
+          check_close(y, r.y, {tolerance(dt).rtol, tolerance(dt).rtol * r.scale}, what);
+          // The same convolution as `groups` separate ones, concatenated: the kernel's and the
+          // output's channel blocks line up (exact in float64).
+          if (dt == float64) {
+            std::vector<Tensor> parts;
+            const std::int64_t cg = c.x[3] / c.groups, fg = c.filters / c.groups;
+            for (std::int64_t g = 0; g < c.groups; ++g) {
+              Tensor xg = ops::slice(x, 3, g * cg, (g + 1) * cg), wg = ops::slice(w, 3, g * fg, (g + 1) * fg);
+              parts.push_back(ops::conv2d(xg, wg, ops::slice(b, 0, g * fg, (g + 1) * fg),
+                                          {.strides = c.strides, .padding = c.padding, .dilation = c.dilation}));
+            }
+            check_close(y, ops::concat(parts, 3).to_vector<double>(), {1e-12, 1e-12}, what + " as separate groups");
+          }
+        }
+      });
+  });
+}
+
+TEST_CASE("gradients of grouped and depthwise conv2d against finite differences") {
+  for_each_device([&](Device dev) {
+    const char* acts[] = {"linear", "tanh", "sigmoid", "gelu"};
+    int i = 0;
+    for (const auto& c : grouped_cases()) {
+      if (c.x[3] > 8) continue;  // finite differences of every entry: the small cases
+      ops::Conv2dOptions o{.strides = c.strides, .padding = c.padding, .dilation = c.dilation,
+                           .activation = acts[i++ % 4], .groups = c.groups};
+      check_gradients(describe_case(c) + " " + o.activation,
+                      [&](const std::vector<Tensor>& in) { return weigh(ops::conv2d(in[0], in[1], in[2], o)); },
+                      {random(c.x, float64, dev, 20),
+                       random({c.k[0], c.k[1], c.x[3] / c.groups, c.filters}, float64, dev, 21, -0.5, 0.5),
+                       random({c.filters}, float64, dev, 22)},
+                      1e-5);  // sums of a few hundred outputs: a step of 1e-6 leaves 1e-8 of float64 roundoff
+    }
+    check_gradients("depthwise conv2d without bias",
+                    [&](const std::vector<Tensor>& in) {
+                      return weigh(ops::conv2d(in[0], in[1], {}, {.padding = "same", .groups = 3}));
+                    },
+                    {random({1, 4, 5, 3}, float64, dev, 23), random({3, 3, 1, 6}, float64, dev, 24)});
+  });
+}
+
+TEST_CASE("grouped and depthwise conv2d gradients in 16-bit and float32 match float64") {
+  // Every CPU path of a grouped backward (oneDNN native, float32 staging; bfloat16's forced
+  // paths) against the float64 reference loops, relative to the gradients' magnitude.
+  for_each_device([&](Device dev) {
+    for (DType dt : {float32, float16, bfloat16})
+      for_bf16_paths(dt, [&](const char* path) {
+        for (const auto& c : grouped_cases()) {
+          const std::string what = describe_case(c) + " " + to_string(dt) + " (" + path + ")";
+          ops::Conv2dOptions o{.strides = c.strides, .padding = c.padding, .dilation = c.dilation, .groups = c.groups};
+          Tensor x = random(c.x, dt, dev, 30, -1, 1);
+          Tensor w = random({c.k[0], c.k[1], c.x[3] / c.groups, c.filters}, dt, dev, 31, -0.5, 0.5);
+          Tensor b = random({c.filters}, dt, dev, 32);
+          auto run = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+            GradientTape tape;
+            Tensor xs = xi, ws = wi, bs = bi;
+            tape.watch(xs), tape.watch(ws), tape.watch(bs);
+            Tensor y = ops::conv2d(xs, ws, bs, o);
+            return tape.gradient(ops::sum(ops::cast(weigh(y), float32)), {xs, ws, bs});
+          };
+          auto g = run(x, w, b), g64 = run(x.to(float64), w.to(float64), b.to(float64));
+          const char* names[] = {"dx", "dkernel", "dbias"};
+          for (int i = 0; i < 3; ++i) {
+            CHECK(g[i].dtype() == dt);
+            Vec ref = g64[i].to_vector<double>();
+            double scale = 0;
+            for (double v : ref) scale = std::max(scale, std::abs(v));
+            check_close(g[i], ref, {tolerance(dt).rtol, 2 * tolerance(dt).rtol * scale}, what + " " + names[i]);
+          }
+        }
+      });
   });
 }
 
@@ -694,6 +817,15 @@ TEST_CASE("conv, pooling and normalization errors name the op and the shapes") {
     CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 8}, float32, dev)), "conv2d", "kernel", "(3, 3, 8)");
     CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 2, 8}, float32, dev)), "conv2d", "3 channels", "(2, 4, 4, 3)",
                     "(3, 3, 2, 8)");
+    Tensor x4 = Tensor::ones({2, 4, 4, 4}, float32, dev);
+    CHECK_MPT_ERROR(ops::conv2d(x4, Tensor::ones({3, 3, 2, 6}, float32, dev), {}, {.groups = 3}), "conv2d", "groups = 3",
+                    "4 input channels", "6 filters");
+    CHECK_MPT_ERROR(ops::conv2d(x4, Tensor::ones({3, 3, 2, 5}, float32, dev), {}, {.groups = 2}), "conv2d", "groups = 2",
+                    "5 filters");
+    CHECK_MPT_ERROR(ops::conv2d(x4, Tensor::ones({3, 3, 4, 6}, float32, dev), {}, {.groups = 2}), "conv2d",
+                    "expects 4 per group", "8 in 2 groups", "(2, 4, 4, 4)");
+    CHECK_MPT_ERROR(ops::conv2d(x4, Tensor::ones({3, 3, 4, 6}, float32, dev), {}, {.groups = 0}), "conv2d", "groups",
+                    "got 0");
     CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 3, 8}, float32, dev), Tensor::ones({4}, float32, dev)), "conv2d",
                     "bias", "(4,)");
     CHECK_MPT_ERROR(ops::conv2d(x, Tensor::ones({3, 3, 3, 8}, bfloat16, dev)), "conv2d", "float32", "bfloat16");

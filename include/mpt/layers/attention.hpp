@@ -22,8 +22,8 @@ struct MultiHeadAttentionOptions {
   /// Query i attends to keys j <= i (Keras passes this per call; in mpt it is the layer's, and a
   /// .keras file carries it in the call's kwargs both ways).
   bool use_causal_mask = false;
-  std::string kernel_initializer = "glorot_uniform";
-  std::string bias_initializer = "zeros";
+  initializers::Initializer kernel_initializer = "glorot_uniform";
+  initializers::Initializer bias_initializer = "zeros";
   /// On every projection's kernel / bias, as Keras's. (Keras's activity_regularizer, on the
   /// four projections' outputs, is not supported: load_model refuses it.)
   std::optional<regularizers::Regularizer> kernel_regularizer = std::nullopt;

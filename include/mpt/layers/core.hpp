@@ -25,8 +25,8 @@ Shape input_layer_shape(const Layer& layer);
 struct DenseOptions {
   std::string activation = "linear";
   bool use_bias = true;
-  std::string kernel_initializer = "glorot_uniform";
-  std::string bias_initializer = "zeros";
+  initializers::Initializer kernel_initializer = "glorot_uniform";
+  initializers::Initializer bias_initializer = "zeros";
   std::optional<regularizers::Regularizer> kernel_regularizer = std::nullopt;
   std::optional<regularizers::Regularizer> bias_regularizer = std::nullopt;
   std::optional<regularizers::Regularizer> activity_regularizer = std::nullopt;
@@ -64,7 +64,7 @@ struct ReLUOptions {
 LayerRef ReLU(ReLUOptions options = {});
 
 struct EmbeddingOptions {
-  std::string embeddings_initializer = "uniform";  ///< Keras's default: RandomUniform(-0.05, 0.05)
+  initializers::Initializer embeddings_initializer = "uniform";  ///< Keras's default: RandomUniform(-0.05, 0.05)
   bool mask_zero = false;  ///< true is refused: mpt propagates no masks
   std::optional<regularizers::Regularizer> embeddings_regularizer = std::nullopt;
   std::optional<regularizers::Regularizer> activity_regularizer = std::nullopt;
@@ -78,7 +78,7 @@ struct EmbeddingOptions {
 LayerRef Embedding(std::int64_t input_dim, std::int64_t output_dim, EmbeddingOptions options = {});
 
 struct PositionEmbeddingOptions {
-  std::string initializer = "glorot_uniform";  ///< Keras-Hub's default
+  initializers::Initializer initializer = "glorot_uniform";  ///< Keras-Hub's default
   PolicyArg dtype = std::nullopt;
   std::string name = "";
 };

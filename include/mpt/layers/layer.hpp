@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpt/functional.hpp"
+#include "mpt/initializers.hpp"
 #include "mpt/mixed_precision/policy.hpp"
 #include "mpt/regularizers.hpp"
 #include "mpt/tensor.hpp"
@@ -48,12 +49,12 @@ std::pair<std::uint64_t, std::uint64_t> seed_state();
 void set_seed_state(std::uint64_t seed, std::uint64_t counter);
 }  // namespace detail
 
-/// Initial values by Keras initializer name: zeros, ones, glorot_uniform, glorot_normal,
-/// he_normal, he_uniform, lecun_normal, lecun_uniform, random_normal (stddev 0.05),
-/// random_uniform (+-0.05). Fans follow Keras (dense: [in, out]; conv: kernel dims).
+/// Initial values by Keras initializer name (initializers::Initializer(name) at Keras's default
+/// arguments, drawn from stream `seed` unless the name is not random); see mpt/initializers.hpp.
 Tensor initialize(const std::string& initializer, const Shape& shape, DType dtype, std::uint64_t seed);
 
 struct LayerConfig;
+class Model;
 
 class Layer {
  public:
@@ -110,7 +111,9 @@ class Layer {
   virtual std::string variable_group(std::size_t i) const { return ""; }
 
   const std::string& name() const { return name_; }
-  void set_name(const std::string& name);
+  /// Virtual (as the ones below marked so) for a model used as a layer (Model::as_layer), which
+  /// forwards them to its own layers.
+  virtual void set_name(const std::string& name);
   /// True when the name was given by the user (models do not rename such layers).
   bool has_user_name() const { return user_name_; }
   const std::string& class_name() const { return class_name_; }
@@ -119,21 +122,23 @@ class Layer {
   DType compute_dtype() const { return policy_.compute_dtype(); }
   DType variable_dtype() const { return policy_.variable_dtype(); }
   bool built() const { return built_; }
-  bool trainable() const { return trainable_; }
-  void set_trainable(bool on);
+  virtual bool trainable() const { return trainable_; }
+  /// Keras's layer.trainable: false freezes the variables created trainable; true unfreezes them
+  /// (those created non-trainable, BatchNormalization's moving statistics, stay so).
+  virtual void set_trainable(bool on);
 
-  std::vector<Variable> variables() const { return variables_; }
+  virtual std::vector<Variable> variables() const { return variables_; }
   std::vector<Variable> trainable_variables() const;
   std::vector<Variable> non_trainable_variables() const;
   std::int64_t count_params() const;
   /// Keras's layer.losses: the penalties of this layer's regularized trainable variables and
   /// the activity penalties of its calls since the model's current forward began (float32
   /// scalars).
-  std::vector<Tensor> losses() const;
+  virtual std::vector<Tensor> losses() const;
   /// Forgets the activity penalties (a model does so before each forward, as Keras).
-  void clear_activity_losses() { activity_losses_.clear(); }
+  virtual void clear_activity_losses() { activity_losses_.clear(); }
   /// Applies the variables' constraints (MaxNorm, ...); models run it after each applied step.
-  void apply_constraints();
+  virtual void apply_constraints();
   /// Keras's <variable>_regularizer / <variable>_constraint (and activity_regularizer) entries of
   /// the rules this layer declares (set_rules), null where none is set: config() adds them.
   nlohmann::json rules_config() const;
@@ -146,13 +151,17 @@ class Layer {
 
  protected:
   /// Creates a variable in the variable dtype, named "<layer>/<name>".
-  Variable add_weight(const std::string& name, const Shape& shape, const std::string& initializer,
+  /// `initializer`: a name ("ones") or any initializers::Initializer; unseeded ones draw from
+  /// the global seed stream (which every add_weight advances by one).
+  Variable add_weight(const std::string& name, const Shape& shape, const initializers::Initializer& initializer,
                       bool trainable = true);
   /// Declares Keras's regularizer and constraint of the variables named `variable` or
   /// ".../<variable>" ("kernel" also covers MultiHeadAttention's "query/kernel", ...); nullopt:
-  /// none, still saved (as Keras's null) and read back.
+  /// none, still saved (as Keras's null) and read back. Their config entries are
+  /// <config_key>_regularizer / _constraint, config_key defaulting to the variable's name
+  /// (DepthwiseConv2D's kernel: "depthwise").
   void set_rules(const std::string& variable, std::optional<regularizers::Regularizer> r,
-                 std::optional<constraints::Constraint> c);
+                 std::optional<constraints::Constraint> c, const std::string& config_key = "");
   /// Declares the activity regularizer: a penalty on each call's output, divided by its batch
   /// size (Keras 3).
   void set_activity_regularizer(std::optional<regularizers::Regularizer> r) {
@@ -178,7 +187,7 @@ class Layer {
   std::string class_name_, name_;
   bool user_name_ = false;
   struct Rules {
-    std::string variable;
+    std::string variable, config_key;
     std::optional<regularizers::Regularizer> regularizer;
     std::optional<constraints::Constraint> constraint;
   };
@@ -188,6 +197,7 @@ class Layer {
   std::vector<Tensor> activity_losses_;
   mixed_precision::Policy policy_;
   bool built_ = false, trainable_ = true;
+  std::vector<bool> created_trainable_;  // per variable of variables_: add_weight's `trainable`
   std::vector<Variable> variables_;
   Shape input_shape_, output_shape_;
 };
@@ -200,6 +210,10 @@ class LayerRef {
   template <class L>
     requires std::derived_from<L, Layer>
   LayerRef(std::shared_ptr<L> layer) : ptr_(std::move(layer)) {}  // NOLINT
+  /// A model as a layer of another model (Model::as_layer): Sequential({..., base, ...}).
+  template <class M>
+    requires(std::derived_from<M, Model> && !std::derived_from<M, Layer>)
+  LayerRef(std::shared_ptr<M> model) : ptr_(model_layer(std::move(model))) {}  // NOLINT
   Tensor operator()(const Tensor& x, CallOptions options = {}) const { return (*ptr_)(x, options); }
   Tensor operator()(const std::vector<Tensor>& xs, CallOptions options = {}) const { return (*ptr_)(xs, options); }
   /// Functional API: records this layer's call on symbolic inputs.
@@ -212,13 +226,14 @@ class LayerRef {
   explicit operator bool() const { return ptr_ != nullptr; }
 
  private:
+  static std::shared_ptr<Layer> model_layer(std::shared_ptr<Model> model);  // model.hpp's Model::as_layer
   std::shared_ptr<Layer> ptr_;
 };
 
 /// What load_model knows about a saved layer: its class, name, policy, trainable flag and the
-/// config() object it was saved with (the rest of Keras's layer config: Keras's initializer
-/// objects arrive as their snake_case names). The getters raise mpt::Error naming the layer
-/// and the key.
+/// config() object it was saved with (the rest of Keras's layer config, Keras's initializer
+/// objects as saved: read them with get_initializer). The getters raise mpt::Error naming the
+/// layer and the key.
 struct LayerConfig {
   LayerConfig() = default;
   LayerConfig(std::string class_name, std::string name, mixed_precision::Policy dtype, bool trainable = true,
@@ -239,7 +254,8 @@ struct LayerConfig {
   bool has(const std::string& key) const;
   /// The entry `key`; mpt::Error when absent.
   const nlohmann::json& at(const std::string& key) const;
-  /// A string entry ("relu").
+  /// A string entry ("relu"). An initializer object reads as its name when it has Keras's
+  /// default arguments and no seed, and is refused otherwise (get_initializer reads them all).
   std::string get(const std::string& key) const;
   std::string get(const std::string& key, const std::string& fallback) const;
   std::int64_t get_int(const std::string& key) const;
@@ -250,6 +266,10 @@ struct LayerConfig {
   Shape get_shape(const std::string& key) const;
   /// A list or a single number, e.g. kernel_size 3 or [3, 3].
   std::vector<std::int64_t> get_ints(const std::string& key) const;
+  /// A Keras initializer entry (a name or Keras's object, with its arguments); absent:
+  /// `fallback`; null: GlorotUniform, as Keras's add_weight takes initializer=None. An argument
+  /// mpt cannot honour is an mpt::Error naming the layer, the field and the class.
+  initializers::Initializer get_initializer(const std::string& key, const initializers::Initializer& fallback) const;
   /// A Keras regularizer / constraint entry (absent or null: none).
   std::optional<regularizers::Regularizer> get_regularizer(const std::string& key) const;
   std::optional<constraints::Constraint> get_constraint(const std::string& key) const;

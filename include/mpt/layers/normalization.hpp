@@ -17,10 +17,10 @@ struct BatchNormalizationOptions {
   double epsilon = 1e-3;
   bool center = true;  ///< learn beta
   bool scale = true;   ///< learn gamma
-  std::string beta_initializer = "zeros";
-  std::string gamma_initializer = "ones";
-  std::string moving_mean_initializer = "zeros";
-  std::string moving_variance_initializer = "ones";
+  initializers::Initializer beta_initializer = "zeros";
+  initializers::Initializer gamma_initializer = "ones";
+  initializers::Initializer moving_mean_initializer = "zeros";
+  initializers::Initializer moving_variance_initializer = "ones";
   std::optional<regularizers::Regularizer> beta_regularizer = std::nullopt;
   std::optional<regularizers::Regularizer> gamma_regularizer = std::nullopt;
   std::optional<constraints::Constraint> beta_constraint = std::nullopt;
@@ -39,8 +39,8 @@ struct LayerNormalizationOptions {
   double epsilon = 1e-3;
   bool center = true;
   bool scale = true;
-  std::string beta_initializer = "zeros";
-  std::string gamma_initializer = "ones";
+  initializers::Initializer beta_initializer = "zeros";
+  initializers::Initializer gamma_initializer = "ones";
   std::optional<regularizers::Regularizer> beta_regularizer = std::nullopt;
   std::optional<regularizers::Regularizer> gamma_regularizer = std::nullopt;
   std::optional<constraints::Constraint> beta_constraint = std::nullopt;

@@ -20,6 +20,10 @@
 // through the batch a few images at a time, so that the float32 copies stay in cache.
 // MPT_CPU_BF16_CONV=native|float32 forces one bfloat16 path for every pass (tests, benchmarks):
 // oneDNN's bf16 primitives, or float32 compute.
+// Grouped convolutions (Keras's groups, DepthwiseConv2D) run on oneDNN's grouped primitives
+// (weights [G, Cout/G, Cin/G, kh, kw], Keras's kernel described as hwigo) or, in float64, the
+// reference loops; the direct first-layer kernels, the AMX weight gradient and the
+// backward-data phases take groups == 1 only.
 #include <omp.h>
 
 #include <algorithm>
@@ -120,6 +124,7 @@ std::vector<Phase> phases(const ConvShape& s, const Conv2dGeometry& g) {
 /// Dilation with strides splits taps across phases unevenly (Keras allows only one of the two);
 /// negative padding would mean an output beyond dy's reach, and an empty phase no convolution.
 bool phases_possible(const ConvShape& s, const Conv2dGeometry& g) {
+  if (g.groups != 1) return false;  // phase_kernel swaps whole channel axes
   if ((g.stride_h > 1 || g.stride_w > 1) && (g.dilation_h != 1 || g.dilation_w != 1)) return false;
   for (const Phase& p : phases(s, g))
     if (p.my && p.mx &&
@@ -227,7 +232,8 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dG
 struct WeightGradSum {
   Tensor w, b, part_w, part_b, scratch;
   std::int64_t wsize, bsize;
-  WeightGradSum(const ConvShape& s) : wsize(s.kh * s.kw * s.cin * s.cout), bsize(s.cout) {
+  WeightGradSum(const ConvShape& s, const Conv2dGeometry& g)
+      : wsize(s.kh * s.kw * (s.cin / g.groups) * s.cout), bsize(s.cout) {
     w = Tensor::empty({wsize}, float32, Device::cpu());
     b = Tensor::empty({bsize}, float32, Device::cpu());
   }
@@ -254,7 +260,7 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGe
   const DType d = x.dtype();
   const DataPath dp = dx.defined() ? data_path(full, g, d) : DataPath::Native;
   const bool weights = dw.defined() || dbias.defined();
-  const bool amx = weights && bf16_mode() == Bf16Mode::Auto && amx_weights_applies(full, d);
+  const bool amx = weights && bf16_mode() == Bf16Mode::Auto && g.groups == 1 && amx_weights_applies(full, d);
   const bool wn = weights && !amx && native_weights(full, g, d);
   if (dx.defined() && dp == DataPath::Native) {
     PreparedWeights pw(w);
@@ -263,11 +269,11 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGe
     backward_data_by_phases(w, dy, full, g, dx);
   }
   if (amx) {
-    WeightGradSum sum(full);
+    WeightGradSum sum(full, g);
     amx_conv_backward_weights(x, dy, full, g, sum.w.data<float>(), dbias.defined() ? sum.b.data<float>() : nullptr);
     sum.write(dw, dbias);
   } else if (wn) {
-    WeightGradSum sum(full);
+    WeightGradSum sum(full, g);
     sum.add(backward_weights_plan(full, g, d), x.data_ptr(), dy.data_ptr(), true);
     sum.write(dw, dbias);
   }
@@ -281,7 +287,7 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dGe
   Tensor dys = Tensor::empty({images * on}, float32, x.device());
   Tensor dxs = staged_data ? Tensor::empty({images * in}, float32, x.device()) : Tensor();
   std::optional<WeightGradSum> sum;
-  if (staged_weights) sum.emplace(full);
+  if (staged_weights) sum.emplace(full, g);
   for (std::int64_t n0 = 0; n0 < full.n; n0 += images) {
     s.n = std::min(images, full.n - n0);
     convert_n(at(dy, n0 * on), dy.dtype(), dys.data_ptr(), float32, s.n * on);
@@ -303,7 +309,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
                         Activation act, Tensor& out) {
   if (out.numel() == 0) return;
   if (x.dtype() == float64) return reference_conv_forward(x, w, bias, g, act, out);
-  if (small_conv_applies(x.shape(), w.shape(), x.dtype())) return small_conv_forward(x, w, bias, g, act, out);
+  if (g.groups == 1 && small_conv_applies(x.shape(), w.shape(), x.dtype())) return small_conv_forward(x, w, bias, g, act, out);
   dnnl_call("conv2d", [&] { forward(x, w, bias, g, act, out); });
 }
 
@@ -322,7 +328,7 @@ void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& w, const Tensor&
     }
     return;
   }
-  if (small_conv_applies(x.shape(), w.shape(), x.dtype()) && (dw.defined() || dbias.defined())) {
+  if (g.groups == 1 && small_conv_applies(x.shape(), w.shape(), x.dtype()) && (dw.defined() || dbias.defined())) {
     small_conv_backward_weights(x, dy, g, dw, dbias);
     if (!dx.defined()) return;
     Tensor none;

@@ -22,8 +22,16 @@ ConvDescs conv_descs(const ConvShape& s, const Conv2dGeometry& g, dnnl::memory::
   ConvDescs d;
   d.src = md_t({s.n, s.cin, s.h, s.w}, t, tag::nhwc);
   d.dst = md_t({s.n, s.cout, s.oh, s.ow}, t, tag::nhwc);
-  d.weights_any = md_t({s.cout, s.cin, s.kh, s.kw}, weights_t, tag::any);
-  d.user_weights = md_t({s.cout, s.cin, s.kh, s.kw}, weights_t, tag::hwio);
+  if (g.groups == 1) {
+    d.weights_any = md_t({s.cout, s.cin, s.kh, s.kw}, weights_t, tag::any);
+    d.user_weights = md_t({s.cout, s.cin, s.kh, s.kw}, weights_t, tag::hwio);
+  } else {
+    // Grouped: oneDNN's [G, Cout/G, Cin/G, kh, kw] weights; Keras's [kh, kw, Cin/G, Cout] with
+    // Cout = (G, Cout/G) is hwigo.
+    const dims w = {g.groups, s.cout / g.groups, s.cin / g.groups, s.kh, s.kw};
+    d.weights_any = md_t(w, weights_t, tag::any);
+    d.user_weights = md_t(w, weights_t, tag::hwigo);
+  }
   d.strides = {g.stride_h, g.stride_w};
   d.dilates = {g.dilation_h - 1, g.dilation_w - 1};  // oneDNN counts the gaps
   d.pad_l = {g.pad_top, g.pad_left};
@@ -34,12 +42,13 @@ ConvDescs conv_descs(const ConvShape& s, const Conv2dGeometry& g, dnnl::memory::
 std::string conv_key(const char* kind, const ConvShape& s, const Conv2dGeometry& g, DType d, int a, int b) {
   // oneDNN fixes a primitive's thread partition when it is created: the thread count is part of the key.
   const int nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
-  char key[320];
-  std::snprintf(key, sizeof key, "%s|%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld|%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld|%d,%d,%d,t%d",
+  char key[352];
+  std::snprintf(key, sizeof key, "%s|%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld|%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,g%lld|%d,%d,%d,t%d",
                 kind, (long long)s.n, (long long)s.h, (long long)s.w, (long long)s.cin, (long long)s.oh,
                 (long long)s.ow, (long long)s.cout, (long long)s.kh, (long long)s.kw, (long long)g.stride_h,
                 (long long)g.stride_w, (long long)g.dilation_h, (long long)g.dilation_w, (long long)g.pad_top,
-                (long long)g.pad_bottom, (long long)g.pad_left, (long long)g.pad_right, static_cast<int>(d), a, b,
+                (long long)g.pad_bottom, (long long)g.pad_left, (long long)g.pad_right, (long long)g.groups,
+                static_cast<int>(d), a, b,
                 nthr);
   return key;
 }

@@ -11,7 +11,8 @@ namespace mpt::cpu::conv {
 
 using md_t = dnnl::memory::desc;
 
-/// One convolution problem: x [n, h, w, cin] * kernel [kh, kw, cin, cout] -> y [n, oh, ow, cout].
+/// One convolution problem: x [n, h, w, cin] * kernel [kh, kw, cin, cout] -> y [n, oh, ow, cout]
+/// (kernel [kh, kw, cin / groups, cout] for a grouped convolution, the geometry's groups).
 struct ConvShape {
   std::int64_t n, h, w, cin, oh, ow, cout, kh, kw;
 };

@@ -10,12 +10,13 @@
 namespace mpt::cpu {
 namespace {
 
+/// cin, cout: all channels; cg, og: those of one group (the kernel is [kh, kw, cg, cout]).
 struct ConvShape {
-  std::int64_t n, h, w, cin, oh, ow, cout, kh, kw;
+  std::int64_t n, h, w, cin, oh, ow, cout, kh, kw, cg, og;
 };
 
-ConvShape conv_shape(const Shape& x, const Shape& w, const Shape& y) {
-  return {x[0], x[1], x[2], x[3], y[1], y[2], y[3], w[0], w[1]};
+ConvShape conv_shape(const Shape& x, const Shape& w, const Shape& y, const Conv2dGeometry& g) {
+  return {x[0], x[1], x[2], x[3], y[1], y[2], y[3], w[0], w[1], x[3] / g.groups, y[3] / g.groups};
 }
 
 double activate(Activation act, double v) { return common::activate(act, v); }
@@ -38,7 +39,7 @@ void for_taps(const ConvShape& s, const Conv2dGeometry& g, std::int64_t oy, std:
 
 void reference_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g, Activation act,
                        Tensor& out) {
-  const ConvShape s = conv_shape(x.shape(), w.shape(), out.shape());
+  const ConvShape s = conv_shape(x.shape(), w.shape(), out.shape(), g);
   const double* X = x.data<double>();
   const double* W = w.data<double>();
   const double* B = bias.defined() ? bias.data<double>() : nullptr;
@@ -51,9 +52,11 @@ void reference_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias
         for (std::int64_t co = 0; co < s.cout; ++co) o[co] = B ? B[co] : 0.0;
         for_taps(s, g, oy, ox, [&](std::int64_t iy, std::int64_t ix, std::int64_t i, std::int64_t j) {
           const double* xp = X + ((n * s.h + iy) * s.w + ix) * s.cin;
-          const double* wp = W + (i * s.kw + j) * s.cin * s.cout;
-          for (std::int64_t ci = 0; ci < s.cin; ++ci)
-            for (std::int64_t co = 0; co < s.cout; ++co) o[co] += xp[ci] * wp[ci * s.cout + co];
+          const double* wp = W + (i * s.kw + j) * s.cg * s.cout;
+          for (std::int64_t co = 0; co < s.cout; ++co) {
+            const std::int64_t c0 = co / s.og * s.cg;  // the input block of co's group
+            for (std::int64_t ci = 0; ci < s.cg; ++ci) o[co] += xp[c0 + ci] * wp[ci * s.cout + co];
+          }
         });
         for (std::int64_t co = 0; co < s.cout; ++co) o[co] = activate(act, o[co]);
       }
@@ -62,7 +65,7 @@ void reference_conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias
 }
 
 void reference_conv_backward_data(const Tensor& dy, const Tensor& w, const Conv2dGeometry& g, Tensor& dx) {
-  const ConvShape s = conv_shape(dx.shape(), w.shape(), dy.shape());
+  const ConvShape s = conv_shape(dx.shape(), w.shape(), dy.shape(), g);
   const double* DY = dy.data<double>();
   const double* W = w.data<double>();
   double* DX = dx.data<double>();
@@ -74,11 +77,12 @@ void reference_conv_backward_data(const Tensor& dy, const Tensor& w, const Conv2
           const double* d = DY + ((n * s.oh + oy) * s.ow + ox) * s.cout;
           for_taps(s, g, oy, ox, [&](std::int64_t iy, std::int64_t ix, std::int64_t i, std::int64_t j) {
             double* xp = DX + ((n * s.h + iy) * s.w + ix) * s.cin;
-            const double* wp = W + (i * s.kw + j) * s.cin * s.cout;
-            for (std::int64_t ci = 0; ci < s.cin; ++ci) {
+            const double* wp = W + (i * s.kw + j) * s.cg * s.cout;
+            for (std::int64_t c = 0; c < s.cin; ++c) {
+              const std::int64_t o0 = c / s.cg * s.og, ci = c % s.cg;  // c's group's output block
               double acc = 0;
-              for (std::int64_t co = 0; co < s.cout; ++co) acc += d[co] * wp[ci * s.cout + co];
-              xp[ci] += acc;
+              for (std::int64_t co = o0; co < o0 + s.og; ++co) acc += d[co] * wp[ci * s.cout + co];
+              xp[c] += acc;
             }
           });
         }
@@ -87,13 +91,13 @@ void reference_conv_backward_data(const Tensor& dy, const Tensor& w, const Conv2
 
 void reference_conv_backward_weights(const Tensor& x, const Tensor& dy, const Conv2dGeometry& g, Tensor& dw,
                                 Tensor& dbias) {
-  const ConvShape s = conv_shape(x.shape(), dw.shape(), dy.shape());
+  const ConvShape s = conv_shape(x.shape(), dw.shape(), dy.shape(), g);
   const double* X = x.data<double>();
   const double* DY = dy.data<double>();
   double* DW = dw.data<double>();
-  parallel_for(s.kh * s.kw * s.cin, 1, [&](std::int64_t b, std::int64_t e) {
+  parallel_for(s.kh * s.kw * s.cg, 1, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t u = b; u < e; ++u) {
-      const std::int64_t i = u / (s.kw * s.cin), j = (u / s.cin) % s.kw, ci = u % s.cin;
+      const std::int64_t i = u / (s.kw * s.cg), j = (u / s.cg) % s.kw, ci = u % s.cg;
       double* o = DW + u * s.cout;
       std::fill(o, o + s.cout, 0.0);
       for (std::int64_t n = 0; n < s.n; ++n)
@@ -103,9 +107,9 @@ void reference_conv_backward_weights(const Tensor& x, const Tensor& dy, const Co
           for (std::int64_t ox = 0; ox < s.ow; ++ox) {
             const std::int64_t ix = ox * g.stride_w - g.pad_left + j * g.dilation_w;
             if (ix < 0 || ix >= s.w) continue;
-            const double xv = X[((n * s.h + iy) * s.w + ix) * s.cin + ci];
+            const double* xp = X + ((n * s.h + iy) * s.w + ix) * s.cin + ci;
             const double* d = DY + ((n * s.oh + oy) * s.ow + ox) * s.cout;
-            for (std::int64_t co = 0; co < s.cout; ++co) o[co] += xv * d[co];
+            for (std::int64_t co = 0; co < s.cout; ++co) o[co] += xp[co / s.og * s.cg] * d[co];
           }
         }
     }

@@ -1,7 +1,8 @@
 // 2-D convolution through cuDNN 9's graph API (backend C API, no cudnn-frontend): the graphs
 // and plans are built in conv_plans.cpp, here the per-device handle, the plan cache (one plan
 // per problem, dtypes, fused epilogue, alignment and device), workspace from mpt's allocator and
-// execution on the device's compute stream.
+// execution on the device's compute stream. Grouped convolutions (Keras's groups,
+// DepthwiseConv2D) take the same graphs, the filter's C being Cin / groups (conv_plans.cpp).
 //
 // NHWC activations are described to cuDNN in place; mpt's [kh, kw, Cin, Cout] weights go through
 // a KRSC copy ([Cout, kh, kw, Cin], cuDNN's NHWC filter layout) and dw comes back through one:
@@ -70,7 +71,7 @@ ConvKey key_of(ConvPass pass, const Shape& x, const Shape& w, const Shape& y, co
   return k;
 }
 
-/// w ([kh, kw, Cin, Cout]) as the KRSC copy cuDNN reads ([Cout, kh, kw, Cin]).
+/// w ([kh, kw, Cin / groups, Cout]) as the KRSC copy cuDNN reads ([Cout, kh, kw, Cin / groups]).
 Tensor krsc_copy(CudaBackend& backend, const Tensor& w) {
   const Shape& s = w.shape();
   Tensor wk = Tensor::empty({s[3], s[0], s[1], s[2]}, w.dtype(), w.device());

@@ -53,14 +53,16 @@ Descriptor nhwc(std::int64_t uid, cudnnDataType_t type, std::int64_t n, std::int
   return tensor(uid, type, {n, c, h, w}, {h * w * c, 1, w * c, c}, is_virtual, alignment, op);
 }
 
-/// The filter as cuDNN's [K = cout, C = cin, R = kh, S = kw], stored KRSC ([cout, kh, kw, cin]
-/// contiguous), the NHWC filter layout cuDNN's kernels read. Not mpt's [kh, kw, cin, cout]
+/// The filter as cuDNN's [K = cout, C = cin / groups, R = kh, S = kw], stored KRSC ([cout, kh,
+/// kw, cin / groups] contiguous), the NHWC filter layout cuDNN's kernels read; a C smaller than
+/// x's channels makes the convolution grouped (cudnn-frontend and PyTorch's v8 path describe
+/// groups the same way, with no group count anywhere). Not mpt's [kh, kw, cin, cout]
 /// storage described by its strides: cuDNN 9.19 finalizes plans for that description and then, on
 /// an H100, computes as if the filter were KRSC (every convolution wrong, seen 2026-11-26), so
 /// conv.cpp always passes a KRSC copy.
 Descriptor filter(const ConvKey& k, cudnnDataType_t type, std::int64_t alignment, const char* op) {
-  return tensor(kUidW, type, {k.cout, k.cin, k.kh, k.kw}, {k.kh * k.kw * k.cin, 1, k.kw * k.cin, k.cin}, false,
-                alignment, op);
+  const std::int64_t c = k.cin / k.groups;
+  return tensor(kUidW, type, {k.cout, c, k.kh, k.kw}, {k.kh * k.kw * c, 1, k.kw * c, c}, false, alignment, op);
 }
 
 Descriptor pointwise_op(cudnnPointwiseMode_t mode, const Descriptor& x, const Descriptor* b, const Descriptor& y,
@@ -215,6 +217,7 @@ ConvKey conv_key(ConvPass pass, const Shape& x, const Shape& w, const Shape& y, 
   k.kh = w[0], k.kw = w[1];
   k.stride_h = g.stride_h, k.stride_w = g.stride_w, k.dilation_h = g.dilation_h, k.dilation_w = g.dilation_w;
   k.pad_top = g.pad_top, k.pad_bottom = g.pad_bottom, k.pad_left = g.pad_left, k.pad_right = g.pad_right;
+  k.groups = g.groups;
   k.dtype = dtype;
   k.dw_dtype = dtype;
   k.bias_dtype = dtype;
@@ -227,11 +230,12 @@ std::string describe(const ConvKey& k) {
                 "%s %s x[%lld,%lld,%lld,%lld] w[%lld,%lld,%lld,%lld] y[%lld,%lld,%lld,%lld] s%lld,%lld d%lld,%lld "
                 "p%lld,%lld,%lld,%lld",
                 pass_name(k.pass), to_string(k.dtype).c_str(), (long long)k.n, (long long)k.h, (long long)k.w,
-                (long long)k.cin, (long long)k.kh, (long long)k.kw, (long long)k.cin, (long long)k.cout,
+                (long long)k.cin, (long long)k.kh, (long long)k.kw, (long long)(k.cin / k.groups), (long long)k.cout,
                 (long long)k.n, (long long)k.oh, (long long)k.ow, (long long)k.cout,
                 (long long)k.stride_h, (long long)k.stride_w, (long long)k.dilation_h, (long long)k.dilation_w,
                 (long long)k.pad_top, (long long)k.pad_bottom, (long long)k.pad_left, (long long)k.pad_right);
   std::string s = buf;
+  if (k.groups != 1) s.append(" groups ").append(std::to_string(k.groups));
   if (k.pass == ConvPass::BackwardFilter && k.dw_dtype != k.dtype) s += " dw " + to_string(k.dw_dtype);
   if (k.bias) s += " +bias";
   if (k.act != Activation::Linear) s += std::string(" ") + common::unary_name(k.act);
@@ -244,7 +248,7 @@ std::size_t hash_of(const ConvKey& k) {
   std::size_t h = 0;
   auto mix = [&](std::int64_t v) { h ^= std::hash<std::int64_t>{}(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
   for (std::int64_t v : {k.n, k.h, k.w, k.cin, k.oh, k.ow, k.cout, k.kh, k.kw, k.stride_h, k.stride_w, k.dilation_h,
-                         k.dilation_w, k.pad_top, k.pad_bottom, k.pad_left, k.pad_right, k.alignment})
+                         k.dilation_w, k.pad_top, k.pad_bottom, k.pad_left, k.pad_right, k.groups, k.alignment})
     mix(v);
   mix(static_cast<std::int64_t>(k.pass) | static_cast<std::int64_t>(k.dtype) << 4 |
       static_cast<std::int64_t>(k.dw_dtype) << 8 | static_cast<std::int64_t>(k.bias_dtype) << 12 |

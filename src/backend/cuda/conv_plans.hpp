@@ -29,14 +29,17 @@ namespace mpt::cuda::conv {
 enum class ConvPass : std::uint8_t { Forward, BackwardData, BackwardFilter };
 const char* pass_name(ConvPass p);
 
-/// Everything a plan depends on: the problem x [n, h, w, cin] * w [kh, kw, cin, cout] ->
-/// y [n, oh, ow, cout], the pass, dtypes, the fused epilogue (forward only), the weight layout
+/// Everything a plan depends on: the problem x [n, h, w, cin] * w [kh, kw, cin / groups, cout]
+/// -> y [n, oh, ow, cout], the pass, dtypes, the fused epilogue (forward only), the weight layout
 /// and the pointer alignment promised to cuDNN. The device is part of conv.cpp's cache key.
 struct ConvKey {
   ConvPass pass = ConvPass::Forward;
   std::int64_t n = 0, h = 0, w = 0, cin = 0, oh = 0, ow = 0, cout = 0, kh = 0, kw = 0;
   std::int64_t stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
   std::int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  /// Grouped convolution: cuDNN takes it from the filter's C dimension (cin / groups against
+  /// x's cin), no attribute of the convolution descriptor.
+  std::int64_t groups = 1;
   DType dtype = DType::Float32;    ///< x, w, y (forward); dy, w, dx (data); x, dy (filter)
   DType dw_dtype = DType::Float32; ///< backward filter: dw's dtype (float32 for 16-bit x allowed)
   bool bias = false;               ///< forward: bias add fused into the graph
