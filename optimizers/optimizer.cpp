@@ -396,6 +396,11 @@ double Optimizer::weight_decay_factor(const Variable& var, double lr) const {
 void Optimizer::for_decay_groups(
     const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr,
     const std::function<void(const std::vector<Tensor>&, const std::vector<Variable>&, double)>& f) const {
+  const double decay = options_.weight_decay ? *options_.weight_decay * lr : 0.0;
+  if (decay == 0.0 || !exclude_pattern_) {  // one group: no split, no copies on the step's path
+    f(grads, vars, decay);
+    return;
+  }
   // Two groups at most: the decayed variables, then the excluded ones with decay 0. Entries are
   // independent and a variable given twice lands twice in the same group, in order, so the
   // results are the per-variable loop's.
@@ -406,7 +411,6 @@ void Optimizer::for_decay_groups(
     (use ? g_decay : g_plain).push_back(grads[i]);
     (use ? v_decay : v_plain).push_back(vars[i]);
   }
-  const double decay = options_.weight_decay ? *options_.weight_decay * lr : 0.0;
   if (!v_decay.empty()) f(g_decay, v_decay, decay);
   if (!v_plain.empty()) f(g_plain, v_plain, 0.0);
 }
@@ -438,25 +442,29 @@ void Optimizer::update_ema(const std::vector<Variable>& vars) {
   }
 }
 
+Tensor* Optimizer::existing_slot(const Variable& var, const std::string& slot_name) {
+  auto it = slots_.find(var.id());
+  if (it == slots_.end()) return nullptr;
+  auto t = it->second.tensors.find(slot_name);
+  return t == it->second.tensors.end() ? nullptr : &t->second;
+}
+
 void Optimizer::swap_ema_weights(const std::vector<Variable>& vars) {
   MPT_CHECK(options_.use_ema, "optimizer '", name_, "': SwapEMAWeights needs use_ema=true on the optimizer");
   NoGradGuard no_grad;
   for (const Variable& v : vars) {
-    auto it = slots_.find(v.id());
-    if (it == slots_.end() || !it->second.tensors.count("average")) continue;
-    Tensor& avg = it->second.tensors.at("average");
+    Tensor* avg = existing_slot(v, "average");
+    if (!avg) continue;
     const Tensor old = v.value().to(float32).copy();
-    v.assign(avg);
-    avg.assign(old);
+    v.assign(*avg);
+    avg->assign(old);
   }
 }
 
 void Optimizer::set_ema_from_variables(const std::vector<Variable>& vars) {
   NoGradGuard no_grad;
   for (const Variable& v : vars) {
-    auto it = slots_.find(v.id());
-    if (it == slots_.end() || !it->second.tensors.count("average")) continue;
-    it->second.tensors.at("average").assign(v.value().to(float32));
+    if (Tensor* avg = existing_slot(v, "average")) avg->assign(v.value().to(float32));
   }
 }
 
@@ -464,9 +472,7 @@ void Optimizer::finalize_variable_values(const std::vector<Variable>& vars) {
   if (!options_.use_ema) return;
   NoGradGuard no_grad;
   for (const Variable& v : vars) {
-    auto it = slots_.find(v.id());
-    if (it == slots_.end() || !it->second.tensors.count("average")) continue;
-    v.assign(it->second.tensors.at("average"));
+    if (const Tensor* avg = existing_slot(v, "average")) v.assign(*avg);
   }
 }
 

@@ -75,6 +75,11 @@ float nadam_u(double beta_1, std::int64_t t) {
   const float p = std::pow(0.96f, static_cast<float>(t));
   return static_cast<float>(beta_1) * (1.0f - 0.5f * p);
 }
+/// Keras's u_product update at step t: u_product * beta_1 * (1 - 0.5 * 0.96^t), in float32 and
+/// in that order (not u_product * nadam_u(t): another rounding).
+float nadam_product(float u_product, double beta_1, std::int64_t t) {
+  return u_product * static_cast<float>(beta_1) * (1.0f - 0.5f * std::pow(0.96f, static_cast<float>(t)));
+}
 }  // namespace
 
 float NadamOptimizer::u_product() const {
@@ -83,7 +88,7 @@ float NadamOptimizer::u_product() const {
   const std::int64_t t = iterations();
   if (t < u_product_step_) u_product_step_ = 0, u_product_ = 1.0f;
   for (; u_product_step_ < t; ++u_product_step_)
-    u_product_ = u_product_ * static_cast<float>(o_.beta_1) * (1.0f - 0.5f * std::pow(0.96f, static_cast<float>(u_product_step_ + 1)));
+    u_product_ = nadam_product(u_product_, o_.beta_1, u_product_step_ + 1);
   return u_product_;
 }
 
@@ -92,8 +97,7 @@ ops::RuleArgs NadamOptimizer::rule_args(double lr) const {
   // step t (t = iterations + 1) sees u_product_t = u_1 .. u_t and u_product_{t+1} = that * u_{t+1}.
   const std::int64_t t = iterations() + 1;
   const float u_t = nadam_u(o_.beta_1, t), u_next = nadam_u(o_.beta_1, t + 1);
-  const float prev = u_product();
-  const float product = prev * static_cast<float>(o_.beta_1) * (1.0f - 0.5f * std::pow(0.96f, static_cast<float>(t)));
+  const float product = nadam_product(u_product(), o_.beta_1, t);
   ops::RuleArgs a;
   a.lr = lr, a.beta_1 = o_.beta_1, a.beta_2 = o_.beta_2, a.epsilon = o_.epsilon;
   a.u_t = u_t, a.u_next = u_next, a.u_product = product, a.u_product_next = product * u_next;

@@ -187,7 +187,8 @@ bool get_bool(const Json& c, const char* key, bool fallback, const std::string& 
 void check_optimizer_fields(const Json& c, std::initializer_list<std::string_view> own, const std::string& w) {
   std::vector<std::string_view> honoured{"name", "learning_rate", "clipnorm", "global_clipnorm", "clipvalue",
                                          "weight_decay", "use_ema", "ema_momentum", "ema_overwrite_frequency",
-                                         "loss_scale_factor", "gradient_accumulation_steps"};
+                                         "loss_scale_factor", "gradient_accumulation_steps",
+                                         "exclude_from_weight_decay"};  // mpt's checkpoints (with_exclusions)
   honoured.insert(honoured.end(), own.begin(), own.end());
   const Json inert = {{"is_legacy_optimizer", false}};
   check_fields(c, honoured, inert, w);
@@ -281,7 +282,7 @@ std::vector<std::string> trailing_variables(const Optimizer& opt) {
   return {};
 }
 
-Tensor derived_value(const Optimizer& opt, const Variable*, const std::string& name, const Shape& shape) {
+Tensor derived_value(const Optimizer& opt, const std::string& name, const Shape& shape) {
   if (auto* n = exactly<NadamOptimizer>(opt); n && name == "u_product")
     return Tensor::scalar(n->u_product(), float32, Device::cpu());
   return Tensor::zeros(shape, float32, Device::cpu());
@@ -310,11 +311,8 @@ Json optimizer_to_json(const Optimizer& opt, bool keras_only) {
     cls = "AdamW";
     const auto& o = w->options();
     common(c, o, opt.name());
-    c["weight_decay"] = number(o.weight_decay), c["beta_1"] = number(o.beta_1), c["beta_2"] = number(o.beta_2);
+    c["beta_1"] = number(o.beta_1), c["beta_2"] = number(o.beta_2);
     c["epsilon"] = number(o.epsilon), c["amsgrad"] = o.amsgrad;
-    // Keras keeps exclude_from_weight_decay out of get_config (its AdamW would refuse the key):
-    // mpt's own checkpoints carry it, so that a resume decays the same variables.
-
   } else if (auto* r = exactly<RMSpropOptimizer>(opt)) {
     cls = "RMSprop";
     const auto& o = r->options();
@@ -404,7 +402,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
   const std::string w = where + ", optimizer " + cls;
   const Json& c = at(v, "config", w);
   if (cls == "SGD") {
-    check_optimizer_fields(c, {"momentum", "nesterov", "exclude_from_weight_decay"}, w);
+    check_optimizer_fields(c, {"momentum", "nesterov"}, w);
     SGDOptions o;
     read_common(o, c, w);
     o.momentum = get_double(c, "momentum", o.momentum, w);
@@ -412,19 +410,19 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
     return with_exclusions(std::make_shared<SGDOptimizer>(o), c, w);
   }
   if (cls == "Adam") {
-    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "amsgrad", "exclude_from_weight_decay"}, w);
+    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "amsgrad"}, w);
     AdamOptions o;
     read_adam(o, c, w);
     return with_exclusions(std::make_shared<AdamOptimizer>(o), c, w);
   }
   if (cls == "AdamW") {
-    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "amsgrad", "exclude_from_weight_decay"}, w);
+    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "amsgrad"}, w);
     AdamWOptions o;
     read_adam(o, c, w);
     return with_exclusions(std::make_shared<AdamWOptimizer>(o), c, w);
   }
   if (cls == "Nadam" || cls == "Adamax") {
-    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon", "exclude_from_weight_decay"}, w);
+    check_optimizer_fields(c, {"beta_1", "beta_2", "epsilon"}, w);
     auto read = [&](auto o) {
       read_common(o, c, w);
       o.beta_1 = get_double(c, "beta_1", o.beta_1, w);
@@ -436,7 +434,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
     return with_exclusions(std::make_shared<AdamaxOptimizer>(read(AdamaxOptions{})), c, w);
   }
   if (cls == "Adagrad") {
-    check_optimizer_fields(c, {"initial_accumulator_value", "epsilon", "exclude_from_weight_decay"}, w);
+    check_optimizer_fields(c, {"initial_accumulator_value", "epsilon"}, w);
     AdagradOptions o;
     read_common(o, c, w);
     o.initial_accumulator_value = get_double(c, "initial_accumulator_value", o.initial_accumulator_value, w);
@@ -444,7 +442,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
     return with_exclusions(std::make_shared<AdagradOptimizer>(o), c, w);
   }
   if (cls == "Lion") {
-    check_optimizer_fields(c, {"beta_1", "beta_2", "exclude_from_weight_decay"}, w);
+    check_optimizer_fields(c, {"beta_1", "beta_2"}, w);
     LionOptions o;
     read_common(o, c, w);
     o.beta_1 = get_double(c, "beta_1", o.beta_1, w);
@@ -452,9 +450,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
     return with_exclusions(std::make_shared<LionOptimizer>(o), c, w);
   }
   if (cls == "Adafactor") {
-    check_optimizer_fields(c, {"beta_2_decay", "epsilon_1", "epsilon_2", "clip_threshold", "relative_step",
-                               "exclude_from_weight_decay"},
-                           w);
+    check_optimizer_fields(c, {"beta_2_decay", "epsilon_1", "epsilon_2", "clip_threshold", "relative_step"}, w);
     AdafactorOptions o;
     read_common(o, c, w);
     o.beta_2_decay = get_double(c, "beta_2_decay", o.beta_2_decay, w);
@@ -465,7 +461,7 @@ std::shared_ptr<Optimizer> optimizer_from_json(const Json& v, const std::string&
     return with_exclusions(std::make_shared<AdafactorOptimizer>(o), c, w);
   }
   if (cls == "RMSprop") {
-    check_optimizer_fields(c, {"rho", "momentum", "epsilon", "centered", "exclude_from_weight_decay"}, w);
+    check_optimizer_fields(c, {"rho", "momentum", "epsilon", "centered"}, w);
     RMSpropOptions o;
     read_common(o, c, w);
     o.rho = get_double(c, "rho", o.rho, w);

@@ -23,8 +23,8 @@ struct KerasSlot {
 KerasSlot keras_slot(const optimizers::Optimizer& opt, const Variable& v, const std::string& name);
 /// Variables Keras lists after the slots (Nadam: "u_product").
 std::vector<std::string> trailing_variables(const optimizers::Optimizer& opt);
-/// The value of a derived entry (var null for the trailing ones), as Keras holds it.
-Tensor derived_value(const optimizers::Optimizer& opt, const Variable* var, const std::string& name, const Shape& shape);
+/// The value of a derived entry, as Keras holds it (Nadam's u_product; zeros of `shape` for the others).
+Tensor derived_value(const optimizers::Optimizer& opt, const std::string& name, const Shape& shape);
 /// Whether Keras keeps a learning_rate variable (a constant rate, not a schedule).
 bool has_learning_rate_variable(const optimizers::Optimizer& opt);
 

@@ -84,13 +84,7 @@ void write_optimizer_entries(const h5::Group& g, const std::vector<OptEntry>& en
         if (!t.defined()) t = Tensor::zeros(e.shape, float32, Device::cpu());  // not stepped yet: Keras's zeros
         break;
       }
-      case OptEntry::Derived: {
-        const Variable* var = nullptr;
-        for (const auto& v : model.trainable_variables())
-          if (v.path() == e.var_path) var = &v;
-        t = derived_value(opt, var, e.slot, e.shape);
-        break;
-      }
+      case OptEntry::Derived: t = derived_value(opt, e.slot, e.shape); break;
     }
     g.write(std::to_string(i - first), t);
   }

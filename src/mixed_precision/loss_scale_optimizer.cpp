@@ -34,7 +34,12 @@ std::vector<std::uint64_t> ids_of(const std::vector<Tensor>& grads) {
 }  // namespace
 
 LossScaleOptimizer::LossScaleOptimizer(optimizers::OptimizerArg inner, LossScaleOptions options)
-    : Optimizer("loss_scale_optimizer", optimizers::CommonOptions{.learning_rate = 0.0}),
+    : Optimizer("loss_scale_optimizer",
+                [] {
+                  optimizers::CommonOptions c;  // the inner optimizer's options are the ones used
+                  c.learning_rate = 0.0;
+                  return c;
+                }()),
       inner_(inner.get()),
       o_(options) {
   MPT_CHECK(inner_ != nullptr, "LossScaleOptimizer: no inner optimizer given");
@@ -129,23 +134,31 @@ ApplyResult LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& grads
   r.found_nonfinite = nonfinite;
   r.applied = !nonfinite;
   if (nonfinite) {
-    ++skipped_;
-    ++g_skipped_total;
-    // Overflow diagnostics: which gradients held inf/NaN, from the flags the same fused check
-    // wrote; read (one more host read) only for a skipped step.
-    const std::vector<float> per_tensor = flags.to_vector<float>();
-    for (std::size_t i = 0; i < per_tensor.size() && i < vars.size(); ++i)
-      if (per_tensor[i] != 0.0f) r.nonfinite_variables.push_back(vars[i].path().empty() ? vars[i].name() : vars[i].path());
+    note_skipped(flags, vars, r);
   } else {
     if (fused) inner_->apply_scaled_gradients(grads, vars, host_.inv_scale);
     else inner_->apply_gradients(step_grads, vars);
   }
-  ops::update_loss_scale(scale_, inv_scale_, counters_, flag, rule());
-  kernels_step(host_, nonfinite, rule());
-  r.loss_scale = host_.scale;
+  step_scale(flag, nonfinite, r);
   return r;
 }
 
+
+void LossScaleOptimizer::note_skipped(const Tensor& flags, const std::vector<Variable>& vars, ApplyResult& r) {
+  ++skipped_;
+  ++g_skipped_total;
+  // Overflow diagnostics: which gradients held inf/NaN, from the flags the same fused check
+  // wrote; read (one more host read) only for a skipped step.
+  const std::vector<float> per_tensor = flags.to_vector<float>();
+  for (std::size_t i = 0; i < per_tensor.size() && i < vars.size(); ++i)
+    if (per_tensor[i] != 0.0f) r.nonfinite_variables.push_back(vars[i].path().empty() ? vars[i].name() : vars[i].path());
+}
+
+void LossScaleOptimizer::step_scale(const Tensor& found, bool nonfinite, ApplyResult& r) {
+  ops::update_loss_scale(scale_, inv_scale_, counters_, found, rule());
+  kernels_step(host_, nonfinite, rule());
+  r.loss_scale = host_.scale;
+}
 
 ApplyResult LossScaleOptimizer::apply_accumulating(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                                                    bool scaled) {
@@ -170,18 +183,12 @@ ApplyResult LossScaleOptimizer::apply_accumulating(const std::vector<Tensor>& gr
   r.found_nonfinite = nonfinite;
   r.applied = !nonfinite;
   if (nonfinite) {
-    ++skipped_;
-    ++g_skipped_total;
-    const std::vector<float> per_tensor = u.nonfinite_flags.to_vector<float>();
-    for (std::size_t i = 0; i < per_tensor.size() && i < vars.size(); ++i)
-      if (per_tensor[i] != 0.0f) r.nonfinite_variables.push_back(vars[i].path().empty() ? vars[i].name() : vars[i].path());
+    note_skipped(u.nonfinite_flags, vars, r);
     inner_->skip_accumulated_update();
   } else {
     inner_->apply_gradients_now(mean, vars);
   }
-  ops::update_loss_scale(scale_, inv_scale_, counters_, u.found_flag, rule());
-  kernels_step(host_, nonfinite, rule());
-  r.loss_scale = host_.scale;
+  step_scale(u.found_flag, nonfinite, r);
   return r;
 }
 

@@ -80,6 +80,10 @@ class LossScaleOptimizer : public optimizers::Optimizer {
  private:
   /// The device state on `device` (moved there on first use on another device).
   void to_device(Device device);
+  /// A skipped step's count and its overflow diagnostics (the variables flagged in `flags`).
+  void note_skipped(const Tensor& flags, const std::vector<Variable>& vars, ApplyResult& r);
+  /// The loss-scale rule's step on the device and its host mirror, from the step's flag.
+  void step_scale(const Tensor& found, bool nonfinite, ApplyResult& r);
   /// apply_gradients under an inner optimizer that accumulates gradients.
   ApplyResult apply_accumulating(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, bool scaled);
   ops::LossScaleRule rule() const;

@@ -242,6 +242,8 @@ class Optimizer {
   mutable std::map<std::uint64_t, std::pair<std::string, bool>> use_decay_cache_;
 
   void update_ema(const std::vector<Variable>& vars);
+  /// The slot if var has it already (never creates one: EMA's averages of variables not stepped).
+  Tensor* existing_slot(const Variable& var, const std::string& slot_name);
 
  protected:
   /// Copies exclude_from_weight_decay's list into a clone.
