@@ -1,7 +1,8 @@
 // The CUDA attention kernel bodies (kernels/attention.hpp), run on the host through emulate,
 // against the row bodies of backend/common/attention.hpp run on the host row by row, bit for bit
-// (the same definition, any launch geometry), and both against the CPU backend's tiled attention
-// and attention_backward (the same arithmetic summed in another order) within the dtype's
+// (the same definition, any launch geometry, the row vectors in memory or in registers of any
+// length that holds them), and both against the CPU backend's tiled attention and
+// attention_backward (the same arithmetic summed in another order) within the dtype's
 // tolerance.
 #include <cstring>
 
@@ -25,6 +26,35 @@ void check_near(const Vec<C>& got, const Tensor& want, DType d) {
   std::vector<double> g(got.begin(), got.end());
   check_close(g, want.to_vector<double>(), tolerance(d), "CPU backend's tiled attention");
 }
+
+/// The kernel bodies with register length N, launched two ways, give the row bodies' bits.
+template <int N, class C>
+void check_bodies(const AttentionGeometry& gm, const Vec<C>& qv, const Vec<C>& kv, const Vec<C>& vv,
+                  const Vec<C>& dov, const std::uint8_t* pm, const Vec<C>& ro, const Vec<C>& rl, const Vec<C>& rq,
+                  const Vec<C>& rk, const Vec<C>& rv) {
+  for (unsigned block : {1u, 32u}) {
+    Vec<C> o(ro.size()), l(rl.size());
+    emulate(Dim{2, 1, 1}, Dim{block, 1, 1},
+            [&](const Thread& t) { attention_forward_body<N>(t, gm, qv.data(), kv.data(), vv.data(), pm, o.data(), l.data()); });
+    INFO("attention ", sizeof(C) == 8 ? "float64" : "float32", pm ? " masked" : "", gm.causal ? " causal" : "",
+         " lanes ", N, " block ", block);
+    CHECK(same_bits(o, ro));
+    CHECK(same_bits(l, rl));
+    Vec<C> delta(l.size()), gq(qv.size()), gk(kv.size()), gv(vv.size());
+    emulate(Dim{2, 1, 1}, Dim{block, 1, 1}, [&](const Thread& t) { attention_delta_body<N>(t, gm, o.data(), dov.data(), delta.data()); });
+    emulate(Dim{2, 1, 1}, Dim{block, 1, 1}, [&](const Thread& t) {
+      attention_dq_body<N>(t, gm, qv.data(), kv.data(), vv.data(), pm, l.data(), delta.data(), dov.data(), gq.data());
+    });
+    emulate(Dim{2, 1, 1}, Dim{block, 1, 1}, [&](const Thread& t) {
+      attention_dkv_body<N>(t, gm, qv.data(), kv.data(), vv.data(), pm, l.data(), delta.data(), dov.data(), gk.data(),
+                         gv.data());
+    });
+    CHECK(same_bits(gq, rq));
+    CHECK(same_bits(gk, rk));
+    CHECK(same_bits(gv, rv));
+  }
+}
+
 
 template <class C>
 void check(const AttentionGeometry& g, bool masked) {
@@ -55,49 +85,47 @@ void check(const AttentionGeometry& g, bool masked) {
   Vec<C> ro(static_cast<std::size_t>(out.numel())), rl(static_cast<std::size_t>(lse.numel())), rdelta(rl.size());
   Vec<C> rq(qv.size()), rk(kv.size()), rv(vv.size());
   for (std::int64_t r = 0; r < q_rows; ++r)
-    common::attention_forward_row(gm, qv.data(), kv.data(), vv.data(), pm, ro.data(), rl.data(), r);
-  for (std::int64_t r = 0; r < q_rows; ++r) common::attention_delta_row(gm, ro.data(), dov.data(), rdelta.data(), r);
+    common::attention_forward_row<0>(gm, qv.data(), kv.data(), vv.data(), pm, ro.data(), rl.data(), r);
+  for (std::int64_t r = 0; r < q_rows; ++r) common::attention_delta_row<0>(gm, ro.data(), dov.data(), rdelta.data(), r);
   for (std::int64_t r = 0; r < q_rows; ++r)
-    common::attention_dq_row(gm, qv.data(), kv.data(), vv.data(), pm, rl.data(), rdelta.data(), dov.data(), rq.data(), r);
+    common::attention_dq_row<0>(gm, qv.data(), kv.data(), vv.data(), pm, rl.data(), rdelta.data(), dov.data(), rq.data(), r);
   for (std::int64_t r = 0; r < k_rows; ++r)
-    common::attention_dkv_row(gm, qv.data(), kv.data(), vv.data(), pm, rl.data(), rdelta.data(), dov.data(), rk.data(),
+    common::attention_dkv_row<0>(gm, qv.data(), kv.data(), vv.data(), pm, rl.data(), rdelta.data(), dov.data(), rk.data(),
                               rv.data(), r);
   check_near(ro, out, d);
   check_near(rl, lse, d);
   check_near(rq, dq, d);
   check_near(rk, dk, d);
   check_near(rv, dv, d);
-  for (unsigned block : {1u, 32u}) {
-    Vec<C> o(static_cast<std::size_t>(out.numel())), l(static_cast<std::size_t>(lse.numel()));
-    emulate(Dim{2, 1, 1}, Dim{block, 1, 1},
-            [&](const Thread& t) { attention_forward_body(t, gm, qv.data(), kv.data(), vv.data(), pm, o.data(), l.data()); });
-    INFO("attention ", to_string(d), masked ? " masked" : "", g.causal ? " causal" : "", " block ", block);
-    CHECK(same_bits(o, ro));
-    CHECK(same_bits(l, rl));
-    Vec<C> delta(l.size()), gq(qv.size()), gk(kv.size()), gv(vv.size());
-    emulate(Dim{2, 1, 1}, Dim{block, 1, 1}, [&](const Thread& t) { attention_delta_body(t, gm, o.data(), dov.data(), delta.data()); });
-    emulate(Dim{2, 1, 1}, Dim{block, 1, 1}, [&](const Thread& t) {
-      attention_dq_body(t, gm, qv.data(), kv.data(), vv.data(), pm, l.data(), delta.data(), dov.data(), gq.data());
-    });
-    emulate(Dim{2, 1, 1}, Dim{block, 1, 1}, [&](const Thread& t) {
-      attention_dkv_body(t, gm, qv.data(), kv.data(), vv.data(), pm, l.data(), delta.data(), dov.data(), gk.data(),
-                         gv.data());
-    });
-    CHECK(same_bits(gq, rq));
-    CHECK(same_bits(gk, rk));
-    CHECK(same_bits(gv, rv));
-  }
+  check_bodies<0>(gm, qv, kv, vv, dov, pm, ro, rl, rq, rk, rv);
+  check_bodies<8>(gm, qv, kv, vv, dov, pm, ro, rl, rq, rk, rv);
+  check_bodies<16>(gm, qv, kv, vv, dov, pm, ro, rl, rq, rk, rv);
 }
 
 }  // namespace
 
 TEST_CASE("cuda attention bodies give the row bodies' bits and the CPU's values, forward and backward, masked and causal") {
   for (bool causal : {false, true})
-    for (bool masked : {false, true}) {
-      AttentionGeometry g;
-      g.batch = 2, g.q_len = 5, g.kv_len = causal ? 5 : 7, g.heads = 3, g.head_dim = 4, g.value_dim = 6;
-      g.scale = 0.5, g.causal = causal;
-      check<float>(g, masked);
-      check<double>(g, masked);
-    }
+    for (bool masked : {false, true})
+      for (std::int64_t kv_len : {5, 3, 7}) {  // causal with fewer or more keys than queries too
+        AttentionGeometry g;
+        g.batch = 2, g.q_len = 5, g.kv_len = kv_len, g.heads = 3, g.head_dim = 4, g.value_dim = 6;
+        g.scale = 0.5, g.causal = causal;
+        check<float>(g, masked);
+        check<double>(g, masked);
+      }
+}
+
+TEST_CASE("cuda attention kernels hold rows in registers up to 64 lanes (128 in float32), else in memory") {
+  AttentionGeometry g;
+  g.head_dim = 4, g.value_dim = 6;
+  CHECK(attention_lanes(g, false) == 16);
+  g.head_dim = 64, g.value_dim = 33;
+  CHECK(attention_lanes(g, false) == 64);
+  CHECK(attention_lanes(g, true) == 64);
+  g.value_dim = 100;
+  CHECK(attention_lanes(g, false) == 128);
+  CHECK(attention_lanes(g, true) == 0);
+  g.head_dim = 129;
+  CHECK(attention_lanes(g, false) == 0);
 }

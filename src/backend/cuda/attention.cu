@@ -1,7 +1,11 @@
-// Scaled dot-product attention on the GPU: one thread per query row (forward, delta, dq) or key
-// row (dk, dv) running the row bodies of backend/common/attention.hpp, the CPU's, so both give
-// the same bits; deterministic, no atomics, nothing of size Tq·Tk stored. cuDNN's fused SDPA
-// is the faster path still to come.
+// Scaled dot-product attention on the GPU where cuDNN's fused graphs do not go (float32,
+// float64, explicit masks, unusual head dims): one thread per query row (forward, delta, dq) or
+// key row (dk, dv) running the row bodies of backend/common/attention.hpp, with the row's own
+// vectors in registers up to 128 lanes (kernels/attention.hpp picks the length); deterministic,
+// no atomics, nothing of size Tq·Tk stored. The threads of a warp take consecutive rows of one
+// (batch, head), so the key or query rows they loop over are read once for the warp.
+#include <type_traits>
+
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/kernels/attention.hpp"
 
@@ -11,35 +15,48 @@ using namespace mpt::kernels;
 
 constexpr unsigned kThreads = 128;
 
-template <class C>
+template <int N, class C>
 __global__ void forward_kernel(AttentionGeometry g, const C* q, const C* k, const C* v, const std::uint8_t* mask,
                                C* out, C* lse) {
-  attention_forward_body(this_thread(), g, q, k, v, mask, out, lse);
+  attention_forward_body<N>(this_thread(), g, q, k, v, mask, out, lse);
 }
-template <class C>
+template <int N, class C>
 __global__ void delta_kernel(AttentionGeometry g, const C* out, const C* dout, C* delta) {
-  attention_delta_body(this_thread(), g, out, dout, delta);
+  attention_delta_body<N>(this_thread(), g, out, dout, delta);
 }
-template <class C>
+template <int N, class C>
 __global__ void dq_kernel(AttentionGeometry g, const C* q, const C* k, const C* v, const std::uint8_t* mask,
                           const C* lse, const C* delta, const C* dout, C* dq) {
-  attention_dq_body(this_thread(), g, q, k, v, mask, lse, delta, dout, dq);
+  attention_dq_body<N>(this_thread(), g, q, k, v, mask, lse, delta, dout, dq);
 }
-template <class C>
+template <int N, class C>
 __global__ void dkv_kernel(AttentionGeometry g, const C* q, const C* k, const C* v, const std::uint8_t* mask,
                            const C* lse, const C* delta, const C* dout, C* dk, C* dv) {
-  attention_dkv_body(this_thread(), g, q, k, v, mask, lse, delta, dout, dk, dv);
+  attention_dkv_body<N>(this_thread(), g, q, k, v, mask, lse, delta, dout, dk, dv);
 }
 
 const std::uint8_t* mask_ptr(const Tensor& mask) {
   return mask.defined() ? static_cast<const std::uint8_t*>(mask.data_ptr()) : nullptr;
 }
 
-/// f(C{}) for the operands' compute type: ops casts 16-bit inputs to float32 first.
+/// f(C{}, lanes) for the operands' compute type (ops casts 16-bit inputs to float32 first) and
+/// the register length of the problem, as an integral constant.
 template <class F>
-void with_attention_type(DType d, F&& f) {
-  if (d == float64) f(double{});
-  else f(float{});
+void with_attention_kernels(DType d, const AttentionGeometry& g, F&& f) {
+  auto typed = [&](auto c) {
+    using C = decltype(c);
+    switch (attention_lanes(g, std::is_same_v<C, double>)) {
+      case 16: f(c, std::integral_constant<int, 16>{}); break;
+      case 32: f(c, std::integral_constant<int, 32>{}); break;
+      case 64: f(c, std::integral_constant<int, 64>{}); break;
+      case 128:
+        if constexpr (std::is_same_v<C, float>) f(c, std::integral_constant<int, 128>{});
+        break;
+      default: f(c, std::integral_constant<int, 0>{}); break;
+    }
+  };
+  if (d == float64) typed(double{});
+  else typed(float{});
 }
 
 }  // namespace
@@ -49,9 +66,10 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
   const std::int64_t rows = g.batch * g.heads * g.q_len;
   if (rows == 0) return;
   DeviceGuard guard(out.device().index);
-  with_attention_type(q.dtype(), [&](auto c) {
+  with_attention_kernels(q.dtype(), g, [&](auto c, auto lanes) {
     using C = decltype(c);
-    forward_kernel<C><<<blocks_for(rows, kThreads), kThreads, 0, stream(guard.index())>>>(
+    constexpr int N = decltype(lanes)::value;
+    forward_kernel<N, C><<<blocks_for(rows, kThreads), kThreads, 0, stream(guard.index())>>>(
         g, q.data<C>(), k.data<C>(), v.data<C>(), mask_ptr(mask), out.data<C>(), lse.data<C>());
     check_launch("attention");
   });
@@ -63,23 +81,24 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
   const std::int64_t q_rows = g.batch * g.heads * g.q_len, k_rows = g.batch * g.heads * g.kv_len;
   if (q_rows == 0 && k_rows == 0) return;
   DeviceGuard guard(dq.device().index);
-  with_attention_type(q.dtype(), [&](auto c) {
+  with_attention_kernels(q.dtype(), g, [&](auto c, auto lanes) {
     using C = decltype(c);
+    constexpr int N = decltype(lanes)::value;
     Tensor delta = Tensor::empty({q_rows}, q.dtype(), q.device());
     const cudaStream_t s = stream(guard.index());
     if (q_rows > 0) {
-      delta_kernel<C><<<blocks_for(q_rows, kThreads), kThreads, 0, s>>>(g, out.data<C>(), dout.data<C>(),
-                                                                        delta.data<C>());
+      delta_kernel<N, C><<<blocks_for(q_rows, kThreads), kThreads, 0, s>>>(g, out.data<C>(), dout.data<C>(),
+                                                                           delta.data<C>());
       check_launch("attention backward (delta)");
-      dq_kernel<C><<<blocks_for(q_rows, kThreads), kThreads, 0, s>>>(g, q.data<C>(), k.data<C>(), v.data<C>(),
-                                                                     mask_ptr(mask), lse.data<C>(), delta.data<C>(),
-                                                                     dout.data<C>(), dq.data<C>());
+      dq_kernel<N, C><<<blocks_for(q_rows, kThreads), kThreads, 0, s>>>(
+          g, q.data<C>(), k.data<C>(), v.data<C>(), mask_ptr(mask), lse.data<C>(), delta.data<C>(), dout.data<C>(),
+          dq.data<C>());
       check_launch("attention backward (dq)");
     }
     if (k_rows > 0) {
-      dkv_kernel<C><<<blocks_for(k_rows, kThreads), kThreads, 0, s>>>(g, q.data<C>(), k.data<C>(), v.data<C>(),
-                                                                      mask_ptr(mask), lse.data<C>(), delta.data<C>(),
-                                                                      dout.data<C>(), dk.data<C>(), dv.data<C>());
+      dkv_kernel<N, C><<<blocks_for(k_rows, kThreads), kThreads, 0, s>>>(
+          g, q.data<C>(), k.data<C>(), v.data<C>(), mask_ptr(mask), lse.data<C>(), delta.data<C>(), dout.data<C>(),
+          dk.data<C>(), dv.data<C>());
       check_launch("attention backward (dk, dv)");
     }
   });

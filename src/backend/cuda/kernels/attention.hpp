@@ -1,6 +1,7 @@
 #pragma once
 // Attention kernel bodies: grid-stride loops over query or key rows around the row bodies of
-// backend/common/attention.hpp, which the CPU backend runs too (the tests run these on the host).
+// backend/common/attention.hpp (the tests run these on the host). N: the row vectors' register
+// length (0: in memory), as the row bodies take it.
 #include <cstdint>
 
 #include "backend/common/attention.hpp"
@@ -8,35 +9,45 @@
 
 namespace mpt::kernels {
 
-template <class C>
+template <int N, class C>
 MPT_HOST_DEVICE void attention_forward_body(const Thread& t, AttentionGeometry g, const C* q, const C* k, const C* v,
                                             const std::uint8_t* mask, C* out, C* lse) {
   const std::int64_t rows = g.batch * g.heads * g.q_len;
   for (std::int64_t r = t.global(); r < rows; r += t.stride())
-    common::attention_forward_row(g, q, k, v, mask, out, lse, r);
+    common::attention_forward_row<N>(g, q, k, v, mask, out, lse, r);
 }
 
-template <class C>
+template <int N, class C>
 MPT_HOST_DEVICE void attention_delta_body(const Thread& t, AttentionGeometry g, const C* out, const C* dout, C* delta) {
   const std::int64_t rows = g.batch * g.heads * g.q_len;
-  for (std::int64_t r = t.global(); r < rows; r += t.stride()) common::attention_delta_row(g, out, dout, delta, r);
+  for (std::int64_t r = t.global(); r < rows; r += t.stride()) common::attention_delta_row<N>(g, out, dout, delta, r);
 }
 
-template <class C>
+template <int N, class C>
 MPT_HOST_DEVICE void attention_dq_body(const Thread& t, AttentionGeometry g, const C* q, const C* k, const C* v,
                                        const std::uint8_t* mask, const C* lse, const C* delta, const C* dout, C* dq) {
   const std::int64_t rows = g.batch * g.heads * g.q_len;
   for (std::int64_t r = t.global(); r < rows; r += t.stride())
-    common::attention_dq_row(g, q, k, v, mask, lse, delta, dout, dq, r);
+    common::attention_dq_row<N>(g, q, k, v, mask, lse, delta, dout, dq, r);
 }
 
-template <class C>
+template <int N, class C>
 MPT_HOST_DEVICE void attention_dkv_body(const Thread& t, AttentionGeometry g, const C* q, const C* k, const C* v,
                                         const std::uint8_t* mask, const C* lse, const C* delta, const C* dout, C* dk,
                                         C* dv) {
   const std::int64_t rows = g.batch * g.heads * g.kv_len;
   for (std::int64_t r = t.global(); r < rows; r += t.stride())
-    common::attention_dkv_row(g, q, k, v, mask, lse, delta, dout, dk, dv, r);
+    common::attention_dkv_row<N>(g, q, k, v, mask, lse, delta, dout, dk, dv, r);
+}
+
+/// The register length the kernels use for a problem: the smallest of 16, 32, 64 (and 128 in
+/// float32) that holds its head and value dims, else 0 (the rows stay in memory). Larger
+/// float64 rows would spill anyway.
+inline int attention_lanes(const AttentionGeometry& g, bool double_precision) {
+  const std::int64_t n = g.head_dim > g.value_dim ? g.head_dim : g.value_dim;
+  for (int lanes : {16, 32, 64, 128})
+    if (n <= lanes && (lanes <= 64 || !double_precision)) return lanes;
+  return 0;
 }
 
 }  // namespace mpt::kernels
