@@ -1,11 +1,11 @@
 // Adafactor (Keras's): the second moment of a matrix kept as its row and column means. Its step
-// needs three reductions (the variable's RMS, the row and column means, the update's RMS), so it
-// is written with mpt::ops rather than one element-wise pass; every op runs on the variable's
-// device, in float32.
+// is mpt::ops::adafactor_update, fused on each backend (its reductions, the variable's RMS, the
+// row and column means and the update's RMS, in a fixed order: the same bits on every device).
 #include <cmath>
 
 #include "mpt/autograd.hpp"
 #include "mpt/ops.hpp"
+#include "mpt/optim_ops.hpp"
 #include "mpt/optimizers/optimizers.hpp"
 
 namespace mpt::optimizers {
@@ -29,47 +29,24 @@ Shape AdafactorOptimizer::slot_shape(const Variable& var, const std::string& slo
   return s;
 }
 
-namespace {
-Tensor scalar_like(double v, const Tensor& like) { return Tensor::scalar(v, float32, like.device()); }
-Tensor rms(const Tensor& x) { return ops::sqrt(ops::mean(ops::square(x))); }
-}  // namespace
-
 void AdafactorOptimizer::update_step(const Tensor& grad, const Variable& var, double lr_in) {
   NoGradGuard no_grad;
-  apply_weight_decay({var}, lr_in);  // Keras's _apply_weight_decay, before the step
-  const Tensor w = var.value().dtype() == float32 ? var.value() : var.value().to(float32);
-  const Tensor g = grad.dtype() == float32 ? grad : grad.to(float32);
   // Keras, in float32: t = iterations + 1; lr = min(lr, 1/sqrt(t)) when relative_step and no
-  // schedule; rho_t = min(lr, 1/sqrt(t)); alpha_t = max(epsilon_2, rms(var)) * rho_t.
+  // schedule; rho_t = min(lr, 1/sqrt(t)); beta_2_t = 1 - t^beta_2_decay. The weight decay
+  // (Keras's _apply_weight_decay, before the step) is the op's first operation.
   const float t = static_cast<float>(iterations() + 1);
   const float inv_sqrt_t = 1.0f / std::sqrt(t);
   float lr = static_cast<float>(lr_in);
   if (!common_options().learning_rate.is_schedule() && o_.relative_step) lr = std::min(lr, inv_sqrt_t);
-  const float rho_t = std::min(lr, inv_sqrt_t);
-  const Tensor alpha_t = ops::mul(ops::maximum(scalar_like(o_.epsilon_2, w), rms(w)), scalar_like(rho_t, w));
-  const Tensor regulated = ops::add(ops::square(g), scalar_like(o_.epsilon_1, g));
-  const float beta_2_t = 1.0f - std::pow(t, static_cast<float>(o_.beta_2_decay));
-  const Tensor b = scalar_like(beta_2_t, g), one_minus_b = scalar_like(1.0f - beta_2_t, g);
-  Tensor v;
-  if (var.shape().size() >= 2) {
-    Tensor& r = slot(var, "r");
-    Tensor& c = slot(var, "c");
-    r.assign(ops::add(ops::mul(b, r), ops::mul(one_minus_b, ops::mean(regulated, {-1}))));
-    c.assign(ops::add(ops::mul(b, c), ops::mul(one_minus_b, ops::mean(regulated, {-2}))));
-    // v = (r / mean(r, -1))[..., None] * c[..., None, :]
-    Shape rs = r.shape(), cs = c.shape();
-    rs.push_back(1);
-    cs.insert(cs.end() - 1, 1);
-    v = ops::mul(ops::reshape(ops::div(r, ops::mean(r, {-1}, true)), rs), ops::reshape(c, cs));
-  } else {
-    Tensor& vel = slot(var, "velocity");
-    vel.assign(ops::add(ops::mul(b, vel), ops::mul(one_minus_b, regulated)));
-    v = vel;
-  }
-  const Tensor u = ops::div(g, ops::sqrt(v));
-  const Tensor u_hat =
-      ops::div(u, ops::maximum(scalar_like(1.0, u), ops::div(rms(u), scalar_like(o_.clip_threshold, u))));
-  var.assign(ops::sub(w, ops::mul(alpha_t, u_hat)));
+  ops::AdafactorArgs args;
+  args.rho_t = std::min(lr, inv_sqrt_t);
+  args.beta_2_t = 1.0f - std::pow(t, static_cast<float>(o_.beta_2_decay));
+  args.epsilon_1 = o_.epsilon_1, args.epsilon_2 = o_.epsilon_2, args.clip_threshold = o_.clip_threshold;
+  args.decay = weight_decay_factor(var, lr_in);
+  Tensor value = var.value();
+  if (var.shape().size() >= 2) ops::adafactor_update(value, grad, &slot(var, "r"), &slot(var, "c"), nullptr, args);
+  else ops::adafactor_update(value, grad, nullptr, nullptr, &slot(var, "velocity"), args);
+  var.mark_modified();  // written in place: drop the cached casts
 }
 
 std::shared_ptr<AdafactorOptimizer> Adafactor(AdafactorOptions options) {

@@ -104,6 +104,20 @@ void rule_update_all(UpdateRule rule, std::vector<Tensor>& vars, const std::vect
                      const std::vector<std::vector<Tensor*>>& slots, const RuleArgs& args,
                      const std::vector<Tensor*>& copies = {}, double grad_scale = 1.0);
 
+/// Adafactor's update (Keras's form; defined once, in src/backend/common/adafactor.hpp, for both
+/// backends). A variable of rank >= 2 keeps its second moment factored as row means r
+/// (shape[:-1]) and column means c (shape[:-2] + shape[-1:]), pass v = nullptr; one of rank < 2
+/// keeps it whole in v (its shape), pass r = c = nullptr. Slots float32 on the variable's device.
+/// With w the variable after the decoupled decay (w -= w * decay, first) and g the gradient:
+///   reg = g^2 + epsilon_1;  r = b r + (1 - b) mean(reg, -1);  c = b c + (1 - b) mean(reg, -2)
+///   v = (r / mean(r, -1))[..., None] * c[..., None, :]   (rank < 2: v = b v + (1 - b) reg)
+///   u = g / sqrt(v);  w -= max(epsilon_2, rms(w)) rho_t u / max(1, rms(u) / clip_threshold)
+/// with b = beta_2_t. Means and RMSs are summed in float64 in one fixed order on every device.
+struct AdafactorArgs {
+  double beta_2_t = 0, epsilon_1 = 1e-30, epsilon_2 = 1e-3, rho_t = 0, clip_threshold = 1, decay = 0;
+};
+void adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Tensor* v, const AdafactorArgs& args);
+
 struct UnscaleResult {
   std::vector<Tensor> grads;     ///< grads[i] * inv_scale in float32 (undefined stays undefined)
   Tensor found_flag;             ///< float32 scalar on the gradients' device: 1 when any is inf/NaN

@@ -11,6 +11,7 @@
 #include "mpt/tensor.hpp"
 #include "backend/common/attention.hpp"   // AttentionGeometry
 #include "backend/common/binary_ops.hpp"  // BinaryOp: the table of binary ops
+#include "backend/common/adafactor.hpp"     // AdafactorShape, AdafactorHyper: mpt::ops::adafactor_update
 #include "backend/common/optim_rules.hpp"  // RuleKind, RuleHyper: the update rules of mpt::ops::rule_update
 #include "backend/common/unary_ops.hpp"   // UnaryOp, Activation: the table of unary ops and activations
 
@@ -193,6 +194,10 @@ class Backend {
   virtual void rule_update_all(common::RuleKind rule, std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                                const std::vector<std::vector<Tensor*>>& slots, const common::RuleHyper& h,
                                const std::vector<Tensor*>& copies, double grad_scale) = 0;
+  /// mpt::ops::adafactor_update on a float32 variable and gradient seen as s (the phases of
+  /// backend/common/adafactor.hpp): r and c updated when s.factored, else v; the others null.
+  virtual void adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Tensor* v,
+                                const common::AdafactorShape& s, const common::AdafactorHyper& h) = 0;
   /// out[i] = grads[i] * inv_scale (outs float32, pre-allocated, or undefined to only check;
   /// undefined grads skipped;
   /// inv_scale a float32 scalar on this device); found (float32 scalar) = 1 when any element

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ostream>
+#include <string>
 
 #include "ops/ops_common.hpp"
 
@@ -270,6 +271,57 @@ void rule_update(UpdateRule rule, Tensor& var, const Tensor& grad, const std::ve
   for (Tensor* t : slots) lists.push_back({t});
   backend_of(var).rule_update_all(rule_kind(rule), vars, {grad}, lists, rule_hyper(rule, args),
                                   copy ? std::vector<Tensor*>{copy} : std::vector<Tensor*>{}, grad_scale);
+}
+
+namespace {
+std::string dims(const Shape& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+}  // namespace
+
+void adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Tensor* v, const AdafactorArgs& a) {
+  const char* op = "adafactor_update";
+  check_update(op, var, grad);
+  const Shape& shape = var.shape();
+  const bool factored = shape.size() >= 2;
+  common::AdafactorShape s;
+  if (factored) {
+    s.rows = shape[shape.size() - 2], s.cols = shape.back();
+    s.blocks = s.rows * s.cols == 0 ? 0 : var.numel() / (s.rows * s.cols);
+    Shape rs = shape, cs = shape;
+    rs.pop_back();
+    cs.erase(cs.end() - 2);
+    MPT_CHECK(r && c && !v, op, ": a variable of rank ", shape.size(), " takes the slots r and c (and no v)");
+    const auto check_factor = [&](const Tensor* slot, const char* name, const Shape& want) {
+      MPT_CHECK(slot->defined() && slot->dtype() == float32 && slot->shape() == want && slot->device() == var.device(),
+                op, ": slot '", name, "' must be float32 of shape ", dims(want), " on ", var.device().str(), ", got ",
+                describe(*slot));
+    };
+    check_factor(r, "r", rs);
+    check_factor(c, "c", cs);
+  } else {
+    s.rows = var.numel();
+    MPT_CHECK(v && !r && !c, op, ": a variable of rank ", shape.size(), " takes the slot v (and no r, c)");
+    check_slot(op, var, v, "v");
+  }
+  s.factored = factored;
+  MPT_CHECK(std::isfinite(a.clip_threshold) && a.clip_threshold > 0, op,
+            ": clip_threshold must be a finite number > 0, got ", a.clip_threshold);
+  if (var.numel() == 0) return;
+  common::AdafactorHyper h;
+  const auto f = [](double x) { return static_cast<float>(x); };
+  h.b = f(a.beta_2_t), h.omb = 1.0f - h.b, h.eps1 = f(a.epsilon_1), h.eps2 = f(a.epsilon_2), h.rho = f(a.rho_t),
+  h.clip = f(a.clip_threshold), h.decay = f(a.decay);
+  // The backends take float32 variables and gradients: others go through float32 copies.
+  Tensor w = var.dtype() == float32 ? var : var.to(float32);
+  const Tensor g = grad.dtype() == float32 ? grad : grad.to(float32);
+  backend_of(var).adafactor_update(w, g, r, c, v, s, h);
+  if (w.data_ptr() != var.data_ptr()) var.assign(w);
 }
 
 namespace {

@@ -52,6 +52,18 @@ void check_bodies(const AttentionGeometry& gm, const Vec<C>& qv, const Vec<C>& k
     CHECK(same_bits(gq, rq));
     CHECK(same_bits(gk, rk));
     CHECK(same_bits(gv, rv));
+    // dk and dv one at a time (the GPU's two kernels): the same bits.
+    Vec<C> gk1(kv.size()), gv1(vv.size());
+    emulate(Dim{2, 1, 1}, Dim{block, 1, 1}, [&](const Thread& t) {
+      attention_dkv_body<N, C, true, false>(t, gm, qv.data(), kv.data(), vv.data(), pm, l.data(), delta.data(),
+                                            dov.data(), gk1.data(), gv1.data());
+    });
+    emulate(Dim{2, 1, 1}, Dim{block, 1, 1}, [&](const Thread& t) {
+      attention_dkv_body<N, C, false, true>(t, gm, qv.data(), kv.data(), vv.data(), pm, l.data(), delta.data(),
+                                            dov.data(), gk1.data(), gv1.data());
+    });
+    CHECK(same_bits(gk1, rk));
+    CHECK(same_bits(gv1, rv));
   }
 }
 

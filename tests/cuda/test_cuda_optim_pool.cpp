@@ -12,6 +12,7 @@
 #include <random>
 
 #include "backend/backend.hpp"
+#include "mpt/optim_ops.hpp"
 #include "backend/cuda/kernels/optim.hpp"
 #include "backend/cuda/kernels/pool.hpp"
 #include "test_util.hpp"
@@ -700,4 +701,148 @@ TEST_CASE("pooling kernels give the CPU backend's outputs, workspace and gradien
       }
     }
   }
+}
+
+namespace {
+
+/// Keras's Adafactor step in float64 (the formula of mpt/optim_ops.hpp's adafactor_update) on a
+/// [L, R, C] view; r [L, R], c [L, C] when factored, else v [n].
+void adafactor_reference(std::vector<double>& w, const std::vector<double>& g, std::vector<double>& r,
+                         std::vector<double>& c, std::vector<double>& v, std::int64_t L, std::int64_t R,
+                         std::int64_t C, bool factored, const ops::AdafactorArgs& a) {
+  const std::size_t n = w.size();
+  const double b = a.beta_2_t;
+  for (double& x : w) x -= x * a.decay;
+  double w2 = 0;
+  for (double x : w) w2 += x * x;
+  std::vector<double> u(n);
+  if (factored) {
+    for (std::int64_t l = 0; l < L; ++l) {
+      for (std::int64_t i = 0; i < R; ++i) {
+        double s = 0;
+        for (std::int64_t j = 0; j < C; ++j) s += g[(l * R + i) * C + j] * g[(l * R + i) * C + j] + a.epsilon_1;
+        r[l * R + i] = b * r[l * R + i] + (1 - b) * s / C;
+      }
+      for (std::int64_t j = 0; j < C; ++j) {
+        double s = 0;
+        for (std::int64_t i = 0; i < R; ++i) s += g[(l * R + i) * C + j] * g[(l * R + i) * C + j] + a.epsilon_1;
+        c[l * C + j] = b * c[l * C + j] + (1 - b) * s / R;
+      }
+      double rm = 0;
+      for (std::int64_t i = 0; i < R; ++i) rm += r[l * R + i];
+      rm /= R;
+      for (std::int64_t i = 0; i < R; ++i)
+        for (std::int64_t j = 0; j < C; ++j) {
+          const std::size_t e = static_cast<std::size_t>((l * R + i) * C + j);
+          u[e] = g[e] / std::sqrt(r[l * R + i] / rm * c[l * C + j]);
+        }
+    }
+  } else {
+    for (std::size_t e = 0; e < n; ++e) {
+      v[e] = b * v[e] + (1 - b) * (g[e] * g[e] + a.epsilon_1);
+      u[e] = g[e] / std::sqrt(v[e]);
+    }
+  }
+  double u2 = 0;
+  for (double x : u) u2 += x * x;
+  const double alpha = std::max(a.epsilon_2, std::sqrt(w2 / n)) * a.rho_t;
+  const double denom = std::max(1.0, std::sqrt(u2 / n) / a.clip_threshold);
+  for (std::size_t e = 0; e < n; ++e) w[e] -= alpha * u[e] / denom;
+}
+
+}  // namespace
+
+TEST_CASE("adafactor's kernels give the CPU backend's bits, and both Keras's step in float64") {
+  // Shapes: blocks of a rank-3 variable, fewer and more rows than the sums' 256 chunks, a long
+  // row, a vector and a scalar (unfactored).
+  const std::vector<Shape> shapes{{3, 5, 7}, {40, 33}, {300, 2}, {2, 1000}, {17}, {}};
+  for (const Shape& shape : shapes) {
+    for (double decay : {0.0, 0.003}) {
+      CAPTURE(shape.size());
+      CAPTURE(decay);
+      const bool factored = shape.size() >= 2;
+      std::int64_t n = 1;
+      for (std::int64_t d : shape) n *= d;
+      common::AdafactorShape s;
+      s.factored = factored;
+      if (factored) s.rows = shape[shape.size() - 2], s.cols = shape.back(), s.blocks = n / (s.rows * s.cols);
+      else s.rows = n;
+      const std::size_t un = static_cast<std::size_t>(n);
+      Shape rs = shape, cs = shape;
+      if (factored) rs.pop_back(), cs.erase(cs.end() - 2);
+      Tensor var = make(uniform(un, -1, 1, 7), shape, float32);
+      Tensor r = factored ? Tensor::zeros(rs, float32, Device::cpu()) : Tensor();
+      Tensor c = factored ? Tensor::zeros(cs, float32, Device::cpu()) : Tensor();
+      Tensor v = factored ? Tensor() : Tensor::zeros(var.shape(), float32, Device::cpu());
+      // The emulated kernels' memory.
+      auto w = storage<float>(var);
+      std::vector<float> rv(static_cast<std::size_t>(s.blocks * s.rows), 0.0f), col(static_cast<std::size_t>(s.blocks * s.cols), 0.0f);
+      // The float64 reference.
+      std::vector<double> w64 = var.to_vector<double>(), r64(static_cast<std::size_t>(s.blocks * s.rows)),
+                          c64(static_cast<std::size_t>(s.blocks * s.cols)), v64(un);
+      for (int step = 1; step <= 3; ++step) {
+        CAPTURE(step);
+        const std::vector<double> gvals = uniform(un, -0.5, 0.5, 100 + step);
+        Tensor grad = make(gvals, shape, float32);
+        const auto g = storage<float>(grad);
+        ops::AdafactorArgs a;
+        const float t = static_cast<float>(step);
+        a.beta_2_t = 1.0f - std::pow(t, -0.8f), a.rho_t = std::min(0.01f, 1.0f / std::sqrt(t));
+        a.epsilon_1 = 1e-30, a.epsilon_2 = 1e-3, a.clip_threshold = 1.0, a.decay = decay;
+        ops::adafactor_update(var, grad, factored ? &r : nullptr, factored ? &c : nullptr, factored ? nullptr : &v, a);
+
+        common::AdafactorHyper h;
+        h.b = static_cast<float>(a.beta_2_t), h.omb = 1.0f - h.b, h.eps1 = static_cast<float>(a.epsilon_1),
+        h.eps2 = static_cast<float>(a.epsilon_2), h.rho = static_cast<float>(a.rho_t), h.clip = 1.0f,
+        h.decay = static_cast<float>(decay);
+        constexpr std::int64_t K = common::kSumChunks;
+        const std::int64_t rows = s.blocks * s.rows, segments = 1 + (factored ? s.blocks : 0);
+        std::vector<double> wrow(static_cast<std::size_t>(rows)), urow(wrow.size()),
+            partial(static_cast<std::size_t>(segments * K)), totals(static_cast<std::size_t>(segments + 1));
+        float* second = rv.data();  // r, or (unfactored: rows = n) v
+        float* cp = factored ? col.data() : nullptr;
+        k::emulate(kGrid, kBlock, [&](const k::Thread& th) { k::adafactor_rows_body(th, s, h, w.data(), g.data(), second, wrow.data()); });
+        if (factored) k::emulate(kGrid, kBlock, [&](const k::Thread& th) { k::adafactor_cols_body(th, s, h, g.data(), cp); });
+        k::emulate(kGrid, kBlock, [&](const k::Thread& th) { k::chunk_sums_body(th, wrow.data(), rows, 1, partial.data()); });
+        if (factored)
+          k::emulate(kGrid, kBlock, [&](const k::Thread& th) {
+            k::chunk_sums_body(th, static_cast<const float*>(second), s.rows, s.blocks, partial.data() + K);
+          });
+        k::emulate(kGrid, kBlock, [&](const k::Thread& th) { k::chunk_totals_body(th, partial.data(), segments, totals.data()); });
+        k::emulate(kGrid, kBlock, [&](const k::Thread& th) {
+          k::adafactor_u_rows_body(th, s, g.data(), second, cp, totals.data() + 1, urow.data());
+        });
+        k::emulate(kGrid, kBlock, [&](const k::Thread& th) { k::chunk_sums_body(th, urow.data(), rows, 1, partial.data()); });
+        k::emulate({1}, {1}, [&](const k::Thread& th) { k::chunk_totals_body(th, partial.data(), 1, totals.data() + segments); });
+        k::emulate(kGrid, kBlock, [&](const k::Thread& th) {
+          k::adafactor_apply_body(th, s, h, w.data(), g.data(), second, cp, totals.data());
+        });
+        CHECK_SAME_BITS(var, w, "adafactor var");
+        if (factored) {
+          CHECK_SAME_BITS(r, rv, "adafactor r");
+          CHECK_SAME_BITS(c, col, "adafactor c");
+        } else {
+          CHECK_SAME_BITS(v, rv, "adafactor v");
+        }
+        adafactor_reference(w64, gvals, r64, c64, v64, s.blocks, s.rows, s.cols, factored, a);
+        const std::vector<double> got = var.to_vector<double>();
+        for (std::size_t e = 0; e < un; ++e) CHECK(got[e] == doctest::Approx(w64[e]).epsilon(2e-6));
+      }
+    }
+  }
+}
+
+TEST_CASE("adafactor_update refuses slots that do not fit the variable") {
+  Tensor var = Tensor::zeros({4, 3}, float32, Device::cpu()), grad = Tensor::zeros({4, 3}, float32, Device::cpu());
+  Tensor r = Tensor::zeros({4}, float32, Device::cpu()), c = Tensor::zeros({3}, float32, Device::cpu());
+  Tensor v = Tensor::zeros({4, 3}, float32, Device::cpu()), bad = Tensor::zeros({3}, float32, Device::cpu());
+  ops::AdafactorArgs a;
+  a.beta_2_t = 0.5, a.rho_t = 0.01;
+  CHECK_NOTHROW(ops::adafactor_update(var, grad, &r, &c, nullptr, a));
+  CHECK_THROWS_WITH_AS(ops::adafactor_update(var, grad, nullptr, nullptr, &v, a),
+                       doctest::Contains("adafactor_update: a variable of rank 2 takes the slots r and c"), Error);
+  CHECK_THROWS_WITH_AS(ops::adafactor_update(var, grad, &bad, &c, nullptr, a),
+                       doctest::Contains("slot 'r' must be float32 of shape [4]"), Error);
+  a.clip_threshold = 0;
+  CHECK_THROWS_WITH_AS(ops::adafactor_update(var, grad, &r, &c, nullptr, a), doctest::Contains("clip_threshold"), Error);
 }

@@ -187,6 +187,11 @@ class TestBackend final : public Backend {
     Call c(*this);
     cpu_.rule_update_all(rule, vars, grads, slots, h, copies, grad_scale);
   }
+  void adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Tensor* v,
+                        const common::AdafactorShape& s, const common::AdafactorHyper& h) override {
+    Call c_(*this);
+    cpu_.adafactor_update(var, grad, r, c, v, s, h);
+  }
   void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, std::vector<Tensor>& outs, Tensor& found,
                          Tensor& flags) override {
     Call c(*this);

@@ -143,12 +143,18 @@ MPT_HOST_DEVICE void attention_delta_row(const AttentionGeometry& g, const C* ou
   delta[row] = dot<N, C>(dout + o, out + o, g.value_dim);
 }
 
+/// The probability p_ij of an attended pair.
+template <int N, class C, class Q, class K>
+MPT_HOST_DEVICE inline C attention_pair_p(const AttentionGeometry& g, const Q& qi, const K& kj, C lse_i) {
+  const C s = exact::mul(dot<N, C>(qi, kj, g.head_dim), C(g.scale));
+  return fn::exp(exact::sub(s, lse_i));
+}
+
 /// The probability p_ij and ds_ij = p_ij (do_i·v_j - δ_i) of one attended pair.
 template <int N, class C, class Q, class K, class V, class DO>
 MPT_HOST_DEVICE inline void attention_pair_grad(const AttentionGeometry& g, const Q& qi, const K& kj, const V& vj,
                                                 const DO& doi, C lse_i, C delta_i, C& p, C& ds) {
-  const C s = exact::mul(dot<N, C>(qi, kj, g.head_dim), C(g.scale));
-  p = fn::exp(exact::sub(s, lse_i));
+  p = attention_pair_p<N>(g, qi, kj, lse_i);
   ds = exact::mul(p, exact::sub(dot<N, C>(doi, vj, g.value_dim), delta_i));
 }
 
@@ -182,36 +188,46 @@ MPT_HOST_DEVICE void attention_dq_row(const AttentionGeometry& g, const C* q, co
   dqi.store(dqrow, D);
 }
 
-/// dk and dv of key row `row` = (b·H + h)·Tk + j (overwritten).
-template <int N, class C>
+/// dk and dv of key row `row` = (b·H + h)·Tk + j (overwritten), or only one of them (kDk,
+/// kDv): with registers for the row vectors, the GPU computes them in two kernels, each holding
+/// what it needs (dv: k and the dv sum; dk: k, v and the dk sum), the same p and ds in both.
+template <int N, class C, bool kDk = true, bool kDv = true>
 MPT_HOST_DEVICE void attention_dkv_row(const AttentionGeometry& g, const C* q, const C* k, const C* v,
                                        const std::uint8_t* mask, const C* lse, const C* delta, const C* dout, C* dk,
                                        C* dv, std::int64_t row) {
+  constexpr int NK = kDk ? N : 0, NV = kDv ? N : 0;  // the sums not computed: views, never touched
   const std::int64_t j = row % g.kv_len, bh = row / g.kv_len, h = bh % g.heads, b = bh / g.heads;
   const std::int64_t D = g.head_dim, Dv = g.value_dim;
   const std::int64_t ko = ((b * g.kv_len + j) * g.heads + h) * D;
   const std::int64_t vo = ((b * g.kv_len + j) * g.heads + h) * Dv;
-  // The key's k and v are read where they lie (every thread's own rows, cached): the registers
-  // go to the two accumulators.
-  const C* kj = k + ko;
-  const C* vj = v + vo;
-  RowVec<N, C> dkj(dk + ko, D, false);
-  RowVec<N, C> dvj(dv + vo, Dv, false);
-  for_lanes<N>(D, [&](std::int64_t d) { dkj[d] = C(0); });
-  for_lanes<N>(Dv, [&](std::int64_t d) { dvj[d] = C(0); });
-  for (std::int64_t i = g.causal ? j : 0; i < g.q_len; ++i) {  // causal: only queries i >= j see key j
+  const RowVec<N, const C> kj(k + ko, D, true);
+  const RowVec<NK, const C> vj(v + vo, Dv, kDk);
+  RowVec<NK, C> dkj(dk + ko, D, false);
+  RowVec<NV, C> dvj(dv + vo, Dv, false);
+  if constexpr (kDk) for_lanes<N>(D, [&](std::int64_t d) { dkj[d] = C(0); });
+  if constexpr (kDv) for_lanes<N>(Dv, [&](std::int64_t d) { dvj[d] = C(0); });
+  // Causal: only queries i >= j see key j. The loop starts at j rounded down to a multiple of
+  // 32 rather than at j, so that the 32 threads of a GPU warp (keys j0 .. j0+31) step through the
+  // same query rows together (one read of each for the warp); attends() skips i < j.
+  for (std::int64_t i = g.causal ? j - j % 32 : 0; i < g.q_len; ++i) {
     if (!attends(g, mask, b, h, i, j)) continue;
     const std::int64_t r = bh * g.q_len + i;
     const C* qi = q + ((b * g.q_len + i) * g.heads + h) * D;
     const C* doi = dout + ((b * g.q_len + i) * g.heads + h) * Dv;
     C p, ds;
-    attention_pair_grad<N>(g, qi, kj, vj, doi, lse[r], delta[r], p, ds);
-    for_lanes<N>(D, [&](std::int64_t d) { dkj[d] = exact::add(dkj[d], exact::mul(ds, qi[d])); });
-    for_lanes<N>(Dv, [&](std::int64_t d) { dvj[d] = exact::add(dvj[d], exact::mul(p, doi[d])); });
+    if constexpr (kDk) {
+      attention_pair_grad<N>(g, qi, kj, vj, doi, lse[r], delta[r], p, ds);
+      for_lanes<N>(D, [&](std::int64_t d) { dkj[d] = exact::add(dkj[d], exact::mul(ds, qi[d])); });
+    } else {
+      p = attention_pair_p<N>(g, qi, kj, lse[r]);
+    }
+    if constexpr (kDv) for_lanes<N>(Dv, [&](std::int64_t d) { dvj[d] = exact::add(dvj[d], exact::mul(p, doi[d])); });
   }
-  for_lanes<N>(D, [&](std::int64_t d) { dkj[d] = exact::mul(dkj[d], C(g.scale)); });
-  dkj.store(dk + ko, D);
-  dvj.store(dv + vo, Dv);
+  if constexpr (kDk) {
+    for_lanes<N>(D, [&](std::int64_t d) { dkj[d] = exact::mul(dkj[d], C(g.scale)); });
+    dkj.store(dk + ko, D);
+  }
+  if constexpr (kDv) dvj.store(dv + vo, Dv);
 }
 
 }  // namespace mpt::common

@@ -53,6 +53,8 @@ class CpuBackend final : public Backend {
   void rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocity, Tensor* average_grad,
                       Tensor* momentum, double lr, double rho, double momentum_coef,
                       double epsilon, Tensor* copy, double grad_scale) override;
+  void adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Tensor* v,
+                        const common::AdafactorShape& s, const common::AdafactorHyper& h) override;
   void rule_update_all(common::RuleKind rule, std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                        const std::vector<std::vector<Tensor*>>& slots, const common::RuleHyper& h,
                        const std::vector<Tensor*>& copies, double grad_scale) override;

@@ -5,7 +5,9 @@
 // CUDA kernels' exact:: arithmetic (src/backend/cuda/kernels/optim.hpp).
 #include <atomic>
 #include <cmath>
+#include <vector>
 
+#include "backend/common/adafactor.hpp"
 #include "backend/common/loss_scale.hpp"
 #include "backend/common/optim_rules.hpp"
 #include "mpt/optim_ops.hpp"
@@ -245,6 +247,46 @@ void CpuBackend::rule_update_all(common::RuleKind rule, std::vector<Tensor>& var
                     }
                   });
   }
+}
+
+void CpuBackend::adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Tensor* v,
+                                  const common::AdafactorShape& s, const common::AdafactorHyper& h) {
+  // The phases of backend/common/adafactor.hpp in order, each over the threads (rows, columns,
+  // chunks and elements are independent: the bits do not depend on the thread count).
+  using namespace common;
+  float* w = var.data<float>();
+  const float* g = grad.data<float>();
+  float* rv = s.factored ? r->data<float>() : v->data<float>();
+  float* col = s.factored ? c->data<float>() : nullptr;
+  const std::int64_t rows = s.blocks * s.rows, n = s.size();
+  const std::int64_t row_grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, s.cols));
+  const std::int64_t segments = 1 + (s.factored ? s.blocks : 0);
+  std::vector<double> wrow(static_cast<std::size_t>(rows)), urow(wrow.size());
+  std::vector<double> partial(static_cast<std::size_t>(segments * kSumChunks)), totals(static_cast<std::size_t>(segments + 1));
+  parallel_for(rows, row_grain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t q = b; q < e; ++q) adafactor_row(s, h, w, g, rv, wrow.data(), q);
+  });
+  if (s.factored) {
+    const std::int64_t col_grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, s.rows));
+    parallel_for(s.blocks * s.cols, col_grain, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t q = b; q < e; ++q) adafactor_col(s, h, g, col, q);
+    });
+  }
+  // Σ w² (segment 0) and each block's Σ r (segments 1..L), then Σ u² into totals[segments].
+  for (int k = 0; k < kSumChunks; ++k) partial[k] = chunk_sum(wrow.data(), rows, k);
+  if (s.factored)
+    for (std::int64_t l = 0; l < s.blocks; ++l)
+      for (int k = 0; k < kSumChunks; ++k) partial[(1 + l) * kSumChunks + k] = chunk_sum(rv + l * s.rows, s.rows, k);
+  for (std::int64_t seg = 0; seg < segments; ++seg) totals[seg] = chunks_total(partial.data() + seg * kSumChunks);
+  parallel_for(rows, row_grain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t q = b; q < e; ++q) adafactor_u_row(s, g, rv, col, totals.data() + 1, urow.data(), q);
+  });
+  for (int k = 0; k < kSumChunks; ++k) partial[k] = chunk_sum(urow.data(), rows, k);
+  totals[segments] = chunks_total(partial.data());
+  parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      adafactor_apply(s, h, w, g, rv, col, totals.data() + 1, totals[0], totals[segments], i);
+  });
 }
 
 void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,

@@ -29,10 +29,10 @@ __global__ void dq_kernel(AttentionGeometry g, const C* q, const C* k, const C* 
                           const C* lse, const C* delta, const C* dout, C* dq) {
   attention_dq_body<N>(this_thread(), g, q, k, v, mask, lse, delta, dout, dq);
 }
-template <int N, class C>
+template <int N, class C, bool kDk, bool kDv>
 __global__ void dkv_kernel(AttentionGeometry g, const C* q, const C* k, const C* v, const std::uint8_t* mask,
                            const C* lse, const C* delta, const C* dout, C* dk, C* dv) {
-  attention_dkv_body<N>(this_thread(), g, q, k, v, mask, lse, delta, dout, dk, dv);
+  attention_dkv_body<N, C, kDk, kDv>(this_thread(), g, q, k, v, mask, lse, delta, dout, dk, dv);
 }
 
 const std::uint8_t* mask_ptr(const Tensor& mask) {
@@ -95,11 +95,20 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
           dq.data<C>());
       check_launch("attention backward (dq)");
     }
-    if (k_rows > 0) {
-      dkv_kernel<N, C><<<blocks_for(k_rows, kThreads), kThreads, 0, s>>>(
+    // dk and dv: in registers, one kernel each (both sums and k, v would not fit); else one.
+    auto dkv = [&](auto dk_on, auto dv_on) {
+      dkv_kernel<N, C, decltype(dk_on)::value, decltype(dv_on)::value><<<blocks_for(k_rows, kThreads), kThreads, 0, s>>>(
           g, q.data<C>(), k.data<C>(), v.data<C>(), mask_ptr(mask), lse.data<C>(), delta.data<C>(), dout.data<C>(),
           dk.data<C>(), dv.data<C>());
       check_launch("attention backward (dk, dv)");
+    };
+    if (k_rows > 0) {
+      if constexpr (N > 0) {
+        dkv(std::true_type{}, std::false_type{});
+        dkv(std::false_type{}, std::true_type{});
+      } else {
+        dkv(std::true_type{}, std::true_type{});
+      }
     }
   });
 }

@@ -80,6 +80,8 @@ class CudaBackend final : public Backend {
                           const std::vector<Tensor*>& momentum, double lr, double rho,
                           double momentum_coef, double epsilon,
                           const std::vector<Tensor*>& copies, double grad_scale) override;
+  void adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Tensor* v,
+                        const common::AdafactorShape& s, const common::AdafactorHyper& h) override;
   void rule_update_all(common::RuleKind rule, std::vector<Tensor>& vars, const std::vector<Tensor>& grads,
                        const std::vector<std::vector<Tensor*>>& slots, const common::RuleHyper& h,
                        const std::vector<Tensor*>& copies, double grad_scale) override;

@@ -53,6 +53,29 @@ __global__ void loss_scale_kernel(float* scale, float* inv_scale, std::int64_t* 
                      min_scale, max_scale);
 }
 
+__global__ void adafactor_rows_kernel(common::AdafactorShape s, common::AdafactorHyper h, const float* w,
+                                      const float* g, float* r_or_v, double* wrow) {
+  k::adafactor_rows_body(k::this_thread(), s, h, w, g, r_or_v, wrow);
+}
+__global__ void adafactor_cols_kernel(common::AdafactorShape s, common::AdafactorHyper h, const float* g, float* col) {
+  k::adafactor_cols_body(k::this_thread(), s, h, g, col);
+}
+template <class T>
+__global__ void chunk_sums_kernel(const T* x, std::int64_t seg_len, std::int64_t segments, double* partial) {
+  k::chunk_sums_body(k::this_thread(), x, seg_len, segments, partial);
+}
+__global__ void chunk_totals_kernel(const double* partial, std::int64_t segments, double* totals) {
+  k::chunk_totals_body(k::this_thread(), partial, segments, totals);
+}
+__global__ void adafactor_u_rows_kernel(common::AdafactorShape s, const float* g, const float* r_or_v,
+                                        const float* col, const double* rsum, double* urow) {
+  k::adafactor_u_rows_body(k::this_thread(), s, g, r_or_v, col, rsum, urow);
+}
+__global__ void adafactor_apply_kernel(common::AdafactorShape s, common::AdafactorHyper h, float* w, const float* g,
+                                       const float* r_or_v, const float* col, const double* totals) {
+  k::adafactor_apply_body(k::this_thread(), s, h, w, g, r_or_v, col, totals);
+}
+
 float* slot_ptr(Tensor* t) { return t ? t->data<float>() : nullptr; }
 
 /// Calls f(V*, const G*) with var's and grad's storage types.
@@ -228,6 +251,44 @@ void CudaBackend::rule_update_all(common::RuleKind rule, std::vector<Tensor>& va
       launch_updates<k::UpdateKind::Lion>(vars, grads, {&slots[0], &second}, copies, uh, "lion_update_all");
       break;
   }
+}
+
+void CudaBackend::adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Tensor* v,
+                                   const common::AdafactorShape& s, const common::AdafactorHyper& h) {
+  // The phases of backend/common/adafactor.hpp, one launch each, in stream order; the float64
+  // scratch: wrow, urow [L·R], partial [segments · kSumChunks], totals [segments + 1].
+  DeviceGuard guard(var.device().index);
+  const cudaStream_t st = stream(guard.index());
+  constexpr std::int64_t K = common::kSumChunks;
+  const std::int64_t rows = s.blocks * s.rows, n = s.size();
+  const std::int64_t segments = 1 + (s.factored ? s.blocks : 0);
+  Tensor scratch = Tensor::empty({2 * rows + segments * K + segments + 1}, float64, var.device());
+  double* wrow = scratch.data<double>();
+  double* urow = wrow + rows;
+  double* partial = urow + rows;
+  double* totals = partial + segments * K;
+  float* w = var.data<float>();
+  const float* g = grad.data<float>();
+  float* rv = s.factored ? r->data<float>() : v->data<float>();
+  float* col = s.factored ? c->data<float>() : nullptr;
+  const auto grid = [](std::int64_t m) { return k::blocks_for(m, kThreads, kMaxBlocks); };
+  adafactor_rows_kernel<<<grid(rows), kThreads, 0, st>>>(s, h, w, g, rv, wrow);
+  check_launch("adafactor_update (rows)");
+  if (s.factored) {
+    adafactor_cols_kernel<<<grid(s.blocks * s.cols), kThreads, 0, st>>>(s, h, g, col);
+    check_launch("adafactor_update (columns)");
+  }
+  chunk_sums_kernel<double><<<grid(K), kThreads, 0, st>>>(wrow, rows, 1, partial);
+  if (s.factored) chunk_sums_kernel<float><<<grid(s.blocks * K), kThreads, 0, st>>>(rv, s.rows, s.blocks, partial + K);
+  chunk_totals_kernel<<<grid(segments), kThreads, 0, st>>>(partial, segments, totals);
+  check_launch("adafactor_update (sums)");
+  adafactor_u_rows_kernel<<<grid(rows), kThreads, 0, st>>>(s, g, rv, col, totals + 1, urow);
+  check_launch("adafactor_update (u rows)");
+  chunk_sums_kernel<double><<<grid(K), kThreads, 0, st>>>(urow, rows, 1, partial);
+  chunk_totals_kernel<<<1, 1, 0, st>>>(partial, 1, totals + segments);
+  check_launch("adafactor_update (u sums)");
+  adafactor_apply_kernel<<<grid(n), kThreads, 0, st>>>(s, h, w, g, rv, col, totals);
+  check_launch("adafactor_update");
 }
 
 void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale,

@@ -31,13 +31,13 @@ MPT_HOST_DEVICE void attention_dq_body(const Thread& t, AttentionGeometry g, con
     common::attention_dq_row<N>(g, q, k, v, mask, lse, delta, dout, dq, r);
 }
 
-template <int N, class C>
+template <int N, class C, bool kDk = true, bool kDv = true>
 MPT_HOST_DEVICE void attention_dkv_body(const Thread& t, AttentionGeometry g, const C* q, const C* k, const C* v,
                                         const std::uint8_t* mask, const C* lse, const C* delta, const C* dout, C* dk,
                                         C* dv) {
   const std::int64_t rows = g.batch * g.heads * g.kv_len;
   for (std::int64_t r = t.global(); r < rows; r += t.stride())
-    common::attention_dkv_row<N>(g, q, k, v, mask, lse, delta, dout, dk, dv, r);
+    common::attention_dkv_row<N, C, kDk, kDv>(g, q, k, v, mask, lse, delta, dout, dk, dv, r);
 }
 
 /// The register length the kernels use for a problem: the smallest of 16, 32, 64 (and 128 in

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/common/adafactor.hpp"
 #include "backend/common/loss_scale.hpp"
 #include "backend/common/optim_rules.hpp"
 #include "backend/cuda/kernels/launch.hpp"
@@ -400,6 +401,63 @@ MPT_HOST_DEVICE inline void loss_scale_body(const Thread& t, float* scale, float
   if (t.global() != 0) return;
   loss_scale_step(*scale, *inv_scale, counters[0], counters[1], *found != 0.0f, dynamic, growth_steps, hysteresis,
                   min_scale, max_scale);
+}
+
+
+// ---- Adafactor: the phases of backend/common/adafactor.hpp, one launch each -----------------
+//
+// var and grad float32; r_or_v is r (factored) or v; the float64 scratch: wrow and urow [L·R],
+// partial [segments · kSumChunks], totals [1 + L + 1] = Σ w², each block's Σ r, Σ u².
+
+/// Phase 1: one row per grid-stride step.
+MPT_HOST_DEVICE inline void adafactor_rows_body(const Thread& t, common::AdafactorShape s, common::AdafactorHyper h,
+                                                const float* w, const float* g, float* r_or_v, double* wrow) {
+  const std::int64_t n = s.blocks * s.rows;
+  for (std::int64_t q = t.global(); q < n; q += t.stride()) common::adafactor_row(s, h, w, g, r_or_v, wrow, q);
+}
+
+/// Phase 2: one column per step (consecutive threads, consecutive columns: coalesced).
+MPT_HOST_DEVICE inline void adafactor_cols_body(const Thread& t, common::AdafactorShape s, common::AdafactorHyper h,
+                                                const float* g, float* col) {
+  const std::int64_t n = s.blocks * s.cols;
+  for (std::int64_t q = t.global(); q < n; q += t.stride()) common::adafactor_col(s, h, g, col, q);
+}
+
+/// The chunk sums of `segments` consecutive segments of seg_len elements of x:
+/// partial[seg · kSumChunks + k] = chunk k of segment seg.
+template <class T>
+MPT_HOST_DEVICE void chunk_sums_body(const Thread& t, const T* x, std::int64_t seg_len, std::int64_t segments,
+                                     double* partial) {
+  const std::int64_t n = segments * common::kSumChunks;
+  for (std::int64_t p = t.global(); p < n; p += t.stride()) {
+    const std::int64_t seg = p / common::kSumChunks;
+    partial[p] = common::chunk_sum(x + seg * seg_len, seg_len, static_cast<int>(p % common::kSumChunks));
+  }
+}
+
+/// totals[seg] = the segment's chunk sums added in order.
+MPT_HOST_DEVICE inline void chunk_totals_body(const Thread& t, const double* partial, std::int64_t segments,
+                                              double* totals) {
+  for (std::int64_t seg = t.global(); seg < segments; seg += t.stride())
+    totals[seg] = common::chunks_total(partial + seg * common::kSumChunks);
+}
+
+/// Phase 4: Σ_c u² of each row; rsum = totals + 1.
+MPT_HOST_DEVICE inline void adafactor_u_rows_body(const Thread& t, common::AdafactorShape s, const float* g,
+                                                  const float* r_or_v, const float* col, const double* rsum,
+                                                  double* urow) {
+  const std::int64_t n = s.blocks * s.rows;
+  for (std::int64_t q = t.global(); q < n; q += t.stride()) common::adafactor_u_row(s, g, r_or_v, col, rsum, urow, q);
+}
+
+/// Phase 6: every element; totals as above.
+MPT_HOST_DEVICE inline void adafactor_apply_body(const Thread& t, common::AdafactorShape s, common::AdafactorHyper h,
+                                                 float* w, const float* g, const float* r_or_v, const float* col,
+                                                 const double* totals) {
+  const std::int64_t n = s.size();
+  const double wsum = totals[0], usum = totals[1 + (s.factored ? s.blocks : 0)];
+  for (std::int64_t i = t.global(); i < n; i += t.stride())
+    common::adafactor_apply(s, h, w, g, r_or_v, col, totals + 1, wsum, usum, i);
 }
 
 }  // namespace mpt::kernels
