@@ -1,7 +1,7 @@
 // Scaled dot-product attention on the GPU where cuDNN's fused graphs do not go (float32,
 // float64, explicit masks, unusual head dims): one thread per query row (forward, delta, dq) or
 // key row (dk, dv) running the row bodies of backend/common/attention.hpp, with the row's own
-// vectors in registers up to 128 lanes (kernels/attention.hpp picks the length); deterministic,
+// vectors in registers up to 128 lanes in float32 (kernels/attention.hpp picks the length); deterministic,
 // no atomics, nothing of size Tq·Tk stored. The threads of a warp take consecutive rows of one
 // (batch, head), so the key or query rows they loop over are read once for the warp.
 #include <type_traits>
@@ -45,15 +45,15 @@ template <class F>
 void with_attention_kernels(DType d, const AttentionGeometry& g, F&& f) {
   auto typed = [&](auto c) {
     using C = decltype(c);
-    switch (attention_lanes(g, std::is_same_v<C, double>)) {
-      case 16: f(c, std::integral_constant<int, 16>{}); break;
-      case 32: f(c, std::integral_constant<int, 32>{}); break;
-      case 64: f(c, std::integral_constant<int, 64>{}); break;
-      case 128:
-        if constexpr (std::is_same_v<C, float>) f(c, std::integral_constant<int, 128>{});
-        break;
-      default: f(c, std::integral_constant<int, 0>{}); break;
+    if constexpr (std::is_same_v<C, float>) {
+      switch (attention_lanes(g, false)) {
+        case 32: f(c, std::integral_constant<int, 32>{}); return;
+        case 64: f(c, std::integral_constant<int, 64>{}); return;
+        case 128: f(c, std::integral_constant<int, 128>{}); return;
+        default: break;
+      }
     }
+    f(c, std::integral_constant<int, 0>{});
   };
   if (d == float64) typed(double{});
   else typed(float{});

@@ -40,13 +40,14 @@ MPT_HOST_DEVICE void attention_dkv_body(const Thread& t, AttentionGeometry g, co
     common::attention_dkv_row<N, C, kDk, kDv>(g, q, k, v, mask, lse, delta, dout, dk, dv, r);
 }
 
-/// The register length the kernels use for a problem: the smallest of 16, 32, 64 (and 128 in
-/// float32) that holds its head and value dims, else 0 (the rows stay in memory). Larger
-/// float64 rows would spill anyway.
+/// The register length the kernels use for a problem: in float32 the smallest of 32, 64 and 128
+/// that holds its head and value dims, else 0 (the rows stay in memory, as always in float64,
+/// whose rows would spill and which only tests run on a GPU).
 inline int attention_lanes(const AttentionGeometry& g, bool double_precision) {
   const std::int64_t n = g.head_dim > g.value_dim ? g.head_dim : g.value_dim;
-  for (int lanes : {16, 32, 64, 128})
-    if (n <= lanes && (lanes <= 64 || !double_precision)) return lanes;
+  if (double_precision) return 0;
+  for (int lanes : {32, 64, 128})
+    if (n <= lanes) return lanes;
   return 0;
 }
 
