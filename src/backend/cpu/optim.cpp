@@ -252,13 +252,15 @@ void CpuBackend::rule_update_all(common::RuleKind rule, std::vector<Tensor>& var
 void CpuBackend::adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Tensor* v,
                                   const common::AdafactorShape& s, const common::AdafactorHyper& h) {
   // The phases of backend/common/adafactor.hpp in order, each over the threads (rows, columns,
-  // chunks and elements are independent: the bits do not depend on the thread count).
+  // chunks and elements are independent: the bits do not depend on the thread count). The
+  // columns are summed row by row over a range of columns at once (contiguous reads), each
+  // column's additions in the same order as the GPU's one thread per column.
   using namespace common;
   float* w = var.data<float>();
   const float* g = grad.data<float>();
   float* rv = s.factored ? r->data<float>() : v->data<float>();
   float* col = s.factored ? c->data<float>() : nullptr;
-  const std::int64_t rows = s.blocks * s.rows, n = s.size();
+  const std::int64_t rows = s.blocks * s.rows;
   const std::int64_t row_grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, s.cols));
   const std::int64_t segments = 1 + (s.factored ? s.blocks : 0);
   std::vector<double> wrow(static_cast<std::size_t>(rows)), urow(wrow.size());
@@ -267,9 +269,18 @@ void CpuBackend::adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Te
     for (std::int64_t q = b; q < e; ++q) adafactor_row(s, h, w, g, rv, wrow.data(), q);
   });
   if (s.factored) {
-    const std::int64_t col_grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, s.rows));
+    const std::int64_t col_grain = std::max<std::int64_t>(64, kGrain / std::max<std::int64_t>(1, s.rows));
     parallel_for(s.blocks * s.cols, col_grain, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t q = b; q < e; ++q) adafactor_col(s, h, g, col, q);
+      std::vector<double> acc;
+      for (std::int64_t q0 = b; q0 < e;) {  // the columns of one block at a time
+        const std::int64_t l = q0 / s.cols, c0 = q0 % s.cols, m = std::min(e - q0, s.cols - c0);
+        acc.assign(static_cast<std::size_t>(m), 0.0);
+        const float* gl = g + l * s.rows * s.cols + c0;
+        for (std::int64_t rr = 0; rr < s.rows; ++rr)
+          for (std::int64_t j = 0; j < m; ++j) acc[j] = adafactor_col_add(acc[j], gl[rr * s.cols + j], h);
+        for (std::int64_t j = 0; j < m; ++j) adafactor_col_finish(s, h, col, q0 + j, acc[j]);
+        q0 += m;
+      }
     });
   }
   // Σ w² (segment 0) and each block's Σ r (segments 1..L), then Σ u² into totals[segments].
@@ -278,14 +289,20 @@ void CpuBackend::adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Te
     for (std::int64_t l = 0; l < s.blocks; ++l)
       for (int k = 0; k < kSumChunks; ++k) partial[(1 + l) * kSumChunks + k] = chunk_sum(rv + l * s.rows, s.rows, k);
   for (std::int64_t seg = 0; seg < segments; ++seg) totals[seg] = chunks_total(partial.data() + seg * kSumChunks);
+  const double* rsum = totals.data() + 1;
   parallel_for(rows, row_grain, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t q = b; q < e; ++q) adafactor_u_row(s, g, rv, col, totals.data() + 1, urow.data(), q);
+    for (std::int64_t q = b; q < e; ++q) adafactor_u_row(s, g, rv, col, rsum, urow.data(), q);
   });
   for (int k = 0; k < kSumChunks; ++k) partial[k] = chunk_sum(urow.data(), rows, k);
   totals[segments] = chunks_total(partial.data());
-  parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i)
-      adafactor_apply(s, h, w, g, rv, col, totals.data() + 1, totals[0], totals[segments], i);
+  float alpha, denom;
+  adafactor_step(s, h, totals[0], totals[segments], alpha, denom);
+  parallel_for(rows, row_grain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t q = b; q < e; ++q) {
+      const float factor = adafactor_row_factor(s, rv, rsum, q);
+      const float* col_q = adafactor_col_of(s, col, q);
+      for (std::int64_t j = 0; j < s.cols; ++j) adafactor_apply(s, h, w, g, factor, col_q, alpha, denom, q, j);
+    }
   });
 }
 

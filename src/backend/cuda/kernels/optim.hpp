@@ -455,9 +455,12 @@ MPT_HOST_DEVICE inline void adafactor_apply_body(const Thread& t, common::Adafac
                                                  float* w, const float* g, const float* r_or_v, const float* col,
                                                  const double* totals) {
   const std::int64_t n = s.size();
-  const double wsum = totals[0], usum = totals[1 + (s.factored ? s.blocks : 0)];
-  for (std::int64_t i = t.global(); i < n; i += t.stride())
-    common::adafactor_apply(s, h, w, g, r_or_v, col, totals + 1, wsum, usum, i);
+  float alpha, denom;
+  common::adafactor_step(s, h, totals[0], totals[1 + (s.factored ? s.blocks : 0)], alpha, denom);
+  for (std::int64_t i = t.global(); i < n; i += t.stride()) {
+    const std::int64_t q = i / s.cols, c = i % s.cols;
+    common::adafactor_apply(s, h, w, g, common::adafactor_row_factor(s, r_or_v, totals + 1, q),
+                            common::adafactor_col_of(s, col, q), alpha, denom, q, c);
+  }
 }
-
 }  // namespace mpt::kernels
