@@ -11,10 +11,12 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-sanitize}
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 # -gline-tables-only: reports still get file:line stacks, and the build compiles and links
-# faster than with full debug info (-g).
+# faster than with full debug info (-g). -O1 for the library (AddressSanitizer's advice, and a
+# third faster to compile than -O2), -O0 for the test programs (their time is in the library):
+# this build was half of the CI's time.
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPT_WITH_CUDA=OFF -DMPT_WITH_MPI=OFF \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" -DMPT_TEST_OPT_FLAG=-O0 \
   -DMPT_ASAN=ON -DMPT_FUZZ=ON -DMPT_BUILD_EXAMPLES=OFF -DMPT_BUILD_BENCH=OFF > /dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 
