@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <ostream>
-#include <string>
 
 #include "ops/ops_common.hpp"
 
@@ -273,17 +272,6 @@ void rule_update(UpdateRule rule, Tensor& var, const Tensor& grad, const std::ve
                                   copy ? std::vector<Tensor*>{copy} : std::vector<Tensor*>{}, grad_scale);
 }
 
-namespace {
-std::string dims(const Shape& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(s[i]);
-  }
-  return out + "]";
-}
-}  // namespace
-
 void adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Tensor* v, const AdafactorArgs& a) {
   const char* op = "adafactor_update";
   check_update(op, var, grad);
@@ -299,7 +287,7 @@ void adafactor_update(Tensor& var, const Tensor& grad, Tensor* r, Tensor* c, Ten
     MPT_CHECK(r && c && !v, op, ": a variable of rank ", shape.size(), " takes the slots r and c (and no v)");
     const auto check_factor = [&](const Tensor* slot, const char* name, const Shape& want) {
       MPT_CHECK(slot->defined() && slot->dtype() == float32 && slot->shape() == want && slot->device() == var.device(),
-                op, ": slot '", name, "' must be float32 of shape ", dims(want), " on ", var.device().str(), ", got ",
+                op, ": slot '", name, "' must be float32 of shape ", to_string(want), " on ", var.device().str(), ", got ",
                 describe(*slot));
     };
     check_factor(r, "r", rs);

@@ -842,7 +842,7 @@ TEST_CASE("adafactor_update refuses slots that do not fit the variable") {
   CHECK_THROWS_WITH_AS(ops::adafactor_update(var, grad, nullptr, nullptr, &v, a),
                        doctest::Contains("adafactor_update: a variable of rank 2 takes the slots r and c"), Error);
   CHECK_THROWS_WITH_AS(ops::adafactor_update(var, grad, &bad, &c, nullptr, a),
-                       doctest::Contains("slot 'r' must be float32 of shape [4]"), Error);
+                       doctest::Contains("slot 'r' must be float32 of shape (4,)"), Error);
   a.clip_threshold = 0;
   CHECK_THROWS_WITH_AS(ops::adafactor_update(var, grad, &r, &c, nullptr, a), doctest::Contains("clip_threshold"), Error);
 }
