@@ -66,6 +66,9 @@ def main():
     ap.add_argument("--amx-off", action="store_true",
                     help="AMX off on both sides (MPT_ONEDNN_AMX=0, ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16): "
                          "the second table an AMX machine owes")
+    ap.add_argument("--isa", choices=["avx2", "baseline", "avx512"],
+                    help="cap both sides at this x86 tier: mpt by MPT_CPU_ISA, PyTorch by ATEN_CPU_CAPABILITY, "
+                         "oneDNN (both) by ONEDNN_MAX_CPU_ISA; an AVX-512 machine then makes the AVX2 table")
     ap.add_argument("--fp16-limit", type=float, default=8.0,
                     help="drop PyTorch fp16 for a model after a round slower than this many times its fp32")
     args = ap.parse_args()
@@ -82,9 +85,13 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if args.amx_off:
         env.update(MPT_ONEDNN_AMX="0", ONEDNN_MAX_CPU_ISA="AVX512_CORE_BF16")
+    if args.isa:
+        env.update(MPT_CPU_ISA=args.isa,
+                   ATEN_CPU_CAPABILITY={"avx2": "avx2", "baseline": "default", "avx512": "avx512"}[args.isa],
+                   ONEDNN_MAX_CPU_ISA={"avx2": "AVX2", "baseline": "SSE41", "avx512": "AVX512_CORE_BF16"}[args.isa])
     amx_cpu = "amx_bf16" in cpu_flags()
-    amx_mpt = amx_cpu and env.get("MPT_ONEDNN_AMX", "1") != "0"
     isa_cap = env.get("ONEDNN_MAX_CPU_ISA", "")
+    amx_mpt = amx_cpu and env.get("MPT_ONEDNN_AMX", "1") != "0" and not isa_cap
     amx_torch = amx_cpu and (not isa_cap or "AMX" in isa_cap.upper())
 
     runs = {}  # (impl, model, dtype) -> list of results
@@ -141,6 +148,9 @@ def main():
     print()
     print(f"CPU: {cpu_model()}; threads {args.threads}; AMX used: mpt {'yes' if amx_mpt else 'no'}, "
           f"PyTorch {'yes' if amx_torch else 'no'} (CPU has AMX: {'yes' if amx_cpu else 'no'})")
+    if args.isa:
+        print(f"ISA cap on both sides: {args.isa} (MPT_CPU_ISA={env['MPT_CPU_ISA']}, "
+              f"ATEN_CPU_CAPABILITY={env['ATEN_CPU_CAPABILITY']}, ONEDNN_MAX_CPU_ISA={env['ONEDNN_MAX_CPU_ISA']})")
     print()
     print("ms per step, median over rounds (minimum):")
     print("| model | mpt float32 | PyTorch fp32 | mpt mixed_bfloat16 | PyTorch bf16 | mpt mixed_float16 | PyTorch fp16 |")

@@ -2,7 +2,7 @@
 # The second half of the test command: the whole test suite again in a clang build with
 # AddressSanitizer and UBSan (errors abort), then every file reader's libFuzzer target for a
 # fixed time from its committed corpus (tests/fuzz/corpus/<target>) and a fixed seed. A finding
-# fails the run. The *_avx2 reruns (the same binaries with oneDNN capped at AVX2) run in the
+# fails the run. The *_avx2 and *_baseline reruns (the same binaries at a lower ISA tier) run in the
 # normal build only. Open MPI stays out of this build (its own allocations would read as leaks): the
 # mpirun tests run in the normal build, the fake-communicator test here.
 #   bash scripts/sanitize.sh          (BUILD_DIR=build-sanitize, FUZZ_SECONDS=20 per target)
@@ -25,7 +25,7 @@ cmake --build "$BUILD_DIR" -j"$(nproc)"
 export ASAN_OPTIONS=allocator_may_return_null=1:handle_segv=0:detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0
-(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 -E "package_consumer|_avx2$")
+(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 -E "package_consumer|_avx2$|_baseline$")
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -3,8 +3,10 @@
 # benchmarks, installs PyTorch 2.15, Keras 3 and NumPy from PyPI into a virtual environment of
 # its own (MPT_BENCH_VENV, default ~/.cache/mpt/bench-venv; never at test time or in CI), and runs
 # bench/side_by_side.py, whose flags it passes on (--rounds, --models, --threads, --no-keras,
-# --amx-off). On an AMX machine, run it again with AMX off on both sides:
+# --amx-off, --isa). On an AMX machine, run it again with AMX off on both sides:
 #   bash scripts/side_by_side.sh --amx-off
+# and on an AVX-512 machine, with both sides capped at AVX2 (the table of AVX2-only CPUs):
+#   bash scripts/side_by_side.sh --isa avx2
 # (the same as MPT_ONEDNN_AMX=0 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 in the environment).
 set -euo pipefail
 cd "$(dirname "$0")/.."

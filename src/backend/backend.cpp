@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "core/cpu_isa.hpp"
+
 namespace mpt {
 
 namespace {
@@ -54,6 +56,7 @@ Backend& backend(Device device) {
             " kernels in this build for device ", device.str(),
             device.is_cuda() ? " (built without CUDA; use MPT_DEVICE=cpu)"
                              : "");
+  if (!device.is_cuda()) check_cpu_isa_setting();  // the CPU kernels' tier (MPT_CPU_ISA)
   return *b;
 }
 

@@ -1,5 +1,7 @@
 #include "mpt/half.hpp"
 
+#include "core/cpu_isa.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -7,7 +9,6 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define MPT_HALF_X86 1
-#include <cpuid.h>
 // GCC 12's intrinsics start from _mm512_undefined_*(), which trips -W[maybe-]uninitialized (PR105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -80,26 +81,15 @@ constexpr const char* kIsaNames[] = {"portable", "f16c", "avx512"};
 constexpr int kNoOverride = -1;
 std::atomic<int> g_override{kNoOverride};
 
-#ifdef MPT_HALF_X86
-bool has_f16c() {
-#ifdef __clang__  // clang's __builtin_cpu_supports does not know "f16c"
-  unsigned a, b, c, d;
-  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-#else
-  return __builtin_cpu_supports("f16c");
-#endif
-}
-#endif
-
+// The process's CPU tier (core/cpu_isa.hpp, MPT_CPU_ISA included): its avx2 tier has F16C, its
+// avx512 tier AVX-512 F, BW and VL besides.
 Isa detect_isa() {
 #ifdef MPT_HALF_X86
-  __builtin_cpu_init();
-  // The avx2/avx512 feature bits already include the XGETBV check that the OS saves the registers.
-  const bool f16c = has_f16c();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && f16c)
-    return Isa::avx512;
-  if (__builtin_cpu_supports("avx2") && f16c) return Isa::f16c;
+  switch (detail::cpu_isa()) {
+    case detail::CpuIsa::avx512: return Isa::avx512;
+    case detail::CpuIsa::avx2: return Isa::f16c;
+    case detail::CpuIsa::baseline: break;
+  }
 #endif
   return Isa::portable;
 }

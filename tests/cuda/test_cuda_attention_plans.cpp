@@ -70,8 +70,11 @@ TEST_CASE("cuda attention plans: cuDNN plans the fused SDPA forward and backward
       {"cross-attention, Tq != Tk", 2, 8, 64, 96, 64},
       {"head dim 128", 4, 8, 512, 512, 128},
   };
+  // float16 on the first shape only: the engines take both 16-bit types alike, and each key
+  // costs cuDNN most of a second to plan (a third of this test's time went to float16 repeats).
   for (const auto& c : cases)
     for (DType dt : {DType::BFloat16, DType::Float16})
+      if (dt == DType::BFloat16 || &c == &cases[0])
       for (bool causal : {false, true})
       for (int pass : {0, 1, 2}) {  // forward, deterministic backward, backward with a dQ accumulator
         SdpaKey k{.batch = c.b, .heads = c.h, .q_len = c.sq, .kv_len = c.skv, .head_dim = c.d, .value_dim = c.d,

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/conv_reference.hpp"
 #include "backend/cpu/conv_small.hpp"
+#include "core/cpu_isa.hpp"
 #include "test_util.hpp"
 
 using namespace mpt;
@@ -76,12 +77,17 @@ const std::vector<Case>& cases() {
 }  // namespace
 
 TEST_CASE("small-channel direct convolutions apply to 1 to 4 input channels in float32, bfloat16, float16") {
+  // The backend routes them there at the avx512 tier only (test_cpu_isa checks that rule); the
+  // kernels below run at the process's tier either way (the _avx2 and _baseline runs).
+  const bool routed = detail::cpu_isa() == detail::CpuIsa::avx512;
   for (DType d : {float32, bfloat16, float16}) {
-    CHECK(cpu::small_conv_applies({8, 28, 28, 1}, {3, 3, 1, 32}, d));
-    CHECK(cpu::small_conv_applies({8, 32, 32, 4}, {5, 5, 4, 7}, d));
+    CHECK(cpu::small_conv_supports({8, 28, 28, 1}, {3, 3, 1, 32}, d));
+    CHECK(cpu::small_conv_supports({8, 32, 32, 4}, {5, 5, 4, 7}, d));
+    CHECK_FALSE(cpu::small_conv_supports({8, 32, 32, 5}, {3, 3, 5, 32}, d));
+    CHECK(cpu::small_conv_applies({8, 32, 32, 4}, {5, 5, 4, 7}, d) == routed);
     CHECK_FALSE(cpu::small_conv_applies({8, 32, 32, 5}, {3, 3, 5, 32}, d));
   }
-  CHECK_FALSE(cpu::small_conv_applies({8, 28, 28, 1}, {3, 3, 1, 32}, float64));
+  CHECK_FALSE(cpu::small_conv_supports({8, 28, 28, 1}, {3, 3, 1, 32}, float64));
 }
 
 TEST_CASE("small-channel direct convolution forward matches the float64 reference") {
@@ -98,7 +104,7 @@ TEST_CASE("small-channel direct convolution forward matches the float64 referenc
       Tensor x = random(c.x, dt, Device::cpu(), 10 + i, -1, 1);
       Tensor w = random({c.kh, c.kw, c.x[3], c.cout}, dt, Device::cpu(), 20 + i, -0.5, 0.5);
       Tensor b = i % 3 == 2 ? Tensor() : random({c.cout}, dt, Device::cpu(), 30 + i);
-      REQUIRE(cpu::small_conv_applies(x.shape(), w.shape(), dt));
+      REQUIRE(cpu::small_conv_supports(x.shape(), w.shape(), dt));
       const Shape ys = out_shape(c);
       Tensor y = Tensor::empty(ys, dt, Device::cpu());
       cpu::small_conv_forward(x, w, b, c.g, act, y);

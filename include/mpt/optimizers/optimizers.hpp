@@ -167,10 +167,12 @@ class RMSpropOptimizer : public detail::BuiltinOptimizer<RMSpropOptimizer, RMSpr
   void update_step(const Tensor& grad, const Variable& var, double lr) override;
   void update_steps(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, double lr) override;
   std::vector<std::string> slot_names() const override {
-    std::vector<std::string> n{"velocity"};
-    if (o_.centered) n.push_back("average_gradient");
-    if (o_.momentum > 0) n.push_back("momentum");
-    return n;
+    // (Not an initializer list and push_back: GCC 12 at -O3 warns falsely on that, PR 107852.)
+    const bool centered = o_.centered, momentum = o_.momentum > 0;
+    if (centered && momentum) return {"velocity", "average_gradient", "momentum"};
+    if (centered) return {"velocity", "average_gradient"};
+    if (momentum) return {"velocity", "momentum"};
+    return {"velocity"};
   }
 };
 /// Keras's RMSprop, as an object to hand to compile() or a LossScaleOptimizer.

@@ -207,7 +207,7 @@ struct Scratch {
 
 /// Forward of query rows [i0, i0 + nq) of (b, h).
 template <class C>
-MPT_VECTOR_CLONES void forward_tile(const Tiles<C>& t, const C* q, const C* k, const C* v, C* out, C* lse,
+MPT_KERNEL void forward_tile(const Tiles<C>& t, const C* q, const C* k, const C* v, C* out, C* lse,
                                     std::int64_t b, std::int64_t h, std::int64_t i0, Scratch<C>& w) {
   constexpr std::int64_t W = Simd<C>::W;
   const AttentionGeometry& g = t.g;
@@ -271,7 +271,7 @@ MPT_VECTOR_CLONES void forward_tile(const Tiles<C>& t, const C* q, const C* k, c
 
 /// Backward of (b, h): its rows of dq, dk and dv (overwritten).
 template <class C>
-MPT_VECTOR_CLONES void backward_pair(const Tiles<C>& t, const C* q, const C* k, const C* v, const C* out,
+MPT_KERNEL void backward_pair(const Tiles<C>& t, const C* q, const C* k, const C* v, const C* out,
                                      const C* lse, const C* dout, C* dq, C* dk, C* dv, std::int64_t b, std::int64_t h,
                                      Scratch<C>& w) {
   constexpr std::int64_t W = Simd<C>::W;
@@ -360,7 +360,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
       Scratch<C> w = scratch_for(t);
       for (std::int64_t item = lo; item < hi; ++item) {
         const std::int64_t bh = item / blocks;
-        forward_tile(t, pq, pk, pv, po, pl, bh / g.heads, bh % g.heads, item % blocks * kBq, w);
+        isa_call<forward_tile<C>>(t, pq, pk, pv, po, pl, bh / g.heads, bh % g.heads, item % blocks * kBq, w);
       }
     });
   };
@@ -381,7 +381,7 @@ void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tens
     parallel_for(g.batch * g.heads, 1, [&](std::int64_t lo, std::int64_t hi) {
       Scratch<C> w = scratch_for(t);
       for (std::int64_t bh = lo; bh < hi; ++bh)
-        backward_pair(t, pq, pk, pv, po, pl, pd, pdq, pdk, pdv, bh / g.heads, bh % g.heads, w);
+        isa_call<backward_pair<C>>(t, pq, pk, pv, po, pl, pd, pdq, pdk, pdv, bh / g.heads, bh % g.heads, w);
     });
   };
   if (q.dtype() == float64) run(double{});

@@ -17,7 +17,7 @@ namespace {
 // ---- block kernels: n rows of ch channels, vectorized over the channels ---------------------
 
 template <class T, class C>
-MPT_VECTOR_CLONES void stats_block(const T* __restrict x, std::int64_t n, std::int64_t ch, const C* __restrict shift,
+MPT_KERNEL void stats_block(const T* __restrict x, std::int64_t n, std::int64_t ch, const C* __restrict shift,
                                    C* __restrict s1, C* __restrict s2) {
   for (std::int64_t r = 0; r < n; ++r, x += ch)
 #pragma omp simd
@@ -29,7 +29,7 @@ MPT_VECTOR_CLONES void stats_block(const T* __restrict x, std::int64_t n, std::i
 }
 
 template <class T, class C, bool Relu>
-MPT_VECTOR_CLONES void affine_block(const T* __restrict x, std::int64_t n, std::int64_t ch, const C* __restrict scale,
+MPT_KERNEL void affine_block(const T* __restrict x, std::int64_t n, std::int64_t ch, const C* __restrict scale,
                                     const C* __restrict shift, T* __restrict y) {
   for (std::int64_t r = 0; r < n; ++r, x += ch, y += ch)
 #pragma omp simd
@@ -42,7 +42,7 @@ MPT_VECTOR_CLONES void affine_block(const T* __restrict x, std::int64_t n, std::
 
 /// Sums of dy and dy * (x - mean), dy masked by the fused ReLU (its input recomputed from x).
 template <class T, class C, bool Relu>
-MPT_VECTOR_CLONES void grad_sums_block(const T* __restrict x, const T* __restrict dy, std::int64_t n, std::int64_t ch,
+MPT_KERNEL void grad_sums_block(const T* __restrict x, const T* __restrict dy, std::int64_t n, std::int64_t ch,
                                        const C* __restrict scale, const C* __restrict shift, const C* __restrict mean,
                                        C* __restrict s1, C* __restrict s2) {
   for (std::int64_t r = 0; r < n; ++r, x += ch, dy += ch)
@@ -58,7 +58,7 @@ MPT_VECTOR_CLONES void grad_sums_block(const T* __restrict x, const T* __restric
 
 /// dx = a * dy + b * x + d0 per channel (dy masked as above).
 template <class T, class C, bool Relu>
-MPT_VECTOR_CLONES void grad_input_block(const T* __restrict x, const T* __restrict dy, std::int64_t n, std::int64_t ch,
+MPT_KERNEL void grad_input_block(const T* __restrict x, const T* __restrict dy, std::int64_t n, std::int64_t ch,
                                         const C* __restrict scale, const C* __restrict shift, const C* __restrict a,
                                         const C* __restrict b, const C* __restrict d0, T* __restrict dx) {
   for (std::int64_t r = 0; r < n; ++r, x += ch, dy += ch, dx += ch)
@@ -148,7 +148,7 @@ void stats(const Tensor& x, Tensor& mean, Tensor& var) {
   // Sums of (x - first row) keep the float32 block sums well conditioned.
   const std::vector<C> shift = values_of<C>(x, ch, C(0));
   auto s = channel_sums<T, C>(x, nullptr, ch, [&](const T* px, const T*, std::int64_t n, C* s1, C* s2) {
-    stats_block<T, C>(px, n, ch, shift.data(), s1, s2);
+    isa_call<stats_block<T, C>>(px, n, ch, shift.data(), s1, s2);
   });
   std::vector<double> m(ch), v(ch);
   for (std::int64_t c = 0; c < ch; ++c) {
@@ -185,7 +185,7 @@ template <class T, class C, bool Relu>
 void forward(const Tensor& x, const Coefficients<C>& k, Tensor& y) {
   const std::int64_t ch = x.shape().back();
   map_blocks<T>(x, nullptr, y, ch, [&](const T* px, const T*, std::int64_t n, T* po) {
-    affine_block<T, C, Relu>(px, n, ch, k.scale.data(), k.shift.data(), po);
+    isa_call<affine_block<T, C, Relu>>(px, n, ch, k.scale.data(), k.shift.data(), po);
   });
 }
 
@@ -196,7 +196,7 @@ void backward(const Tensor& x, const Tensor& dy, const Coefficients<C>& k, bool 
   std::vector<double> s(2 * ch, 0.0);  // sum(dy), sum(dy * (x - mean))
   if (batch_stats || dgamma.defined() || dbeta.defined())
     s = channel_sums<T, C>(x, &dy, ch, [&](const T* px, const T* pd, std::int64_t n, C* s1, C* s2) {
-      grad_sums_block<T, C, Relu>(px, pd, n, ch, k.scale.data(), k.shift.data(), k.mean.data(), s1, s2);
+      isa_call<grad_sums_block<T, C, Relu>>(px, pd, n, ch, k.scale.data(), k.shift.data(), k.mean.data(), s1, s2);
     });
   if (dbeta.defined()) write_values(std::vector<double>(s.begin(), s.begin() + ch), dbeta);
   if (dgamma.defined()) {
@@ -216,7 +216,7 @@ void backward(const Tensor& x, const Tensor& dy, const Coefficients<C>& k, bool 
       d0[c] = static_cast<C>(-static_cast<double>(a[c]) * s[c] / n - bc * static_cast<double>(k.mean[c]));
     }
   map_blocks<T>(x, &dy, dx, ch, [&](const T* px, const T* pd, std::int64_t n, T* po) {
-    grad_input_block<T, C, Relu>(px, pd, n, ch, k.scale.data(), k.shift.data(), a.data(), bx.data(), d0.data(), po);
+    isa_call<grad_input_block<T, C, Relu>>(px, pd, n, ch, k.scale.data(), k.shift.data(), a.data(), bx.data(), d0.data(), po);
   });
 }
 

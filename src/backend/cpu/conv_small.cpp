@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "backend/common/unary_ops.hpp"
@@ -103,6 +105,12 @@ using Lanes16 = std::uint16_t __attribute__((vector_size(kLanes * sizeof(std::ui
 using Lanes32 = std::uint32_t __attribute__((vector_size(kLanes * sizeof(std::uint32_t))));
 
 /// v = the first n <= kLanes values at p as float32 (bfloat16 widened), zero beyond.
+// GCC 12 warns that the tail loop's 16th iteration would be undefined, in a weight-gradient
+// strip inlined into its tier wrappers, though n < kLanes there: the loop never gets that far.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
+#endif
 template <class T>
 [[gnu::always_inline]] inline void load_lanes(Lanes& v, const T* p, std::int64_t n) {
   if (n < kLanes) {
@@ -117,6 +125,9 @@ template <class T>
     __builtin_memcpy(&v, &bits, sizeof v);
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 /// The first n <= kLanes lanes of v to p.
 [[gnu::always_inline]] inline void store_lanes(const Lanes& v, float* p, std::int64_t n) {
@@ -169,7 +180,7 @@ template <bool Relu, std::int64_t B>
 /// The `pixels` output pixels of a block of rows (x: its staged input; y: its output, float32):
 /// pairs of channel blocks, then single blocks (the last one partial).
 template <bool Relu>
-MPT_VECTOR_CLONES void forward_block(const float* __restrict x, const Dims& d, std::int64_t pixels,
+MPT_KERNEL void forward_block(const float* __restrict x, const Dims& d, std::int64_t pixels,
                                      const float* __restrict w, const float* __restrict bias, float* __restrict y) {
   std::int64_t base[kStrip];
   for (std::int64_t q = 0; q < pixels; q += kStrip) {
@@ -203,8 +214,8 @@ void forward(const Tensor& x, const Dims& d, const Conv2dGeometry& g, const floa
       stage(x, d, g, n, o0, rows, in);
       const std::int64_t o = (n * d.oh + o0) * m;
       float* y = store_target<float>(out, o, scratch.data());
-      if (act == Activation::Relu) forward_block<true>(in.data(), d, rows * d.ow, w, bias, y);
-      else forward_block<false>(in.data(), d, rows * d.ow, w, bias, y);
+      if (act == Activation::Relu) isa_call<forward_block<true>>(in.data(), d, rows * d.ow, w, bias, y);
+      else isa_call<forward_block<false>>(in.data(), d, rows * d.ow, w, bias, y);
       activate(act, y, rows * m);
       store<float>(out, o, rows * m, y);
     });
@@ -246,7 +257,7 @@ template <class T, std::int64_t B>
 
 /// Adds the `pixels` output pixels of a block of rows (x: its staged input; dy: its gradient).
 template <class T>
-MPT_VECTOR_CLONES void weights_block(const float* __restrict x, const Dims& d, std::int64_t pixels,
+MPT_KERNEL void weights_block(const float* __restrict x, const Dims& d, std::int64_t pixels,
                                      const T* __restrict dy, float* __restrict dw, float* __restrict db) {
   std::int64_t base[kStrip];
   for (std::int64_t q = 0; q < pixels; q += kStrip) {
@@ -281,7 +292,7 @@ std::vector<double> weight_sums(const Tensor& x, const Tensor& dy, const Dims& d
       if constexpr (std::is_same_v<T, float>) gy = load<float>(dy, o, count * m, scratch.data());
       else gy = static_cast<const T*>(dy.data_ptr()) + o;
       std::fill(acc.begin(), acc.end(), 0.f);
-      weights_block<T>(in.data(), d, count * d.ow, gy, acc.data(), acc.data() + size - d.coutp);
+      isa_call<weights_block<T>>(in.data(), d, count * d.ow, gy, acc.data(), acc.data() + size - d.coutp);
       for (std::int64_t i = 0; i < size; ++i) total[i] += acc[i];
     });
   });
@@ -291,9 +302,24 @@ std::vector<double> weight_sums(const Tensor& x, const Tensor& dy, const Dims& d
   return part;
 }
 
+/// The direct kernels run at the avx512 tier only: at avx2 (measured on AMD Zen 3, and on an
+/// AVX-512 Xeon capped at avx2: docs/design.md) oneDNN's jit:avx2 convolutions are faster.
+/// MPT_CPU_SMALL_CONV=direct|onednn forces one path (benchmarks).
+bool direct_wins() {
+  static const bool wins = [] {
+    const char* e = std::getenv("MPT_CPU_SMALL_CONV");
+    if (e && !std::strcmp(e, "direct")) return true;
+    if (e && !std::strcmp(e, "onednn")) return false;
+    return detail::cpu_isa() == detail::CpuIsa::avx512;
+  }();
+  return wins;
+}
+
 }  // namespace
 
-bool small_conv_applies(const Shape& x, const Shape& w, DType d) {
+bool small_conv_applies(const Shape& x, const Shape& w, DType d) { return direct_wins() && small_conv_supports(x, w, d); }
+
+bool small_conv_supports(const Shape& x, const Shape& w, DType d) {
   return x.size() == 4 && w.size() == 4 && x[3] >= 1 && x[3] <= 4 && w[2] == x[3] &&
          (d == float32 || d == bfloat16 || d == float16);
 }

@@ -5,8 +5,11 @@
 
 namespace mpt::cpu {
 
-/// True when the direct kernels take a convolution of x [N,H,W,Cin] with w [kh,kw,Cin,Cout]:
+/// True when the direct kernels can take a convolution of x [N,H,W,Cin] with w [kh,kw,Cin,Cout]:
 /// Cin <= 4 (any kernel size, stride, dilation and padding), dtype float32, bfloat16 or float16.
+bool small_conv_supports(const Shape& x, const Shape& w, DType d);
+/// True when the backend routes such a convolution to them: small_conv_supports, at the avx512
+/// ISA tier only (MPT_CPU_SMALL_CONV=direct|onednn forces a path).
 bool small_conv_applies(const Shape& x, const Shape& w, DType d);
 
 /// out = act(conv(x, w) + bias), bias optional; 16-bit outputs rounded once from float32.

@@ -1,5 +1,7 @@
 #include "backend/cpu/dnnl_util.hpp"
 
+#include "core/cpu_isa.hpp"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #endif
@@ -42,9 +44,21 @@ bool amx_on = false;  // set once, before the engine exists
 // oneDNN 2.6 picks AMX on CPUs that report it; without the amx_tile_configure fix above its AMX
 // kernels die with SIGILL on guests that hide CPUID leaf 0x1D. AMX is used when the fix is in
 // effect and tile permission is granted; otherwise (or with MPT_ONEDNN_AMX=0) oneDNN is capped at
-// AVX-512 BF16. An explicit ONEDNN_MAX_CPU_ISA wins over both.
+// AVX-512 BF16. An explicit ONEDNN_MAX_CPU_ISA wins over both. MPT_CPU_ISA (core/cpu_isa.hpp)
+// caps oneDNN at the same tier (avx512: AVX-512 BF16, so no AMX; avx2: AVX2; baseline: SSE4.1,
+// oneDNN's lowest).
 void prepare_cpu_isa() {
   if (std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA")) return;
+  if (detail::cpu_isa_capped()) {
+    const detail::CpuIsa isa = detail::cpu_isa();
+    try {
+      dnnl::set_max_cpu_isa(isa == detail::CpuIsa::avx512 ? dnnl::cpu_isa::avx512_core_bf16
+                            : isa == detail::CpuIsa::avx2 ? dnnl::cpu_isa::avx2
+                                                          : dnnl::cpu_isa::sse41);
+    } catch (const dnnl::error&) {  // already fixed by an earlier primitive: keep it
+    }
+    return;
+  }
   const char* amx = std::getenv("MPT_ONEDNN_AMX");
 #if defined(__linux__) && defined(__x86_64__)
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtileData = 18;
@@ -98,7 +112,7 @@ bool bf16_dot_full_rate() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     unsigned a, b, c, d;  // CPUID.(7,1):EAX bit 5 AVX512_BF16
-    return __builtin_cpu_is("amd") && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1) && dnnl_has_bf16();
+    return detail::cpu_isa() == detail::CpuIsa::avx512 && __builtin_cpu_is("amd") && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1) && dnnl_has_bf16();
 #else
     return false;
 #endif

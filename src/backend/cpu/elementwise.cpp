@@ -63,7 +63,7 @@ void map3(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& out, F f) 
 // float32 GELU is common/float_math.hpp's arithmetic (unary_apply and unary_grad call its scalar
 // form): here on 16 lanes at a time, then the tail as scalars, the same bits in every lane.
 
-MPT_VECTOR_CLONES void gelu_block(const float* __restrict x, float* __restrict y, std::int64_t n) {
+MPT_KERNEL void gelu_block(const float* __restrict x, float* __restrict y, std::int64_t n) {
   using T = LaneOps::T;
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -72,7 +72,7 @@ MPT_VECTOR_CLONES void gelu_block(const float* __restrict x, float* __restrict y
   for (; i < n; ++i) y[i] = common::unary_apply<UnaryOp::Gelu>(x[i], 0.f);
 }
 
-MPT_VECTOR_CLONES void gelu_grad_block(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
+MPT_KERNEL void gelu_grad_block(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
                                        std::int64_t n) {
   using T = LaneOps::T;
   std::int64_t i = 0;
@@ -133,7 +133,7 @@ void binary_loop(const std::array<const C*, 2>& p, const std::array<std::int64_t
 /// gradient passed through comes out quiet, as the float32 round trip of map3 made it. Staying
 /// in 16-bit lanes keeps it at memory speed; map3 converted three blocks per block of output.
 template <std::uint16_t kInf, std::uint16_t kQuiet>
-MPT_VECTOR_CLONES_16 void relu_backward_bits(const std::uint16_t* x, const std::uint16_t* dy, std::uint16_t* dx,
+MPT_KERNEL void relu_backward_bits(const std::uint16_t* x, const std::uint16_t* dy, std::uint16_t* dx,
                                              std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) {
     const std::uint16_t d = dy[i];
@@ -203,7 +203,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double param) {
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
       if constexpr (Op == UnaryOp::Gelu && std::is_same_v<C, float>)
-        map1_blocks<C>(x, out, gelu_block);
+        map1_blocks<C>(x, out, [](const float* a, float* o, std::int64_t m) { isa_call<gelu_block>(a, o, m); });
       else if constexpr (std::is_floating_point_v<C> || common::unary_on_integers(Op))
         if constexpr (common::unary_takes_param(Op))
           map1<C>(x, out, [p = C(param)](C v) { return common::unary_apply<OpT::value>(v, p); });
@@ -223,8 +223,8 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
     auto* po = static_cast<std::uint16_t*>(dx.data_ptr());
     const bool bf = x.dtype() == bfloat16;
     parallel_for(dx.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
-      if (bf) relu_backward_bits<0x7f80, 0x0040>(px + b, pd + b, po + b, e - b);
-      else relu_backward_bits<0x7c00, 0x0200>(px + b, pd + b, po + b, e - b);
+      if (bf) isa_call16<relu_backward_bits<0x7f80, 0x0040>>(px + b, pd + b, po + b, e - b);
+      else isa_call16<relu_backward_bits<0x7c00, 0x0200>>(px + b, pd + b, po + b, e - b);
     });
     return;
   }
@@ -234,7 +234,7 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
       using C = decltype(c);
       if constexpr (OpT::value == UnaryOp::Gelu && std::is_same_v<C, float>)
         map3_blocks<C>(x, y, dy, dx, [](const C* a, const C*, const C* d, C* o, std::int64_t m) {
-          gelu_grad_block(a, d, o, m);
+          isa_call<gelu_grad_block>(a, d, o, m);
         });
       else if constexpr (std::is_floating_point_v<C>)
         if constexpr (common::unary_takes_param(OpT::value))

@@ -33,7 +33,7 @@ template <class C>
 
 /// One row: y = (x - mean) * rstd * g + b, with the row's mean and rstd (float64 sums).
 template <class C>
-MPT_VECTOR_CLONES void forward_row(const C* x, const C* g, const C* b, double eps, std::int64_t d, C* y,
+MPT_KERNEL void forward_row(const C* x, const C* g, const C* b, double eps, std::int64_t d, C* y,
                                    double& mean, double& rstd) {
   D8 a{};
   std::int64_t i = 0;
@@ -57,7 +57,7 @@ MPT_VECTOR_CLONES void forward_row(const C* x, const C* g, const C* b, double ep
 /// One row of the backward: xh and gg (scratch), the per-column sums sum(dy*xh) and sum(dy)
 /// into acc[0, 2d) when acc is given, and dx when dx is given.
 template <class C>
-MPT_VECTOR_CLONES void backward_row(const C* x, const C* dy, C m, C rs, const C* g, std::int64_t d, C* xh, C* gg,
+MPT_KERNEL void backward_row(const C* x, const C* dy, C m, C rs, const C* g, std::int64_t d, C* xh, C* gg,
                                     double* acc, C* dx) {
   for (std::int64_t i = 0; i < d; ++i) {
     xh[i] = (x[i] - m) * rs;
@@ -94,7 +94,7 @@ void forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double ep
     for (std::int64_t r = b; r < e; ++r) {
       const C* px = load<C>(x, r * d, d, sx.data());
       C* py = store_target<C>(y, r * d, sy.data());
-      forward_row<C>(px, g.data(), bt.data(), eps, d, py, means[r], rstds[r]);
+      isa_call<forward_row<C>>(px, g.data(), bt.data(), eps, d, py, means[r], rstds[r]);
       store<C>(y, r * d, d, py);
     }
   });
@@ -118,7 +118,7 @@ void backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tenso
       const C* px = load<C>(x, r * d, d, sx.data());
       const C* pd = load<C>(dy, r * d, d, sd.data());
       C* po = dx.defined() ? store_target<C>(dx, r * d, so.data()) : nullptr;
-      backward_row<C>(px, pd, m[r], rs[r], g.data(), d, xh.data(), gg.data(), acc, po);
+      isa_call<backward_row<C>>(px, pd, m[r], rs[r], g.data(), d, xh.data(), gg.data(), acc, po);
       if (po) store<C>(dx, r * d, d, po);
     }
   });

@@ -23,7 +23,7 @@ constexpr std::int64_t kGrain = 1 << 14;
 float* slot_ptr(Tensor* t) { return t ? t->data<float>() : nullptr; }
 
 /// o[j] = x[j] * s: unscale_and_check's product.
-MPT_VECTOR_CLONES void mul_block(const float* __restrict x, float* __restrict o, std::int64_t n, float s) {
+MPT_KERNEL void mul_block(const float* __restrict x, float* __restrict o, std::int64_t n, float s) {
   for (std::int64_t j = 0; j < n; ++j) o[j] = x[j] * s;
 }
 
@@ -39,7 +39,7 @@ void update_blocks(Tensor& var, const Tensor& grad, Tensor* copy, double grad_sc
       const std::int64_t m = std::min(kBlock, e - i);
       const float* g = load<float>(grad, i, m, sg);
       if (gs != 1.0f) {
-        mul_block(g, ss, m, gs);
+        isa_call<mul_block>(g, ss, m, gs);
         g = ss;
       }
       // For a float32 variable both calls give its own memory; otherwise both give sw.
@@ -58,11 +58,11 @@ void update_blocks(Tensor& var, const Tensor& grad, Tensor* copy, double grad_sc
 
 // The kernels: one block of n elements, no branch inside a loop.
 
-MPT_VECTOR_CLONES void sgd_block(float* __restrict w, const float* __restrict g, std::int64_t n, float lr) {
+MPT_KERNEL void sgd_block(float* __restrict w, const float* __restrict g, std::int64_t n, float lr) {
   for (std::int64_t j = 0; j < n; ++j) w[j] -= g[j] * lr;
 }
 
-MPT_VECTOR_CLONES void sgd_momentum_block(float* __restrict w, const float* __restrict g, float* __restrict mo,
+MPT_KERNEL void sgd_momentum_block(float* __restrict w, const float* __restrict g, float* __restrict mo,
                                           std::int64_t n, float lr, float mu, bool nesterov) {
   if (nesterov) {
     for (std::int64_t j = 0; j < n; ++j) {
@@ -80,7 +80,7 @@ MPT_VECTOR_CLONES void sgd_momentum_block(float* __restrict w, const float* __re
 }
 
 /// Adam on one block; vhat null unless amsgrad. AdamW's decay is applied first, as in Keras.
-MPT_VECTOR_CLONES void adam_block(float* __restrict w, const float* __restrict g, float* __restrict m,
+MPT_KERNEL void adam_block(float* __restrict w, const float* __restrict g, float* __restrict m,
                                   float* __restrict v, float* __restrict vhat, std::int64_t n, float a, float c1,
                                   float c2, float eps, float d) {
   if (d != 0.0f)
@@ -104,7 +104,7 @@ MPT_VECTOR_CLONES void adam_block(float* __restrict w, const float* __restrict g
 }
 
 /// RMSprop on one block; avg (centered) and mo (momentum) null when unused.
-MPT_VECTOR_CLONES void rmsprop_block(float* __restrict w, const float* __restrict g, float* __restrict vel,
+MPT_KERNEL void rmsprop_block(float* __restrict w, const float* __restrict g, float* __restrict vel,
                                      float* __restrict avg, float* __restrict mo, std::int64_t n, float lr, float r,
                                      float c, float mu, float eps) {
   // inc, staged in the block's own buffer so that each loop stays branch-free.
@@ -137,28 +137,28 @@ MPT_VECTOR_CLONES void rmsprop_block(float* __restrict w, const float* __restric
 // The rules of backend/common/optim_rules.hpp over a block (the CUDA kernels call the same
 // functions per element): one clone per rule, so that each loop is branch-free and vectorizes.
 
-MPT_VECTOR_CLONES void nadam_block(float* __restrict w, const float* __restrict g, float* __restrict m,
+MPT_KERNEL void nadam_block(float* __restrict w, const float* __restrict g, float* __restrict m,
                                    float* __restrict v, std::int64_t n, const common::RuleHyper h) {
   for (std::int64_t j = 0; j < n; ++j) common::nadam_rule(w[j], g[j], m[j], v[j], h);
 }
 
-MPT_VECTOR_CLONES void adamax_block(float* __restrict w, const float* __restrict g, float* __restrict m,
+MPT_KERNEL void adamax_block(float* __restrict w, const float* __restrict g, float* __restrict m,
                                     float* __restrict u, std::int64_t n, const common::RuleHyper h) {
   for (std::int64_t j = 0; j < n; ++j) common::adamax_rule(w[j], g[j], m[j], u[j], h);
 }
 
-MPT_VECTOR_CLONES void adagrad_block(float* __restrict w, const float* __restrict g, float* __restrict acc,
+MPT_KERNEL void adagrad_block(float* __restrict w, const float* __restrict g, float* __restrict acc,
                                      std::int64_t n, const common::RuleHyper h) {
   for (std::int64_t j = 0; j < n; ++j) common::adagrad_rule(w[j], g[j], acc[j], h);
 }
 
-MPT_VECTOR_CLONES void lion_block(float* __restrict w, const float* __restrict g, float* __restrict m,
+MPT_KERNEL void lion_block(float* __restrict w, const float* __restrict g, float* __restrict m,
                                   std::int64_t n, const common::RuleHyper h) {
   for (std::int64_t j = 0; j < n; ++j) common::lion_rule(w[j], g[j], m[j], h);
 }
 
 /// True when any x * s is inf or NaN: scale_block's check without its stores.
-MPT_VECTOR_CLONES bool check_block(const float* __restrict x, std::int64_t n, float s) {
+MPT_KERNEL bool check_block(const float* __restrict x, std::int64_t n, float s) {
   constexpr std::int64_t L = 16;
   float acc[L] = {};
   std::int64_t j = 0;
@@ -172,7 +172,7 @@ MPT_VECTOR_CLONES bool check_block(const float* __restrict x, std::int64_t n, fl
 
 /// o = x * s; true when any product is inf or NaN (inf * 0 and NaN * 0 give NaN). Sixteen
 /// partial sums, so that the check vectorizes without reassociating one sum.
-MPT_VECTOR_CLONES bool scale_block(const float* __restrict x, float* __restrict o, std::int64_t n, float s) {
+MPT_KERNEL bool scale_block(const float* __restrict x, float* __restrict o, std::int64_t n, float s) {
   constexpr std::int64_t L = 16;
   float acc[L] = {};
   std::int64_t j = 0;
@@ -198,8 +198,8 @@ void CpuBackend::sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, d
   float* pm = slot_ptr(momentum);
   const float l = static_cast<float>(lr), mu = static_cast<float>(momentum_coef);
   update_blocks(var, grad, copy, grad_scale, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
-    if (pm) sgd_momentum_block(w, g, pm + i, n, l, mu, nesterov);
-    else sgd_block(w, g, n, l);
+    if (pm) isa_call<sgd_momentum_block>(w, g, pm + i, n, l, mu, nesterov);
+    else isa_call<sgd_block>(w, g, n, l);
   });
 }
 
@@ -213,7 +213,7 @@ void CpuBackend::adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor&
               c2 = static_cast<float>(1 - beta_2), eps = static_cast<float>(epsilon),
               d = static_cast<float>(decay);
   update_blocks(var, grad, copy, grad_scale, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
-    adam_block(w, g, pm + i, pv + i, ph ? ph + i : nullptr, n, a, c1, c2, eps, d);
+    isa_call<adam_block>(w, g, pm + i, pv + i, ph ? ph + i : nullptr, n, a, c1, c2, eps, d);
   });
 }
 
@@ -227,7 +227,7 @@ void CpuBackend::rmsprop_update(Tensor& var, const Tensor& grad, Tensor& velocit
               c = static_cast<float>(1 - rho), mu = static_cast<float>(momentum_coef),
               eps = static_cast<float>(epsilon);
   update_blocks(var, grad, copy, grad_scale, [&](std::int64_t i, std::int64_t n, float* w, const float* g) {
-    rmsprop_block(w, g, pv + i, pa ? pa + i : nullptr, pm ? pm + i : nullptr, n, l, r, c, mu, eps);
+    isa_call<rmsprop_block>(w, g, pv + i, pa ? pa + i : nullptr, pm ? pm + i : nullptr, n, l, r, c, mu, eps);
   });
 }
 
@@ -240,10 +240,10 @@ void CpuBackend::rule_update_all(common::RuleKind rule, std::vector<Tensor>& var
     update_blocks(vars[i], grads[i], copies.empty() ? nullptr : copies[i], grad_scale,
                   [&](std::int64_t at, std::int64_t n, float* w, const float* g) {
                     switch (rule) {
-                      case common::RuleKind::Nadam: nadam_block(w, g, s0 + at, s1 + at, n, h); break;
-                      case common::RuleKind::Adamax: adamax_block(w, g, s0 + at, s1 + at, n, h); break;
-                      case common::RuleKind::Adagrad: adagrad_block(w, g, s0 + at, n, h); break;
-                      case common::RuleKind::Lion: lion_block(w, g, s0 + at, n, h); break;
+                      case common::RuleKind::Nadam: isa_call<nadam_block>(w, g, s0 + at, s1 + at, n, h); break;
+                      case common::RuleKind::Adamax: isa_call<adamax_block>(w, g, s0 + at, s1 + at, n, h); break;
+                      case common::RuleKind::Adagrad: isa_call<adagrad_block>(w, g, s0 + at, n, h); break;
+                      case common::RuleKind::Lion: isa_call<lion_block>(w, g, s0 + at, n, h); break;
                     }
                   });
   }
@@ -323,7 +323,7 @@ void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tenso
       for (std::int64_t i = b; i < e; i += kBlock) {
         const std::int64_t m = std::min(kBlock, e - i);
         const float* xi = load<float>(x, i, m, sx);
-        bad |= po ? scale_block(xi, po + i, m, s) : check_block(xi, m, s);
+        bad |= po ? isa_call<scale_block>(xi, po + i, m, s) : isa_call<check_block>(xi, m, s);
       }
       if (bad) any.store(true, std::memory_order_relaxed);
     });

@@ -113,7 +113,7 @@ template <std::uint16_t kInf, std::uint16_t kQuiet>
 
 /// Output row oy of one image (y, ws: that row).
 template <class T, class C>
-MPT_VECTOR_CLONES void max_row(const T* __restrict img, const Dims& d, const Pool2dGeometry& g, std::int64_t oy,
+MPT_KERNEL void max_row(const T* __restrict img, const Dims& d, const Pool2dGeometry& g, std::int64_t oy,
                                T* __restrict y, Index* __restrict ws) {
   for (std::int64_t ox = 0; ox < d.ow; ++ox) {
     const Window w = window(g, d, oy, ox);
@@ -126,7 +126,7 @@ MPT_VECTOR_CLONES void max_row(const T* __restrict img, const Dims& d, const Poo
 }
 
 template <std::uint16_t kInf, std::uint16_t kQuiet>
-MPT_VECTOR_CLONES_16 void max_row_bits(const std::uint16_t* __restrict img, const Dims& d, const Pool2dGeometry& g,
+MPT_KERNEL void max_row_bits(const std::uint16_t* __restrict img, const Dims& d, const Pool2dGeometry& g,
                                        std::int64_t oy, std::uint16_t* __restrict y, Index* __restrict ws) {
   for (std::int64_t ox = 0; ox < d.ow; ++ox) {
     const Window w = window(g, d, oy, ox);
@@ -141,7 +141,7 @@ MPT_VECTOR_CLONES_16 void max_row_bits(const std::uint16_t* __restrict img, cons
 /// Non-overlapping windows: every input position gets at most one gradient, written directly
 /// in dx's own type (positions outside all windows were zeroed).
 template <class T, class C>
-MPT_VECTOR_CLONES void backward_row_direct(const T* __restrict dy, const Index* __restrict ws, const Dims& d,
+MPT_KERNEL void backward_row_direct(const T* __restrict dy, const Index* __restrict ws, const Dims& d,
                                            const Pool2dGeometry& g, std::int64_t oy, T* __restrict dx) {
   for (std::int64_t ox = 0; ox < d.ow; ++ox) {
     const Window w = window(g, d, oy, ox);
@@ -170,7 +170,7 @@ MPT_VECTOR_CLONES void backward_row_direct(const T* __restrict dy, const Index* 
 }
 
 template <class T, class C>
-MPT_VECTOR_CLONES void avg_pixel(const T* __restrict img, const Dims& d, const Window& w, C* __restrict acc,
+MPT_KERNEL void avg_pixel(const T* __restrict img, const Dims& d, const Window& w, C* __restrict acc,
                                  T* __restrict y) {
   const std::int64_t ch = d.c;
   for (std::int64_t c = 0; c < ch; ++c) acc[c] = C(0);
@@ -188,7 +188,7 @@ MPT_VECTOR_CLONES void avg_pixel(const T* __restrict img, const Dims& d, const W
 /// dx (float32/float64 accumulator of one image) += dy routed to each window position; g and
 /// arg are per-channel scratch.
 template <class T, class C>
-MPT_VECTOR_CLONES void backward_pixel(const T* __restrict dy, const Index* __restrict ws, const Dims& d,
+MPT_KERNEL void backward_pixel(const T* __restrict dy, const Index* __restrict ws, const Dims& d,
                                       const Pool2dGeometry& g, const Window& w, C* __restrict grad,
                                       std::int32_t* __restrict arg, C* __restrict dx) {
   const std::int64_t ch = d.c;
@@ -211,7 +211,7 @@ MPT_VECTOR_CLONES void backward_pixel(const T* __restrict dy, const Index* __res
 }
 
 template <class T, class C>
-MPT_VECTOR_CLONES void narrow_image(const C* __restrict acc, std::int64_t n, T* __restrict out) {
+MPT_KERNEL void narrow_image(const C* __restrict acc, std::int64_t n, T* __restrict out) {
 #pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) out[i] = narrow<T>(acc[i]);
 }
@@ -233,15 +233,15 @@ void forward(const Tensor& x, const Pool2dGeometry& g, Tensor& y, Index* ws) {
                    if (g.kind == PoolKind::Max) {
                      Index* wo = ws ? ws + o : nullptr;
                      if constexpr (std::is_same_v<T, std::uint16_t>) {  // either 16-bit float
-                       if (x.dtype() == bfloat16) max_row_bits<0x7f80, 0x0040>(img, d, g, oy, Y + o, wo);
-                       else max_row_bits<0x7c00, 0x0200>(img, d, g, oy, Y + o, wo);
+                       if (x.dtype() == bfloat16) isa_call16<max_row_bits<0x7f80, 0x0040>>(img, d, g, oy, Y + o, wo);
+                       else isa_call16<max_row_bits<0x7c00, 0x0200>>(img, d, g, oy, Y + o, wo);
                      } else {
-                       max_row<T, C>(img, d, g, oy, Y + o, wo);
+                       isa_call<max_row<T, C>>(img, d, g, oy, Y + o, wo);
                      }
                      continue;
                    }
                    for (std::int64_t ox = 0; ox < d.ow; ++ox)
-                     avg_pixel<T, C>(img, d, window(g, d, oy, ox), acc.data(), Y + o + ox * d.c);
+                     isa_call<avg_pixel<T, C>>(img, d, window(g, d, oy, ox), acc.data(), Y + o + ox * d.c);
                  }
                });
 }
@@ -257,7 +257,7 @@ void backward(const Tensor& dy, const Index* ws, const Pool2dGeometry& g, Tensor
       std::fill(DX + b * image, DX + e * image, T(0));
       for (std::int64_t u = b * d.oh; u < e * d.oh; ++u) {
         const std::int64_t o = u * d.ow * d.c;
-        backward_row_direct<T, C>(DY + o, ws ? ws + o : nullptr, d, g, u % d.oh, DX + (u / d.oh) * image);
+        isa_call<backward_row_direct<T, C>>(DY + o, ws ? ws + o : nullptr, d, g, u % d.oh, DX + (u / d.oh) * image);
       }
     });
     return;
@@ -271,9 +271,9 @@ void backward(const Tensor& dy, const Index* ws, const Pool2dGeometry& g, Tensor
       for (std::int64_t oy = 0; oy < d.oh; ++oy)
         for (std::int64_t ox = 0; ox < d.ow; ++ox) {
           const std::int64_t o = ((n * d.oh + oy) * d.ow + ox) * d.c;
-          backward_pixel<T, C>(DY + o, ws ? ws + o : nullptr, d, g, window(g, d, oy, ox), grad.data(), arg.data(), out);
+          isa_call<backward_pixel<T, C>>(DY + o, ws ? ws + o : nullptr, d, g, window(g, d, oy, ox), grad.data(), arg.data(), out);
         }
-      if constexpr (!std::is_same_v<T, C>) narrow_image<T, C>(out, image, DX + n * image);
+      if constexpr (!std::is_same_v<T, C>) isa_call<narrow_image<T, C>>(out, image, DX + n * image);
     }
   });
 }

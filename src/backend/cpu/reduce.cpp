@@ -12,7 +12,7 @@ namespace {
 /// acc[j] = combine(acc[j], p[j]) for j < m: one branch-free loop per op, so that it vectorizes
 /// (each acc[j] still adds its rows in order: the same bits as the scalar loop).
 template <class C>
-MPT_VECTOR_CLONES void combine_row(C* __restrict acc, const C* __restrict p, std::int64_t m, ReduceOp op) {
+MPT_KERNEL void combine_row(C* __restrict acc, const C* __restrict p, std::int64_t m, ReduceOp op) {
   switch (op) {
     case ReduceOp::Max:
       for (std::int64_t j = 0; j < m; ++j) acc[j] = (p[j] > acc[j] || p[j] != p[j]) ? p[j] : acc[j];
@@ -79,7 +79,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor&
         std::int64_t o = u / iblocks, j0 = (u % iblocks) * width;
         std::int64_t m = std::min(width, inner - j0);
         std::fill(acc, acc + m, init);
-        for (std::int64_t i = 0; i < n; ++i) combine_row(acc, load<C>(x, (o * n + i) * inner + j0, m, s), m, op);
+        for (std::int64_t i = 0; i < n; ++i) isa_call<combine_row<C>>(acc, load<C>(x, (o * n + i) * inner + j0, m, s), m, op);
         for (std::int64_t j = 0; j < m; ++j) acc[j] = finish(acc[j]);
         detail::convert(acc, compute_dtype_of<C>(),
                         static_cast<char*>(out.data_ptr()) + (o * inner + j0) * itemsize(out.dtype()),

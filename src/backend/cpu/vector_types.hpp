@@ -1,30 +1,19 @@
 #pragma once
 // Element access for the vectorized CPU kernels: float32/float64 as they are, bfloat16 widened to
-// float32 in registers (and rounded back to nearest even), and MPT_VECTOR_CLONES, which compiles
-// a kernel for AVX-512 besides the baseline ISA and picks one when the library loads
-// (MPT_VECTOR_CLONES_16 for kernels on 16-bit lanes).
+// float32 in registers (and rounded back to nearest even); kernels written on these run at the
+// process's ISA tier through isa_call (isa_dispatch.hpp).
 #include <bit>
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cpu/isa_dispatch.hpp"
 #include "mpt/dtype.hpp"
 
-// GCC only: clang (14) cannot clone function templates; a clang build (the fuzzers') runs the
-// baseline code.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MPT_VECTOR_CLONES __attribute__((target_clones("avx512f", "default")))
-// For kernels on 16-bit integer lanes: AVX-512F has those only on 256-bit vectors (the 512-bit
-// ones are AVX-512BW), so these get an x86-64-v4 clone (F, BW, CD, DQ, VL) instead.
-#define MPT_VECTOR_CLONES_16 __attribute__((target_clones("arch=x86-64-v4", "default")))
-#else
-#define MPT_VECTOR_CLONES
-#define MPT_VECTOR_CLONES_16
-#endif
 
 namespace mpt::cpu {
 
 /// A vector V of lanes read from p (unaligned), and written back: always inlined into the
-/// caller's clone, so a memcpy of one register's bytes, never a call.
+/// caller's tier wrapper, so a memcpy of one register's bytes, never a call.
 template <class V, class T>
 [[gnu::always_inline]] inline V load_lanes(const T* p) {
   V v;
@@ -36,10 +25,10 @@ template <class V, class T>
   __builtin_memcpy(p, &v, sizeof v);
 }
 
-/// 16 float32 lanes (one AVX-512 register in an avx512f clone) as common/float_math.hpp's
+/// 16 float32 lanes (one AVX-512 register at the avx512 tier, two AVX2 ones at avx2) as common/float_math.hpp's
 /// operations policy: that file's formulas (exp, GELU) on lanes give the scalar formulas' bits,
 /// lane by lane, in files compiled without contraction.
-// Vector arguments and returns: always inlined into their caller's clone, so the warning that a
+// Vector arguments and returns: always inlined into their caller's tier wrapper, so the warning that a
 // baseline call would pass them differently from an AVX-512 one never applies.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"

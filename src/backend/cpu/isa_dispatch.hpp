@@ -1,0 +1,80 @@
+#pragma once
+// One kernel body, compiled for every x86 tier (core/cpu_isa.hpp), run at the process's tier.
+//
+// A vector kernel is written once as an always-inlined body (MPT_KERNEL) and called through
+// isa_call<body>(args...): the body is inlined into three wrappers, one per tier, each compiled
+// with its tier's instructions (baseline SSE2; AVX2 with FMA and F16C; AVX-512), and the call
+// picks the wrapper of detail::cpu_isa(), which MPT_CPU_ISA can cap. The wrappers differ in the
+// instructions the compiler may use, never in the arithmetic: the files whose bits must not
+// depend on the tier compile without contraction (CMakeLists.txt), so an FMA never fuses there.
+// isa_call16 is for kernels on 16-bit integer lanes, whose AVX-512 wrapper also has AVX-512BW.
+#include <utility>
+
+#include "core/cpu_isa.hpp"
+
+/// A kernel body: always inlined, so it compiles with the instructions of the wrapper it is in.
+#define MPT_KERNEL [[gnu::always_inline]] inline
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MPT_ISA_DISPATCH 1
+#define MPT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2,popcnt")))
+#define MPT_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c,bmi,bmi2,popcnt")))
+#define MPT_TARGET_AVX512_16 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512cd,avx2,fma,f16c,bmi,bmi2,popcnt")))
+#endif
+
+namespace mpt::cpu {
+
+#ifdef MPT_ISA_DISPATCH
+namespace isa_detail {
+template <auto F, class... A>
+MPT_TARGET_AVX2 decltype(auto) on_avx2(A&&... a) {
+  return F(std::forward<A>(a)...);
+}
+template <auto F, class... A>
+MPT_TARGET_AVX512 decltype(auto) on_avx512(A&&... a) {
+  return F(std::forward<A>(a)...);
+}
+template <auto F, class... A>
+MPT_TARGET_AVX512_16 decltype(auto) on_avx512_16(A&&... a) {
+  return F(std::forward<A>(a)...);
+}
+template <auto F, class... A>
+decltype(auto) on_baseline(A&&... a) {
+  return F(std::forward<A>(a)...);
+}
+}  // namespace isa_detail
+
+/// Runs kernel body F (an MPT_KERNEL function) compiled for the process's tier.
+template <auto F, class... A>
+decltype(auto) isa_call(A&&... a) {
+  switch (detail::cpu_isa()) {
+    case detail::CpuIsa::avx512: return isa_detail::on_avx512<F>(std::forward<A>(a)...);
+    case detail::CpuIsa::avx2: return isa_detail::on_avx2<F>(std::forward<A>(a)...);
+    case detail::CpuIsa::baseline: break;
+  }
+  return isa_detail::on_baseline<F>(std::forward<A>(a)...);
+}
+
+/// isa_call for bodies on 16-bit integer lanes (AVX-512F has those only in 256-bit vectors).
+template <auto F, class... A>
+decltype(auto) isa_call16(A&&... a) {
+  switch (detail::cpu_isa()) {
+    case detail::CpuIsa::avx512: return isa_detail::on_avx512_16<F>(std::forward<A>(a)...);
+    case detail::CpuIsa::avx2: return isa_detail::on_avx2<F>(std::forward<A>(a)...);
+    case detail::CpuIsa::baseline: break;
+  }
+  return isa_detail::on_baseline<F>(std::forward<A>(a)...);
+}
+#else
+template <auto F, class... A>
+decltype(auto) isa_call(A&&... a) {
+  return F(std::forward<A>(a)...);
+}
+template <auto F, class... A>
+decltype(auto) isa_call16(A&&... a) {
+  return F(std::forward<A>(a)...);
+}
+#endif
+
+}  // namespace mpt::cpu
