@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   const detail::CpuIsa isa = detail::cpu_isa();
   std::printf("model %s, %s, ISA tier %s (hardware %s%s), %d threads, median of %d\n", model.c_str(), policy.c_str(),
               detail::cpu_isa_name(isa), detail::cpu_isa_name(detail::hardware_cpu_isa()),
-              detail::cpu_isa_capped() ? ", capped by MPT_CPU_ISA" : "", max_threads(), reps);
+              detail::cpu_isa_capped() ? ", capped by MPT_CPU_ISA" : "", num_threads(), reps);
   std::printf("| group | op | forward ms | backward ms |\n|---|---|---|---|\n");
   double total = 0;
   for (Op& op : ops_list) {
