@@ -5,19 +5,21 @@
 # fails the run. The *_avx2 and *_baseline reruns (the same binaries at a lower ISA tier) run in the
 # normal build only. Open MPI stays out of this build (its own allocations would read as leaks): the
 # mpirun tests run in the normal build, the fake-communicator test here.
-#   bash scripts/sanitize.sh          (BUILD_DIR=build-sanitize, FUZZ_SECONDS=20 per target)
+#   bash scripts/sanitize.sh          (BUILD_DIR=build-sanitize, FUZZ_SECONDS=10 per target)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-sanitize}
-FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 # -gline-tables-only: reports still get file:line stacks, and the build compiles and links
 # faster than with full debug info (-g). -O1 for the library (AddressSanitizer's advice, and a
 # third faster to compile than -O2), -O0 for the test programs (their time is in the library):
-# this build was half of the CI's time.
+# this build was half of the CI's time. MPT_ISA_TIERS=OFF: the kernels' baseline bodies only (the
+# AVX2 and AVX-512 wrappers inline the same bodies; the normal build tests them at each tier).
+# -Wno-pass-failed: clang does not vectorize at -O1, and says so for every `omp simd` loop.
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPT_WITH_CUDA=OFF -DMPT_WITH_MPI=OFF \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" -DMPT_TEST_OPT_FLAG=-O0 \
-  -DMPT_ASAN=ON -DMPT_FUZZ=ON -DMPT_BUILD_EXAMPLES=OFF -DMPT_BUILD_BENCH=OFF > /dev/null
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG -Wno-pass-failed" -DMPT_TEST_OPT_FLAG=-O0 \
+  -DMPT_ASAN=ON -DMPT_FUZZ=ON -DMPT_BUILD_EXAMPLES=OFF -DMPT_BUILD_BENCH=OFF -DMPT_ISA_TIERS=OFF > /dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 
 # allocator_may_return_null: the tests ask for terabytes on purpose and expect an mpt::Error;

@@ -13,6 +13,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -341,11 +342,25 @@ void verify_image(const std::vector<char>& bytes, const std::string& path) {
   MPT_CHECK(hdf5, "'", path, "' is not an HDF5 file (no HDF5 signature; ", n, " bytes)");
 }
 
+namespace {
+/// The time libhdf5 gets to parse a file mpt did not write: MPT_HDF5_PARSE_SECONDS (a positive
+/// number; large foreign files on slow machines may need more), 10 by default.
+double parse_seconds() {
+  const char* e = std::getenv("MPT_HDF5_PARSE_SECONDS");
+  if (e == nullptr || *e == '\0') return 10.0;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  MPT_CHECK(end != e && *end == '\0' && v > 0 && v < 1e6, "MPT_HDF5_PARSE_SECONDS: expected a positive number of seconds, got '",
+            e, "'");
+  return v;
+}
+}  // namespace
+
 void parse_guarded(const std::vector<char>& bytes, const std::string& path, const std::function<void()>& parse) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   const bool stamped = bytes.size() >= kUserblockSize && magic_distance(p, sizeof kMagic) == 0;  // and verified
   if (stamped) return parse();
-  constexpr int kSeconds = 10;
+  const double limit_s = parse_seconds();
   // No other thread of this process is inside libhdf5 while this one holds the HDF5 lock, so the
   // child never inherits libhdf5's lock taken (a valid file called malformed after a hang);
   // the child's copy of this thread's depth lets its parse take the scope without waiting.
@@ -366,11 +381,11 @@ void parse_guarded(const std::vector<char>& bytes, const std::string& path, cons
     const pid_t r = ::waitpid(pid, &status, WNOHANG);
     if (r == pid) break;
     if (r < 0 && errno != EINTR) fail("'", path, "': waiting for the parse check failed: ", errno_text());
-    if (waited_ms >= kSeconds * 1000) {
+    if (waited_ms >= limit_s * 1000) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      fail("'", path, "': HDF5 did not finish parsing the file in ", kSeconds,
-           " s: a malformed HDF5 file (libhdf5 loops on some damaged files)");
+      fail("'", path, "': HDF5 did not finish parsing the file in ", limit_s,
+           " s: a malformed HDF5 file (libhdf5 loops on some damaged files; MPT_HDF5_PARSE_SECONDS sets the limit)");
     }
     ::usleep(5000);
   }

@@ -28,11 +28,16 @@ void map1_blocks(const Tensor& x, Tensor& out, B block) {
   });
 }
 
+/// The loops of map1, map3 and binary_loop are kernel bodies: each op's formula (f, inlined)
+/// runs at the process's ISA tier (isa_dispatch.hpp).
+template <class C, class F>
+MPT_KERNEL void map1_loop(const C* px, C* po, std::int64_t m, const F& f) {
+  for (std::int64_t j = 0; j < m; ++j) po[j] = f(px[j]);
+}
+
 template <class C, class F>
 void map1(const Tensor& x, Tensor& out, F f) {
-  map1_blocks<C>(x, out, [&](const C* px, C* po, std::int64_t m) {
-    for (std::int64_t j = 0; j < m; ++j) po[j] = f(px[j]);
-  });
+  map1_blocks<C>(x, out, [&](const C* px, C* po, std::int64_t m) { isa_call<map1_loop<C, F>>(px, po, m, f); });
 }
 
 /// out = block(x, y, dy) in blocks of kBlock values of C: block(x, y, dy, out, m).
@@ -53,9 +58,14 @@ void map3_blocks(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& out
 }
 
 template <class C, class F>
+MPT_KERNEL void map3_loop(const C* px, const C* py, const C* pd, C* po, std::int64_t m, const F& f) {
+  for (std::int64_t j = 0; j < m; ++j) po[j] = f(px[j], py[j], pd[j]);
+}
+
+template <class C, class F>
 void map3(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& out, F f) {
   map3_blocks<C>(x, y, dy, out, [&](const C* px, const C* py, const C* pd, C* po, std::int64_t m) {
-    for (std::int64_t j = 0; j < m; ++j) po[j] = f(px[j], py[j], pd[j]);
+    isa_call<map3_loop<C, F>>(px, py, pd, po, m, f);
   });
 }
 
@@ -110,8 +120,8 @@ void map_broadcast(const std::array<const Tensor*, K>& in, Tensor& out, F f) {
 }
 
 template <class C, class F>
-void binary_loop(const std::array<const C*, 2>& p, const std::array<std::int64_t, 2>& s,
-                 std::int64_t m, C* o, F f) {
+MPT_KERNEL void binary_loop(const std::array<const C*, 2>& p, const std::array<std::int64_t, 2>& s,
+                            std::int64_t m, C* o, const F& f) {
   const C* a = p[0];
   const C* b = p[1];
   if (s[0] && s[1]) {
@@ -252,7 +262,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
     using C = decltype(c);
     auto run = [&](auto f) {
       map_broadcast<C, 2>({&a, &b}, out, [&](auto& p, auto& s, std::int64_t m, C* o) {
-        binary_loop<C>(p, s, m, o, f);
+        isa_call<binary_loop<C, decltype(f)>>(p, s, m, o, f);
       });
     };
     // The formulas are backend/common/binary_ops.hpp's, the CUDA kernels' too.

@@ -15,7 +15,8 @@
 /// A kernel body: always inlined, so it compiles with the instructions of the wrapper it is in.
 #define MPT_KERNEL [[gnu::always_inline]] inline
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// MPT_NO_ISA_TIERS (CMake: MPT_ISA_TIERS=OFF, the sanitizer build) compiles the baseline only.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(MPT_NO_ISA_TIERS)
 #define MPT_ISA_DISPATCH 1
 #define MPT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2,popcnt")))
 #define MPT_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c,bmi,bmi2,popcnt")))
