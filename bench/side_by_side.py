@@ -67,8 +67,9 @@ def main():
                     help="AMX off on both sides (MPT_ONEDNN_AMX=0, ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16): "
                          "the second table an AMX machine owes")
     ap.add_argument("--isa", choices=["avx2", "baseline", "avx512"],
-                    help="cap both sides at this x86 tier: mpt by MPT_CPU_ISA, PyTorch by ATEN_CPU_CAPABILITY, "
-                         "oneDNN (both) by ONEDNN_MAX_CPU_ISA; an AVX-512 machine then makes the AVX2 table")
+                    help="cap both sides at this x86 tier: mpt by MPT_CPU_ISA, PyTorch by ATEN_CPU_CAPABILITY and "
+                         "MKL_ENABLE_INSTRUCTIONS, oneDNN (both) by ONEDNN_MAX_CPU_ISA; an AVX-512 machine then "
+                         "makes the AVX2 table")
     ap.add_argument("--fp16-limit", type=float, default=8.0,
                     help="drop PyTorch fp16 for a model after a round slower than this many times its fp32")
     args = ap.parse_args()
@@ -88,7 +89,9 @@ def main():
     if args.isa:
         env.update(MPT_CPU_ISA=args.isa,
                    ATEN_CPU_CAPABILITY={"avx2": "avx2", "baseline": "default", "avx512": "avx512"}[args.isa],
-                   ONEDNN_MAX_CPU_ISA={"avx2": "AVX2", "baseline": "SSE41", "avx512": "AVX512_CORE_BF16"}[args.isa])
+                   ONEDNN_MAX_CPU_ISA={"avx2": "AVX2", "baseline": "SSE41", "avx512": "AVX512_CORE_BF16"}[args.isa],
+                   # PyTorch's float32 GEMMs are MKL's, which ATEN_CPU_CAPABILITY does not cap
+                   MKL_ENABLE_INSTRUCTIONS={"avx2": "AVX2", "baseline": "SSE4_2", "avx512": "AVX512"}[args.isa])
     amx_cpu = "amx_bf16" in cpu_flags()
     isa_cap = env.get("ONEDNN_MAX_CPU_ISA", "")
     amx_mpt = amx_cpu and env.get("MPT_ONEDNN_AMX", "1") != "0" and not isa_cap
@@ -150,7 +153,8 @@ def main():
           f"PyTorch {'yes' if amx_torch else 'no'} (CPU has AMX: {'yes' if amx_cpu else 'no'})")
     if args.isa:
         print(f"ISA cap on both sides: {args.isa} (MPT_CPU_ISA={env['MPT_CPU_ISA']}, "
-              f"ATEN_CPU_CAPABILITY={env['ATEN_CPU_CAPABILITY']}, ONEDNN_MAX_CPU_ISA={env['ONEDNN_MAX_CPU_ISA']})")
+              f"ATEN_CPU_CAPABILITY={env['ATEN_CPU_CAPABILITY']}, ONEDNN_MAX_CPU_ISA={env['ONEDNN_MAX_CPU_ISA']}, "
+              f"MKL_ENABLE_INSTRUCTIONS={env['MKL_ENABLE_INSTRUCTIONS']})")
     print()
     print("ms per step, median over rounds (minimum):")
     print("| model | mpt float32 | PyTorch fp32 | mpt mixed_bfloat16 | PyTorch bf16 | mpt mixed_float16 | PyTorch fp16 |")
