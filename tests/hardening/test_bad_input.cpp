@@ -98,6 +98,26 @@ TEST_CASE("'same' padding with a huge stride or window gives one output pixel (d
   Tensor x = Tensor::ones({1, 5, 5, 2});
   CHECK(ops::conv2d(x, Tensor::ones({3, 3, 2, 4}), Tensor(), {.strides = {huge, huge}, .padding = "same"}).shape() ==
         Shape{1, 1, 1, 4});
+  // Eight channels: oneDNN's convolution at every ISA tier (two channels: the direct kernel at
+  // the avx512 tier, oneDNN below it), forward and backward. The one pixel is the first of a
+  // 'valid' convolution of the input padded as 'same' pads it for one output (the odd row at
+  // the bottom).
+  Tensor x8 = Tensor::random_uniform({1, 5, 5, 8}, -1, 1, 3), k8 = Tensor::random_uniform({3, 3, 8, 4}, -1, 1, 4);
+  for (const std::int64_t rows : {5, 2}) {
+    Tensor xs = ops::slice(x8, 1, 0, rows);
+    GradientTape tape;
+    tape.watch(xs);
+    tape.watch(k8);
+    Tensor y = ops::conv2d(xs, k8, Tensor(), {.strides = {huge, huge}, .padding = "same"});
+    REQUIRE(y.shape() == Shape{1, 1, 1, 4});
+    Tensor ref = ops::conv2d(ops::zero_pad2d(xs, 0, std::max<std::int64_t>(3 - rows, 0), 0, 0), k8);
+    ref = ops::slice(ops::slice(ref, 1, 0, 1), 2, 0, 1);
+    const auto a = y.to_vector<float>(), b = ref.to_vector<float>();
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) < 1e-5f);
+    const auto g = tape.gradient(ops::sum(y), std::vector<Tensor>{xs, k8});
+    CHECK(g[0].shape() == xs.shape());
+    CHECK(g[1].shape() == k8.shape());
+  }
   CHECK(ops::max_pool2d(x, {huge, huge}, {.padding = "same"}).shape() == Shape{1, 1, 1, 2});
   CHECK(ops::avg_pool2d(x, {2, 2}, {.strides = IntPair{huge, huge}, .padding = "same"}).shape() == Shape{1, 1, 1, 2});
   CHECK(ops::max_pool2d(x, {2, 2}, {.strides = IntPair{INT64_MAX, 1}, .padding = "same"}).shape() == Shape{1, 1, 5, 2});

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <unordered_map>
 
@@ -32,7 +33,12 @@ ConvDescs conv_descs(const ConvShape& s, const Conv2dGeometry& g, dnnl::memory::
     d.weights_any = md_t(w, weights_t, tag::any);
     d.user_weights = md_t(w, weights_t, tag::hwigo);
   }
-  d.strides = {g.stride_h, g.stride_w};
+  // A stride only matters between output pixels: with one output row (column) any stride from
+  // the padded extent up gives it. oneDNN refuses strides past int range (a 'same' convolution
+  // with stride 2^62 has one pixel: defect 7 of the hardening issue), so those are clamped there.
+  auto stride = [](std::int64_t st, std::int64_t out, std::int64_t padded) { return out == 1 ? std::min(st, padded) : st; };
+  d.strides = {stride(g.stride_h, s.oh, s.h + g.pad_top + g.pad_bottom),
+               stride(g.stride_w, s.ow, s.w + g.pad_left + g.pad_right)};
   d.dilates = {g.dilation_h - 1, g.dilation_w - 1};  // oneDNN counts the gaps
   d.pad_l = {g.pad_top, g.pad_left};
   d.pad_r = {g.pad_bottom, g.pad_right};
