@@ -44,28 +44,31 @@ template <auto F, class... A>
 decltype(auto) on_baseline(A&&... a) {
   return F(std::forward<A>(a)...);
 }
+
+/// Runs kernel body F at the process's tier; k16: its AVX-512 wrapper has AVX-512BW too.
+template <bool k16, auto F, class... A>
+decltype(auto) run_at_tier(A&&... a) {
+  switch (detail::cpu_isa()) {
+    case detail::CpuIsa::avx512:
+      if constexpr (k16) return on_avx512_16<F>(std::forward<A>(a)...);
+      else return on_avx512<F>(std::forward<A>(a)...);
+    case detail::CpuIsa::avx2: return on_avx2<F>(std::forward<A>(a)...);
+    case detail::CpuIsa::baseline: break;
+  }
+  return on_baseline<F>(std::forward<A>(a)...);
+}
 }  // namespace isa_detail
 
 /// Runs kernel body F (an MPT_KERNEL function) compiled for the process's tier.
 template <auto F, class... A>
 decltype(auto) isa_call(A&&... a) {
-  switch (detail::cpu_isa()) {
-    case detail::CpuIsa::avx512: return isa_detail::on_avx512<F>(std::forward<A>(a)...);
-    case detail::CpuIsa::avx2: return isa_detail::on_avx2<F>(std::forward<A>(a)...);
-    case detail::CpuIsa::baseline: break;
-  }
-  return isa_detail::on_baseline<F>(std::forward<A>(a)...);
+  return isa_detail::run_at_tier<false, F>(std::forward<A>(a)...);
 }
 
 /// isa_call for bodies on 16-bit integer lanes (AVX-512F has those only in 256-bit vectors).
 template <auto F, class... A>
 decltype(auto) isa_call16(A&&... a) {
-  switch (detail::cpu_isa()) {
-    case detail::CpuIsa::avx512: return isa_detail::on_avx512_16<F>(std::forward<A>(a)...);
-    case detail::CpuIsa::avx2: return isa_detail::on_avx2<F>(std::forward<A>(a)...);
-    case detail::CpuIsa::baseline: break;
-  }
-  return isa_detail::on_baseline<F>(std::forward<A>(a)...);
+  return isa_detail::run_at_tier<true, F>(std::forward<A>(a)...);
 }
 #else
 template <auto F, class... A>
