@@ -7,7 +7,9 @@
 // where 16-bit inputs go through cuDNN's fused attention forward.
 //
 //   ./bench_attention [--tokens 8192] [--heads 2] [--dim 32] [--threads 2] [--dtype float32|bfloat16]
-//                     [--device cpu|cuda:0] [--repeat 1]
+//                     [--device cpu|cuda:0] [--repeat 1] [--seq T]
+// --seq runs that one T (B = tokens / T) rather than 1024, 2048, 4096: the GPT-mini's attention is
+// --tokens 4096 --heads 4 --dim 64 --seq 256.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
   int threads = 2;
   std::string dtype = "float32", device = "cpu";
   int repeat = 1;
+  std::int64_t seq = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--heads")) heads = std::atoll(argv[i + 1]);
@@ -32,6 +35,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
     else if (!std::strcmp(argv[i], "--device")) device = argv[i + 1];
     else if (!std::strcmp(argv[i], "--repeat")) repeat = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--seq")) seq = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "bench_attention: unknown flag %s\n", argv[i]);
       return 2;
@@ -46,7 +50,9 @@ int main(int argc, char** argv) {
                 dtype.c_str(), cpu.str().c_str(), threads);
     std::printf("%8s %6s %14s %12s %12s\n", "T", "B", "peak MiB", "fwd ms", "fwd+bwd ms");
     double first = 0, last = 0;
-    for (std::int64_t t = 1024; t <= tokens / 2 && t <= 4096; t *= 2) {
+    if (seq < 0 || (seq > 0 && tokens % seq != 0)) throw Error("bench_attention: --seq must divide --tokens");
+    const std::int64_t t_first = seq > 0 ? seq : 1024, t_last = seq > 0 ? seq : std::min<std::int64_t>(tokens / 2, 4096);
+    for (std::int64_t t = t_first; t <= t_last; t *= 2) {
       const std::int64_t b = tokens / t;
       Tensor q = Tensor::random_uniform({b, t, heads, dim}, -1, 1, 1, dt, cpu);
       Tensor k = Tensor::random_uniform({b, t, heads, dim}, -1, 1, 2, dt, cpu);

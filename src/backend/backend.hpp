@@ -97,19 +97,20 @@ class Backend {
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                          const AttentionGeometry& g, Tensor& out, Tensor& lse) = 0;
   /// The forward on 16-bit q, k, v (same dtype) where the backend has a fused engine for this
-  /// problem (CUDA: cuDNN's flash attention): writes out (q's dtype) and lse (float32, the same
-  /// [B,H,Tq] log-sum-exp attention() gives) and returns true; false (nothing written) tells
-  /// the caller to compute in float32 through attention(). The backward is attention_backward
-  /// in float32 either way.
+  /// problem (CUDA: cuDNN's flash attention, no mask; CPU: the tiled kernels widening while they
+  /// pack): writes out (q's dtype) and lse (float32, the same [B,H,Tq] log-sum-exp attention()
+  /// gives) and returns true; false (nothing written) tells the caller to compute in float32
+  /// through attention().
   virtual bool fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                const AttentionGeometry& g, Tensor& out, Tensor& lse) {
     return false;
   }
-  /// The backward of a fused_attention call on its 16-bit q, k, v, out, dout (q's dtype) and
-  /// float32 lse: writes dq, dk, dv (q's dtype) and returns true where the backend has a fused
-  /// engine (CUDA: cuDNN's); false (nothing written): the caller runs attention_backward in
-  /// float32.
-  virtual bool fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+  /// The backward of a fused_attention call on its 16-bit q, k, v, out, dout (q's dtype), its
+  /// mask and float32 lse: writes dq, dk, dv (q's dtype) and returns true where the backend has
+  /// a fused engine (CUDA: cuDNN's; CPU: the tiled kernels); false (nothing written): the caller
+  /// runs attention_backward in float32.
+  virtual bool fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                        const Tensor& out,
                                         const Tensor& lse, const Tensor& dout, const AttentionGeometry& g,
                                         Tensor& dq, Tensor& dk, Tensor& dv) {
     return false;

@@ -57,9 +57,10 @@ Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tenso
   const Tensor mask = attention_mask(name, o.mask, query, g.kv_len, g.mask_heads);
 
   Backend& be = backend_of(query);
-  // 16-bit inputs on a backend with a fused engine (cuDNN's flash attention): 16-bit in and out,
-  // the softmax statistics in float32; the backward through the fused engine too where it has
-  // one, else in float32 from the engine's lse.
+  // 16-bit inputs on a backend with a fused engine (cuDNN's flash attention; the CPU's tiles,
+  // which widen while packing): 16-bit in and out, the softmax statistics in float32; the
+  // backward through the fused engine too where it has one, else in float32 from the engine's
+  // lse.
   if (is_half(query.dtype()) && key.dtype() == query.dtype() && value.dtype() == query.dtype()) {
     Tensor out = Tensor::empty({g.batch, g.q_len, g.heads, g.value_dim}, query.dtype(), query.device());
     Tensor lse = Tensor::empty({g.batch, g.heads, g.q_len}, float32, query.device());
@@ -71,7 +72,7 @@ Tensor dot_product_attention(const Tensor& query, const Tensor& key, const Tenso
                          Tensor dq16 = Tensor::empty(q.shape(), q.dtype(), q.device());
                          Tensor dk16 = Tensor::empty(k.shape(), k.dtype(), k.device());
                          Tensor dv16 = Tensor::empty(v.shape(), v.dtype(), v.device());
-                         if (backend_of(q).fused_attention_backward(q, k, v, o, lse, dout, g, dq16, dk16, dv16))
+                         if (backend_of(q).fused_attention_backward(q, k, v, mask, o, lse, dout, g, dq16, dk16, dv16))
                            return std::vector<Tensor>{dq16, dk16, dv16};
                          auto f32 = [](const Tensor& t) { return t.to(float32); };
                          const Tensor qf = f32(q), kf = f32(k), vf = f32(v);

@@ -8,10 +8,14 @@
 //   backward     δ_i = do_i·o_i,  ds_ij = p_ij (do_i·v_j - δ_i)
 //                dq_i = scale · Σ_j ds_ij k_j,  dk_j = Σ_i ds_ij (scale·q_i),  dv_j = Σ_i p_ij do_i
 // Masked pairs (causal j > i, a mask entry false) have probability exactly 0; a query row that
-// attends to nothing gives zeros, lse = -inf and no gradient. float32 (16-bit inputs are cast by
-// ops first) and float64, one template; the forward runs its (batch, head, query block) items on
-// the threads, the backward its (batch, head) pairs, each owning its rows of dq, dk and dv, so
-// the result does not depend on the thread count.
+// attends to nothing gives zeros, lse = -inf and no gradient. One template for float32, float64
+// and 16-bit inputs (bfloat16, float16: fused_attention), which are widened to float32 as they are
+// packed and rounded once at the end, so 16-bit attention costs no separate casts and gives the
+// bits of the float32 computation on the widened inputs, rounded. Each thread packs one
+// (batch, head)'s operands once, whole: k transposed and v for the forward's query blocks, and
+// q (times scale), do, k, kᵀ and vᵀ for the backward (memory linear in T, never T²). The forward
+// runs its (batch, head, query block) items on the threads, the backward its (batch, head) pairs,
+// each owning its rows of dq, dk and dv, so the result does not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,6 +26,7 @@
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/vector_types.hpp"
+#include "mpt/half.hpp"
 
 namespace mpt::cpu {
 namespace {
@@ -31,64 +36,73 @@ constexpr std::int64_t kBk = 64;  // keys per tile
 
 // ---- lanes ------------------------------------------------------------------------------------
 
-/// 64 bytes of lanes of C (one AVX-512 register in the avx512f clone) and its comparison mask.
-template <class C> struct Simd;
-template <> struct Simd<float> {
-  using V = float __attribute__((vector_size(64)));
-  using M = std::int32_t __attribute__((vector_size(64)));
-  static constexpr std::int64_t W = 16;
-};
-template <> struct Simd<double> {
-  using V = double __attribute__((vector_size(64)));
-  using M = std::int64_t __attribute__((vector_size(64)));
-  static constexpr std::int64_t W = 8;
-};
-template <class C> using V = typename Simd<C>::V;
-template <class C> using M = typename Simd<C>::M;
+/// B bytes of lanes of C (one register of the tier whose width B is: isa_call_native) and its
+/// comparison mask.
+// (Each width spelled out: GCC 12 drops vector_size with a dependent size in a class template.)
+template <class C, int B> struct Simd;
+#define MPT_ATTENTION_SIMD(C, I, B)                                         \
+  template <> struct Simd<C, B> {                                           \
+    using V = C __attribute__((vector_size(B)));                            \
+    using M = I __attribute__((vector_size(B)));                            \
+    static constexpr std::int64_t W = B / static_cast<std::int64_t>(sizeof(C)); \
+  };
+MPT_ATTENTION_SIMD(float, std::int32_t, 16)
+MPT_ATTENTION_SIMD(float, std::int32_t, 32)
+MPT_ATTENTION_SIMD(float, std::int32_t, 64)
+MPT_ATTENTION_SIMD(double, std::int64_t, 16)
+MPT_ATTENTION_SIMD(double, std::int64_t, 32)
+MPT_ATTENTION_SIMD(double, std::int64_t, 64)
+#undef MPT_ATTENTION_SIMD
+template <class C, int B> using V = typename Simd<C, B>::V;
+template <class C, int B> using M = typename Simd<C, B>::M;
 
-template <class C>
-[[gnu::always_inline]] inline V<C> vload(const C* p) {
-  return load_lanes<V<C>>(p);
+template <int B, class C>
+[[gnu::always_inline]] inline V<C, B> vload(const C* p) {
+  return load_lanes<V<C, B>>(p);
 }
-template <class C>
-[[gnu::always_inline]] inline void vstore(C* p, const V<C>& v) {
+template <int B, class C>
+[[gnu::always_inline]] inline void vstore(C* p, const V<C, B>& v) {
   store_lanes(p, v);
 }
-/// x in every lane (a vector-scalar operation broadcasts: one instruction, not one per lane).
-template <class C>
-[[gnu::always_inline]] inline V<C> vsplat(C x) {
-  return V<C>{} + x;
+/// x in every lane.
+template <int B, class C>
+[[gnu::always_inline]] inline V<C, B> vsplat(C x) {
+  return V<C, B>{} + x;
 }
 /// Lanewise m ? a : b.
-template <class C>
-[[gnu::always_inline]] inline V<C> vselect(const M<C>& m, const V<C>& a, const V<C>& b) {
-  M<C> ai, bi;
+template <class C, int B>
+[[gnu::always_inline]] inline V<C, B> vselect(const M<C, B>& m, const V<C, B>& a, const V<C, B>& b) {
+  M<C, B> ai, bi;
   __builtin_memcpy(&ai, &a, sizeof ai);
   __builtin_memcpy(&bi, &b, sizeof bi);
-  const M<C> r = (ai & m) | (bi & ~m);
-  V<C> out;
+  const M<C, B> r = (ai & m) | (bi & ~m);
+  V<C, B> out;
   __builtin_memcpy(&out, &r, sizeof out);
   return out;
 }
-template <class C>
-[[gnu::always_inline]] inline C hmax(const V<C>& v) {
+template <class C, int B>
+[[gnu::always_inline]] inline C hmax(const V<C, B>& v) {
   C m = v[0];
-  for (std::int64_t i = 1; i < Simd<C>::W; ++i) m = v[i] > m ? v[i] : m;
+  for (std::int64_t i = 1; i < Simd<C, B>::W; ++i) m = v[i] > m ? v[i] : m;
   return m;
 }
-template <class C>
-[[gnu::always_inline]] inline C hsum(const V<C>& v) {
+template <class C, int B>
+[[gnu::always_inline]] inline C hsum(const V<C, B>& v) {
   C s = C(0);
-  for (std::int64_t i = 0; i < Simd<C>::W; ++i) s += v[i];
+  for (std::int64_t i = 0; i < Simd<C, B>::W; ++i) s += v[i];
   return s;
 }
 
 /// e^x on float lanes: common/float_math.hpp's exp (0 for -inf; within 2 ulp).
-[[gnu::always_inline]] inline V<float> vexp(const V<float>& x) { return common::exp_f32<LaneOps>(x); }
+template <int B>
+[[gnu::always_inline]] inline V<float, B> vexp(const V<float, B>& x) {
+  return common::exp_f32<LaneOpsOf<V<float, B>, M<float, B>>>(x);
+}
 /// float64: libm's exp lane by lane (float64 attention is the reference, not a speed path).
-[[gnu::always_inline]] inline V<double> vexp(const V<double>& x) {
-  V<double> r;
-  for (std::int64_t i = 0; i < Simd<double>::W; ++i) r[i] = std::exp(x[i]);
+template <int B>
+[[gnu::always_inline]] inline V<double, B> vexp(const V<double, B>& x) {
+  V<double, B> r;
+  for (std::int64_t i = 0; i < Simd<double, B>::W; ++i) r[i] = std::exp(x[i]);
   return r;
 }
 
@@ -96,214 +110,276 @@ template <class C>
 
 /// R rows by NV vectors of c (= or +=) a · b over k: a(r, p) = a[r·lda + p] (TransA: a[p·lda + r]),
 /// b rows of ldb, c rows of ldc.
-template <class C, bool Acc, bool TransA, int R, int NV>
+template <class C, int B, bool Acc, bool TransA, int R, int NV>
 [[gnu::always_inline]] inline void micro(std::int64_t k, const C* __restrict a, std::int64_t lda,
                                          const C* __restrict b, std::int64_t ldb, C* __restrict c, std::int64_t ldc) {
-  constexpr std::int64_t W = Simd<C>::W;
-  V<C> acc[R][NV];
+  constexpr std::int64_t W = Simd<C, B>::W;
+  V<C, B> acc[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = Acc ? vload(c + r * ldc + v * W) : V<C>{};
+    for (int v = 0; v < NV; ++v) acc[r][v] = Acc ? vload<B>(c + r * ldc + v * W) : V<C, B>{};
   for (std::int64_t p = 0; p < k; ++p) {
-    V<C> bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = vload(b + p * ldb + v * W);
+    V<C, B> bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = vload<B>(b + p * ldb + v * W);
     for (int r = 0; r < R; ++r) {
-      const V<C> av = vsplat<C>(TransA ? a[p * lda + r] : a[r * lda + p]);
+      // scalar · vector: one broadcast load. (A V<C, B> made of the scalar first, as vsplat does,
+      // costs a scalar add per use, and the spellings that avoid the add make GCC 12 build the
+      // vector lane by lane inside target-attribute functions.)
+      const C av = TransA ? a[p * lda + r] : a[r * lda + p];
       for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) vstore(c + r * ldc + v * W, acc[r][v]);
+    for (int v = 0; v < NV; ++v) vstore<B>(c + r * ldc + v * W, acc[r][v]);
 }
 
 /// Rows [i, i + R) of gemm's c (every helper is inlined into its caller's clone).
-template <class C, bool Acc, bool TransA, int R>
+template <class C, int B, bool Acc, bool TransA, int R>
 [[gnu::always_inline]] inline void gemm_rows(std::int64_t i, std::int64_t n, std::int64_t k, const C* a,
                                              std::int64_t lda, const C* b, std::int64_t ldb, C* c, std::int64_t ldc) {
-  constexpr std::int64_t W = Simd<C>::W;
+  constexpr std::int64_t W = Simd<C, B>::W;
   const C* ai = TransA ? a + i : a + i * lda;
   std::int64_t j = 0;
-  for (; j + 2 * W <= n; j += 2 * W) micro<C, Acc, TransA, R, 2>(k, ai, lda, b + j, ldb, c + i * ldc + j, ldc);
-  for (; j < n; j += W) micro<C, Acc, TransA, R, 1>(k, ai, lda, b + j, ldb, c + i * ldc + j, ldc);
+  for (; j + 2 * W <= n; j += 2 * W) micro<C, B, Acc, TransA, R, 2>(k, ai, lda, b + j, ldb, c + i * ldc + j, ldc);
+  for (; j < n; j += W) micro<C, B, Acc, TransA, R, 1>(k, ai, lda, b + j, ldb, c + i * ldc + j, ldc);
 }
 
 /// c[m × n] (= or +=) a[m × k] · b[k × n] (a transposed: TransA), n a multiple of the lanes.
-template <class C, bool Acc, bool TransA>
+template <class C, int B, bool Acc, bool TransA>
 [[gnu::always_inline]] inline void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const C* a, std::int64_t lda,
                                         const C* b, std::int64_t ldb, C* c, std::int64_t ldc) {
   std::int64_t i = 0;
-  for (; i + 4 <= m; i += 4) gemm_rows<C, Acc, TransA, 4>(i, n, k, a, lda, b, ldb, c, ldc);
-  for (; i < m; ++i) gemm_rows<C, Acc, TransA, 1>(i, n, k, a, lda, b, ldb, c, ldc);
+  for (; i + 4 <= m; i += 4) gemm_rows<C, B, Acc, TransA, 4>(i, n, k, a, lda, b, ldb, c, ldc);
+  for (; i < m; ++i) gemm_rows<C, B, Acc, TransA, 1>(i, n, k, a, lda, b, ldb, c, ldc);
 }
 
-// ---- tiles ------------------------------------------------------------------------------------
+// ---- element types ---------------------------------------------------------------------------
 
-/// Where (b, h)'s rows are and how wide the padded tiles are.
-template <class C>
-struct Tiles {
+/// bfloat16 and float16 bits in a tensor (tags for the templates; same size and layout).
+struct Bf16 { std::uint16_t bits; };
+struct F16 { std::uint16_t bits; };
+
+/// How n values of T become compute values C (times mul) and back: float32 and float64 as they
+/// are; 16-bit through the library's bulk conversions (half.hpp: round to nearest even).
+template <class T> struct Io {
+  using C = T;
+  static void in(const T* s, C* d, std::int64_t n, C mul) {
+    for (std::int64_t i = 0; i < n; ++i) d[i] = s[i] * mul;
+  }
+  static void out(const C* s, T* d, std::int64_t n) { std::copy_n(s, n, d); }
+};
+template <class H, void (*ToFloat)(const std::uint16_t*, float*, std::size_t),
+          void (*FromFloat)(const float*, std::uint16_t*, std::size_t)>
+struct Io16 {
+  using C = float;
+  static void in(const H* s, C* d, std::int64_t n, C mul) {
+    ToFloat(reinterpret_cast<const std::uint16_t*>(s), d, static_cast<std::size_t>(n));
+    if (mul != C(1))
+      for (std::int64_t i = 0; i < n; ++i) d[i] *= mul;
+  }
+  static void out(const C* s, H* d, std::int64_t n) {
+    FromFloat(s, reinterpret_cast<std::uint16_t*>(d), static_cast<std::size_t>(n));
+  }
+};
+template <> struct Io<Bf16> : Io16<Bf16, bfloat16_to_float, float_to_bfloat16> {};
+template <> struct Io<F16> : Io16<F16, half_to_float, float_to_half> {};
+template <class T> using Compute = typename Io<T>::C;
+
+// ---- packing ----------------------------------------------------------------------------------
+
+/// Where (b, h)'s rows are and how wide the packed operands are.
+struct Layout {
   const AttentionGeometry& g;
   const std::uint8_t* mask;
   std::int64_t dp, dvp;  // head_dim and value_dim rounded up to whole vectors
+  std::int64_t tqp, tkp;  // q_len and kv_len rounded up to whole tiles
 
-  explicit Tiles(const AttentionGeometry& geometry, const std::uint8_t* m)
-      : g(geometry), mask(m), dp(round_up(geometry.head_dim)), dvp(round_up(geometry.value_dim)) {}
-  static std::int64_t round_up(std::int64_t n) { return (n + Simd<C>::W - 1) / Simd<C>::W * Simd<C>::W; }
+  Layout(const AttentionGeometry& geometry, const std::uint8_t* m, std::int64_t lanes)
+      : g(geometry), mask(m), dp(up(geometry.head_dim, lanes)), dvp(up(geometry.value_dim, lanes)),
+        tqp(up(geometry.q_len, kBq)), tkp(up(geometry.kv_len, kBk)) {}
+  static std::int64_t up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; }
 
   std::int64_t q_at(std::int64_t b, std::int64_t h, std::int64_t i) const { return ((b * g.q_len + i) * g.heads + h); }
   std::int64_t k_at(std::int64_t b, std::int64_t h, std::int64_t j) const { return ((b * g.kv_len + j) * g.heads + h); }
 
-  /// n rows of `width` values (row i at src + at(i) · width) into kRows rows of ld, zero beyond
-  /// (and beyond width), times `mul`.
-  template <class At>
-  static void gather(const C* src, At at, std::int64_t n, std::int64_t width, std::int64_t rows, std::int64_t ld,
-                     C* dst, C mul = C(1)) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      C* d = dst + r * ld;
-      if (r < n) {
-        const C* s = src + at(r) * width;
-        for (std::int64_t c = 0; c < width; ++c) d[c] = s[c] * mul;
-        std::fill(d + width, d + ld, C(0));
-      } else {
-        std::fill(d, d + ld, C(0));
-      }
-    }
-  }
-  /// Rows [j0, j0 + nk) of k or v, transposed: dst[d · kBk + c] = src row j0 + c, column d; zero
-  /// for c >= nk.
-  void gather_t(const C* src, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t nk, std::int64_t width,
-                C* dst) const {
-    for (std::int64_t d = 0; d < width; ++d) std::fill(dst + d * kBk + nk, dst + (d + 1) * kBk, C(0));
-    for (std::int64_t c = 0; c < nk; ++c) {
-      const C* s = src + k_at(b, h, j0 + c) * width;
-      for (std::int64_t d = 0; d < width; ++d) dst[d * kBk + c] = s[d];
-    }
-  }
   /// Whether the block of queries [i0, i0 + nq) and keys [j0, j0 + nk) has masked pairs.
   bool partly_masked(std::int64_t i0, std::int64_t j0, std::int64_t nk) const {
     return mask || (g.causal && j0 + nk - 1 > i0);
   }
   /// s[r · kBk + c] = -inf where query i0 + r does not attend to key j0 + c, or c >= nk.
+  template <class C>
   void mask_tile(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq, std::int64_t j0, std::int64_t nk,
                  C* s) const {
+    const C ninf = -std::numeric_limits<C>::infinity();
     const bool inner = partly_masked(i0, j0, nk);
     for (std::int64_t r = 0; r < nq; ++r) {
       C* sr = s + r * kBk;
-      if (inner)
+      std::int64_t first = nk;  // the first masked column from which all are masked
+      if (inner && !mask) {     // causal alone: keys after the query's own
+        first = std::clamp<std::int64_t>(i0 + r - j0 + 1, 0, nk);
+      } else if (inner) {
         for (std::int64_t c = 0; c < nk; ++c)
-          if (!common::attends(g, mask, b, h, i0 + r, j0 + c)) sr[c] = -std::numeric_limits<C>::infinity();
-      for (std::int64_t c = nk; c < kBk; ++c) sr[c] = -std::numeric_limits<C>::infinity();
+          if (!common::attends(g, mask, b, h, i0 + r, j0 + c)) sr[c] = ninf;
+      }
+      std::fill(sr + first, sr + kBk, ninf);
     }
   }
   /// The keys a block of queries [i0, i0 + nq) can attend to: [0, key_end).
   std::int64_t key_end(std::int64_t i0, std::int64_t nq) const {
     return g.causal ? std::min(g.kv_len, i0 + nq) : g.kv_len;
   }
+
+  /// n rows of `width` values (row r at src + at(r) · width) as C times mul into rows of ld
+  /// (dst), zero beyond width; rows [n, rows) zero.
+  template <class T, class At>
+  static void pack_rows(const T* src, At at, std::int64_t n, std::int64_t width, std::int64_t rows, std::int64_t ld,
+                        Compute<T>* dst, Compute<T> mul = 1) {
+    using C = Compute<T>;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      C* d = dst + r * ld;
+      if (r < n) {
+        Io<T>::in(src + at(r) * width, d, width, mul);
+        std::fill(d + width, d + ld, C(0));
+      } else {
+        std::fill(d, d + ld, C(0));
+      }
+    }
+  }
+  /// The transpose of rows packed by pack_rows (n rows of ld, of which `width` columns are
+  /// wanted): dst[d · ldt + r] for d < width, r < rows (ldt >= rows: the packed length), zero for
+  /// r >= n.
+  template <class C>
+  static void transpose(const C* rows, std::int64_t n, std::int64_t width, std::int64_t ld, std::int64_t ldt, C* dst) {
+    constexpr std::int64_t kB = 16;
+    for (std::int64_t r0 = 0; r0 < ldt; r0 += kB)
+      for (std::int64_t d = 0; d < width; ++d) {
+        C* o = dst + d * ldt + r0;
+        for (std::int64_t r = 0; r < kB; ++r) o[r] = r0 + r < n ? rows[(r0 + r) * ld + d] : C(0);
+      }
+  }
 };
 
-/// Scratch of one thread: tiles of the padded widths.
+/// Scratch of one thread: tiles, and the packed operands of the (batch, head) it holds.
 template <class C>
 struct Scratch {
-  std::vector<C> q, kt, vt, kb, vb, s, dp, o, dout, dk, dv, dq, m, l, lse, delta;
+  std::int64_t bh = -1;  // the (batch, head) packed in k, kt, vt, v (forward)
+  std::vector<C> q, k, kt, vt, v, dout, dq, s, dp, o, dk, dv, m, l, delta, row;
 };
 
 /// Forward of query rows [i0, i0 + nq) of (b, h).
-template <class C>
-MPT_KERNEL void forward_tile(const Tiles<C>& t, const C* q, const C* k, const C* v, C* out, C* lse,
-                                    std::int64_t b, std::int64_t h, std::int64_t i0, Scratch<C>& w) {
-  constexpr std::int64_t W = Simd<C>::W;
+template <class T, int B>
+MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v, T* out, Compute<T>* lse,
+                             std::int64_t b, std::int64_t h, std::int64_t i0, Scratch<Compute<T>>& w) {
+  using C = Compute<T>;
+  constexpr std::int64_t W = Simd<C, B>::W;
   const AttentionGeometry& g = t.g;
   const std::int64_t nq = std::min(kBq, g.q_len - i0), D = g.head_dim, Dv = g.value_dim;
   const C inf = std::numeric_limits<C>::infinity();
-  Tiles<C>::gather(q, [&](std::int64_t r) { return t.q_at(b, h, i0 + r); }, nq, D, kBq, t.dp, w.q.data(), C(g.scale));
+  const std::int64_t bh = b * g.heads + h;
+  if (w.bh != bh) {  // pack this (batch, head)'s keys (transposed) and values once
+    auto key = [&](std::int64_t j) { return t.k_at(b, h, j); };
+    Layout::pack_rows(k, key, g.kv_len, D, t.tkp, t.dp, w.k.data());
+    Layout::transpose(w.k.data(), g.kv_len, D, t.dp, t.tkp, w.kt.data());
+    Layout::pack_rows(v, key, g.kv_len, Dv, t.tkp, t.dvp, w.v.data());
+    w.bh = bh;
+  }
+  Layout::pack_rows(q, [&](std::int64_t r) { return t.q_at(b, h, i0 + r); }, nq, D, kBq, t.dp, w.q.data(),
+                    C(g.scale));
   std::fill(w.o.begin(), w.o.end(), C(0));
   std::fill(w.m.begin(), w.m.end(), -inf);
   std::fill(w.l.begin(), w.l.end(), C(0));
   const std::int64_t end = t.key_end(i0, nq);
   for (std::int64_t j0 = 0; j0 < end; j0 += kBk) {
     const std::int64_t nk = std::min(kBk, end - j0);
-    t.gather_t(k, b, h, j0, nk, D, w.kt.data());
-    Tiles<C>::gather(v, [&](std::int64_t c) { return t.k_at(b, h, j0 + c); }, nk, Dv, nk, t.dvp, w.vb.data());
     C* s = w.s.data();
-    gemm<C, false, false>(nq, kBk, D, w.q.data(), t.dp, w.kt.data(), kBk, s, kBk);
+    gemm<C, B, false, false>(nq, kBk, D, w.q.data(), t.dp, w.kt.data() + j0, t.tkp, s, kBk);
     if (nk < kBk || t.partly_masked(i0, j0, nk)) t.mask_tile(b, h, i0, nq, j0, nk, s);
     for (std::int64_t r = 0; r < nq; ++r) {
       C* sr = s + r * kBk;
-      V<C> mx = vload(sr);
+      V<C, B> mx = vload<B>(sr);
       for (std::int64_t c = W; c < kBk; c += W) {
-        const V<C> x = vload(sr + c);
-        mx = vselect<C>(x > mx, x, mx);
+        const V<C, B> x = vload<B>(sr + c);
+        mx = vselect<C, B>(x > mx, x, mx);
       }
-      const C m_new = std::max(w.m[r], hmax<C>(mx));
+      const C m_new = std::max(w.m[r], hmax<C, B>(mx));
       if (m_new == -inf) {  // nothing attended yet: this block's probabilities are 0
         std::fill(sr, sr + kBk, C(0));
         continue;
       }
-      const V<C> mv = vsplat(m_new);
-      V<C> sum{};
+      const V<C, B> mv = vsplat<B>(m_new);
+      V<C, B> sum{};
       for (std::int64_t c = 0; c < kBk; c += W) {
-        const V<C> p = vexp(vload(sr + c) - mv);
-        vstore(sr + c, p);
+        const V<C, B> p = vexp<B>(vload<B>(sr + c) - mv);
+        vstore<B>(sr + c, p);
         sum += p;
       }
       if (w.m[r] != m_new) {  // a new maximum: rescale what was summed so far
         const C corr = std::exp(w.m[r] - m_new);
         w.l[r] *= corr;
-        const V<C> cv = vsplat(corr);
-        for (std::int64_t d = 0; d < t.dvp; d += W) vstore(&w.o[r * t.dvp + d], vload(&w.o[r * t.dvp + d]) * cv);
+        const V<C, B> cv = vsplat<B>(corr);
+        for (std::int64_t d = 0; d < t.dvp; d += W) vstore<B>(&w.o[r * t.dvp + d], vload<B>(&w.o[r * t.dvp + d]) * cv);
         w.m[r] = m_new;
       }
-      w.l[r] += hsum<C>(sum);
+      w.l[r] += hsum<C, B>(sum);
     }
-    gemm<C, true, false>(nq, t.dvp, nk, s, kBk, w.vb.data(), t.dvp, w.o.data(), t.dvp);
+    gemm<C, B, true, false>(nq, t.dvp, nk, s, kBk, w.v.data() + j0 * t.dvp, t.dvp, w.o.data(), t.dvp);
   }
   for (std::int64_t r = 0; r < nq; ++r) {
-    C* o = out + t.q_at(b, h, i0 + r) * Dv;
-    C& l = lse[(b * g.heads + h) * g.q_len + i0 + r];
+    T* o = out + t.q_at(b, h, i0 + r) * Dv;
+    C& l = lse[bh * g.q_len + i0 + r];
+    C* row = w.row.data();
     if (!(w.l[r] > C(0))) {  // attends to nothing
-      std::fill(o, o + Dv, C(0));
+      std::fill(row, row + Dv, C(0));
       l = -inf;
-      continue;
+    } else {
+      const C inv = C(1) / w.l[r];
+      for (std::int64_t d = 0; d < Dv; ++d) row[d] = w.o[r * t.dvp + d] * inv;
+      l = w.m[r] + std::log(w.l[r]);
     }
-    const C inv = C(1) / w.l[r];
-    for (std::int64_t d = 0; d < Dv; ++d) o[d] = w.o[r * t.dvp + d] * inv;
-    l = w.m[r] + std::log(w.l[r]);
+    Io<T>::out(row, o, Dv);
   }
 }
 
 /// Backward of (b, h): its rows of dq, dk and dv (overwritten).
-template <class C>
-MPT_KERNEL void backward_pair(const Tiles<C>& t, const C* q, const C* k, const C* v, const C* out,
-                                     const C* lse, const C* dout, C* dq, C* dk, C* dv, std::int64_t b, std::int64_t h,
-                                     Scratch<C>& w) {
-  constexpr std::int64_t W = Simd<C>::W;
+template <class T, int B>
+MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* v, const T* out,
+                              const Compute<T>* lse, const T* dout, T* dq, T* dk, T* dv, std::int64_t b,
+                              std::int64_t h, Scratch<Compute<T>>& w) {
+  using C = Compute<T>;
+  constexpr std::int64_t W = Simd<C, B>::W;
   const AttentionGeometry& g = t.g;
   const std::int64_t D = g.head_dim, Dv = g.value_dim, dp = t.dp, dvp = t.dvp;
   const C scale = C(g.scale), inf = std::numeric_limits<C>::infinity();
   const C* lse_bh = lse + (b * g.heads + h) * g.q_len;
-  w.delta.resize(static_cast<std::size_t>(g.q_len));
-  for (std::int64_t i = 0; i < g.q_len; ++i) {
-    const C *o = out + t.q_at(b, h, i) * Dv, *d = dout + t.q_at(b, h, i) * Dv;
+  auto query = [&](std::int64_t i) { return t.q_at(b, h, i); };
+  auto key = [&](std::int64_t j) { return t.k_at(b, h, j); };
+  // This (batch, head)'s operands, packed once: q·scale, do, k, kᵀ, vᵀ; dq's float sums.
+  Layout::pack_rows(q, query, g.q_len, D, t.tqp, dp, w.q.data(), scale);
+  Layout::pack_rows(dout, query, g.q_len, Dv, t.tqp, dvp, w.dout.data());
+  Layout::pack_rows(k, key, g.kv_len, D, t.tkp, dp, w.k.data());
+  Layout::transpose(w.k.data(), g.kv_len, D, dp, t.tkp, w.kt.data());
+  Layout::pack_rows(v, key, g.kv_len, Dv, t.tkp, dvp, w.v.data());
+  Layout::transpose(w.v.data(), g.kv_len, Dv, dvp, t.tkp, w.vt.data());
+  w.bh = -1;  // w.k, w.v now hold the backward's packing
+  std::fill(w.dq.begin(), w.dq.end(), C(0));
+  for (std::int64_t i = 0; i < g.q_len; ++i) {  // δ_i = do_i · o_i
+    C* o = w.row.data();
+    Io<T>::in(out + query(i) * Dv, o, Dv, C(1));
+    const C* d = w.dout.data() + i * dvp;
     C s = C(0);
     for (std::int64_t c = 0; c < Dv; ++c) s += d[c] * o[c];
     w.delta[static_cast<std::size_t>(i)] = s;
-    std::fill(dq + t.q_at(b, h, i) * D, dq + t.q_at(b, h, i) * D + D, C(0));
   }
   for (std::int64_t j0 = 0; j0 < g.kv_len; j0 += kBk) {
     const std::int64_t nk = std::min(kBk, g.kv_len - j0);
-    auto key = [&](std::int64_t c) { return t.k_at(b, h, j0 + c); };
-    Tiles<C>::gather(k, key, nk, D, kBk, dp, w.kb.data());
-    t.gather_t(k, b, h, j0, nk, D, w.kt.data());
-    t.gather_t(v, b, h, j0, nk, Dv, w.vt.data());
     std::fill(w.dk.begin(), w.dk.end(), C(0));
     std::fill(w.dv.begin(), w.dv.end(), C(0));
     // Causal: queries before j0 attend to none of these keys.
     for (std::int64_t i0 = g.causal ? j0 / kBq * kBq : 0; i0 < g.q_len; i0 += kBq) {
       const std::int64_t nq = std::min(kBq, g.q_len - i0);
-      auto query = [&](std::int64_t r) { return t.q_at(b, h, i0 + r); };
-      Tiles<C>::gather(q, query, nq, D, nq, dp, w.q.data(), scale);
-      Tiles<C>::gather(dout, query, nq, Dv, nq, dvp, w.dout.data());
+      const C *qs = w.q.data() + i0 * dp, *dob = w.dout.data() + i0 * dvp;
       C *s = w.s.data(), *dpr = w.dp.data();
-      gemm<C, false, false>(nq, kBk, D, w.q.data(), dp, w.kt.data(), kBk, s, kBk);        // s = (scale q) kᵀ
-      gemm<C, false, false>(nq, kBk, Dv, w.dout.data(), dvp, w.vt.data(), kBk, dpr, kBk);  // dp = do vᵀ
+      gemm<C, B, false, false>(nq, kBk, D, qs, dp, w.kt.data() + j0, t.tkp, s, kBk);      // s = (scale q) kᵀ
+      gemm<C, B, false, false>(nq, kBk, Dv, dob, dvp, w.vt.data() + j0, t.tkp, dpr, kBk);  // dp = do vᵀ
       if (nk < kBk || t.partly_masked(i0, j0, nk)) t.mask_tile(b, h, i0, nq, j0, nk, s);
       for (std::int64_t r = 0; r < nq; ++r) {
         C *sr = s + r * kBk, *dr = dpr + r * kBk;
@@ -313,79 +389,128 @@ MPT_KERNEL void backward_pair(const Tiles<C>& t, const C* q, const C* k, const C
           std::fill(dr, dr + kBk, C(0));
           continue;
         }
-        const V<C> lv = vsplat(l), dv_ = vsplat(w.delta[static_cast<std::size_t>(i0 + r)]);
+        const V<C, B> lv = vsplat<B>(l), dv_ = vsplat<B>(w.delta[static_cast<std::size_t>(i0 + r)]);
         for (std::int64_t c = 0; c < kBk; c += W) {
-          const V<C> p = vexp(vload(sr + c) - lv);
-          vstore(sr + c, p);                          // p
-          vstore(dr + c, p * (vload(dr + c) - dv_));  // ds
+          const V<C, B> p = vexp<B>(vload<B>(sr + c) - lv);
+          vstore<B>(sr + c, p);                          // p
+          vstore<B>(dr + c, p * (vload<B>(dr + c) - dv_));  // ds
         }
       }
-      gemm<C, true, true>(nk, dvp, nq, s, kBk, w.dout.data(), dvp, w.dv.data(), dvp);   // dv += pᵀ do
-      gemm<C, true, true>(nk, dp, nq, dpr, kBk, w.q.data(), dp, w.dk.data(), dp);       // dk += dsᵀ (scale q)
-      gemm<C, false, false>(nq, dp, nk, dpr, kBk, w.kb.data(), dp, w.dq.data(), dp);     // dq part = ds k
-      for (std::int64_t r = 0; r < nq; ++r) {
-        C* d = dq + query(r) * D;
-        for (std::int64_t c = 0; c < D; ++c) d[c] += w.dq[r * dp + c] * scale;
-      }
+      gemm<C, B, true, true>(nk, dvp, nq, s, kBk, dob, dvp, w.dv.data(), dvp);    // dv += pᵀ do
+      gemm<C, B, true, true>(nk, dp, nq, dpr, kBk, qs, dp, w.dk.data(), dp);      // dk += dsᵀ (scale q)
+      gemm<C, B, true, false>(nq, dp, nk, dpr, kBk, w.k.data() + j0 * dp, dp, w.dq.data() + i0 * dp, dp);  // Σ ds k
     }
     for (std::int64_t c = 0; c < nk; ++c) {
-      std::copy_n(&w.dk[c * dp], D, dk + key(c) * D);
-      std::copy_n(&w.dv[c * dvp], Dv, dv + key(c) * Dv);
+      Io<T>::out(&w.dk[c * dp], dk + key(j0 + c) * D, D);
+      Io<T>::out(&w.dv[c * dvp], dv + key(j0 + c) * Dv, Dv);
     }
+  }
+  for (std::int64_t i = 0; i < g.q_len; ++i) {  // dq = scale · Σ_j ds_ij k_j
+    C* row = w.row.data();
+    for (std::int64_t c = 0; c < D; ++c) row[c] = w.dq[i * dp + c] * scale;
+    Io<T>::out(row, dq + query(i) * D, D);
   }
 }
 
 template <class C>
-Scratch<C> scratch_for(const Tiles<C>& t) {
+Scratch<C> scratch_for(const Layout& t, bool backward) {
   Scratch<C> w;
   const auto n = [](std::int64_t x) { return static_cast<std::size_t>(x); };
-  w.q.resize(n(kBq * t.dp)), w.kt.resize(n(std::max(t.dp, t.dvp) * kBk)), w.vt.resize(n(t.dvp * kBk));
-  w.kb.resize(n(kBk * t.dp)), w.vb.resize(n(kBk * t.dvp)), w.s.resize(n(kBq * kBk)), w.dp.resize(n(kBq * kBk));
-  w.o.resize(n(kBq * t.dvp)), w.dout.resize(n(kBq * t.dvp)), w.dk.resize(n(kBk * t.dp)), w.dv.resize(n(kBk * t.dvp));
-  w.dq.resize(n(kBq * t.dp)), w.m.resize(n(kBq)), w.l.resize(n(kBq));
+  const std::int64_t qrows = backward ? t.tqp : kBq;
+  w.q.resize(n(qrows * t.dp)), w.k.resize(n(t.tkp * t.dp)), w.kt.resize(n(t.dp * t.tkp));
+  w.v.resize(n(t.tkp * t.dvp)), w.s.resize(n(kBq * kBk)), w.row.resize(n(std::max(t.dp, t.dvp)));
+  if (backward) {
+    w.vt.resize(n(t.dvp * t.tkp)), w.dout.resize(n(t.tqp * t.dvp)), w.dq.resize(n(t.tqp * t.dp));
+    w.dp.resize(n(kBq * kBk)), w.dk.resize(n(kBk * t.dp)), w.dv.resize(n(kBk * t.dvp));
+    w.delta.resize(n(t.g.q_len));
+  } else {
+    w.o.resize(n(kBq * t.dvp)), w.m.resize(n(kBq)), w.l.resize(n(kBq));
+  }
   return w;
+}
+
+/// Calls f(T{}) with q's element type: float, double, Bf16 or F16.
+template <class F>
+void with_element_type(DType d, F&& f) {
+  if (d == float64) f(double{});
+  else if (d == bfloat16) f(Bf16{});
+  else if (d == float16) f(F16{});
+  else f(float{});
+}
+
+template <class T>
+void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionGeometry& g,
+                 Tensor& out, Tensor& lse) {
+  using C = Compute<T>;
+  const Layout t(g, mask.defined() ? static_cast<const std::uint8_t*>(mask.data_ptr()) : nullptr,
+                 isa_native_bytes() / static_cast<std::int64_t>(sizeof(C)));
+  const T *pq = static_cast<const T*>(q.data_ptr()), *pk = static_cast<const T*>(k.data_ptr()),
+          *pv = static_cast<const T*>(v.data_ptr());
+  T* po = static_cast<T*>(out.data_ptr());
+  C* pl = static_cast<C*>(lse.data_ptr());
+  const std::int64_t blocks = (g.q_len + kBq - 1) / kBq;
+  // Each thread takes consecutive items, so it packs each (batch, head) it meets once.
+  parallel_for(g.batch * g.heads * blocks, 1, [&](std::int64_t lo, std::int64_t hi) {
+    Scratch<C> w = scratch_for<C>(t, false);
+    for (std::int64_t item = lo; item < hi; ++item) {
+      const std::int64_t bh = item / blocks;
+      isa_call_native<forward_tile<T, 64>, forward_tile<T, 32>, forward_tile<T, 16>>(t, pq, pk, pv, po, pl, bh / g.heads, bh % g.heads, item % blocks * kBq, w);
+    }
+  });
+}
+
+template <class T>
+void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
+                  const Tensor& lse, const Tensor& dout, const AttentionGeometry& g, Tensor& dq, Tensor& dk,
+                  Tensor& dv) {
+  using C = Compute<T>;
+  const Layout t(g, mask.defined() ? static_cast<const std::uint8_t*>(mask.data_ptr()) : nullptr,
+                 isa_native_bytes() / static_cast<std::int64_t>(sizeof(C)));
+  auto in = [](const Tensor& x) { return static_cast<const T*>(x.data_ptr()); };
+  auto io = [](Tensor& x) { return static_cast<T*>(x.data_ptr()); };
+  const T *pq = in(q), *pk = in(k), *pv = in(v), *po = in(out), *pd = in(dout);
+  const C* pl = static_cast<const C*>(lse.data_ptr());
+  T *pdq = io(dq), *pdk = io(dk), *pdv = io(dv);
+  parallel_for(g.batch * g.heads, 1, [&](std::int64_t lo, std::int64_t hi) {
+    Scratch<C> w = scratch_for<C>(t, true);
+    for (std::int64_t bh = lo; bh < hi; ++bh)
+      isa_call_native<backward_pair<T, 64>, backward_pair<T, 32>, backward_pair<T, 16>>(t, pq, pk, pv, po, pl, pd, pdq, pdk, pdv, bh / g.heads, bh % g.heads, w);
+  });
 }
 
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                            const AttentionGeometry& g, Tensor& out, Tensor& lse) {
-  auto run = [&](auto c) {
-    using C = decltype(c);
-    const Tiles<C> t(g, mask.defined() ? static_cast<const std::uint8_t*>(mask.data_ptr()) : nullptr);
-    const C *pq = q.data<C>(), *pk = k.data<C>(), *pv = v.data<C>();
-    C *po = out.data<C>(), *pl = lse.data<C>();
-    const std::int64_t blocks = (g.q_len + kBq - 1) / kBq;
-    parallel_for(g.batch * g.heads * blocks, 1, [&](std::int64_t lo, std::int64_t hi) {
-      Scratch<C> w = scratch_for(t);
-      for (std::int64_t item = lo; item < hi; ++item) {
-        const std::int64_t bh = item / blocks;
-        isa_call<forward_tile<C>>(t, pq, pk, pv, po, pl, bh / g.heads, bh % g.heads, item % blocks * kBq, w);
-      }
-    });
-  };
-  // float32 or float64 operands: ops casts 16-bit inputs first.
-  if (q.dtype() == float64) run(double{});
-  else run(float{});
+  // float32 or float64 operands (ops casts other dtypes first).
+  with_element_type(q.dtype() == float64 ? float64 : float32,
+                    [&](auto e) { run_forward<decltype(e)>(q, k, v, mask, g, out, lse); });
 }
 
 void CpuBackend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                     const Tensor& out, const Tensor& lse, const Tensor& dout,
                                     const AttentionGeometry& g, Tensor& dq, Tensor& dk, Tensor& dv) {
-  auto run = [&](auto c) {
-    using C = decltype(c);
-    const Tiles<C> t(g, mask.defined() ? static_cast<const std::uint8_t*>(mask.data_ptr()) : nullptr);
-    const C *pq = q.data<C>(), *pk = k.data<C>(), *pv = v.data<C>(), *po = out.data<C>(), *pl = lse.data<C>(),
-            *pd = dout.data<C>();
-    C *pdq = dq.data<C>(), *pdk = dk.data<C>(), *pdv = dv.data<C>();
-    parallel_for(g.batch * g.heads, 1, [&](std::int64_t lo, std::int64_t hi) {
-      Scratch<C> w = scratch_for(t);
-      for (std::int64_t bh = lo; bh < hi; ++bh)
-        isa_call<backward_pair<C>>(t, pq, pk, pv, po, pl, pd, pdq, pdk, pdv, bh / g.heads, bh % g.heads, w);
-    });
-  };
-  if (q.dtype() == float64) run(double{});
-  else run(float{});
+  with_element_type(q.dtype() == float64 ? float64 : float32,
+                    [&](auto e) { run_backward<decltype(e)>(q, k, v, mask, out, lse, dout, g, dq, dk, dv); });
+}
+
+// 16-bit q, k, v: the same kernels, widening while packing and rounding the results once.
+bool CpuBackend::fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                 const AttentionGeometry& g, Tensor& out, Tensor& lse) {
+  if (!is_half(q.dtype()) || k.dtype() != q.dtype() || v.dtype() != q.dtype()) return false;
+  with_element_type(q.dtype(), [&](auto e) { run_forward<decltype(e)>(q, k, v, mask, g, out, lse); });
+  return true;
+}
+
+bool CpuBackend::fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                          const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                          const AttentionGeometry& g, Tensor& dq, Tensor& dk, Tensor& dv) {
+  if (!is_half(q.dtype()) || k.dtype() != q.dtype() || v.dtype() != q.dtype() || out.dtype() != q.dtype() ||
+      dout.dtype() != q.dtype())
+    return false;
+  with_element_type(q.dtype(),
+                    [&](auto e) { run_backward<decltype(e)>(q, k, v, mask, out, lse, dout, g, dq, dk, dv); });
+  return true;
 }
 
 }  // namespace mpt::cpu

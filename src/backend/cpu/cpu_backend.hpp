@@ -41,6 +41,11 @@ class CpuBackend final : public Backend {
   void scatter_add_rows(const Tensor& src, const Tensor& indices, Tensor& out) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionGeometry& g,
                  Tensor& out, Tensor& lse) override;
+  bool fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                       const AttentionGeometry& g, Tensor& out, Tensor& lse) override;
+  bool fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                const Tensor& out, const Tensor& lse, const Tensor& dout, const AttentionGeometry& g,
+                                Tensor& dq, Tensor& dk, Tensor& dv) override;
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
                           const Tensor& lse, const Tensor& dout, const AttentionGeometry& g, Tensor& dq, Tensor& dk,
                           Tensor& dv) override;

@@ -70,6 +70,30 @@ template <auto F, class... A>
 decltype(auto) isa_call16(A&&... a) {
   return isa_detail::run_at_tier<true, F>(std::forward<A>(a)...);
 }
+
+/// The vector width, in bytes, of the process's tier: 64 (avx512), 32 (avx2), 16 (baseline).
+inline int isa_native_bytes() {
+  switch (detail::cpu_isa()) {
+    case detail::CpuIsa::avx512: return 64;
+    case detail::CpuIsa::avx2: return 32;
+    case detail::CpuIsa::baseline: break;
+  }
+  return 16;
+}
+
+/// For bodies written on explicit vectors of a width (GNU vector_size): F64, F32 and F16 are the
+/// body at 64, 32 and 16 bytes, and each is compiled for, and run at, the one tier whose registers
+/// have that width. (A 64-byte body at the avx2 tier is lowered through the stack, lane by lane
+/// wherever it broadcasts: measured 30x slower in attention.)
+template <auto F64, auto F32, auto F16, class... A>
+decltype(auto) isa_call_native(A&&... a) {
+  switch (detail::cpu_isa()) {
+    case detail::CpuIsa::avx512: return isa_detail::on_avx512<F64>(std::forward<A>(a)...);
+    case detail::CpuIsa::avx2: return isa_detail::on_avx2<F32>(std::forward<A>(a)...);
+    case detail::CpuIsa::baseline: break;
+  }
+  return isa_detail::on_baseline<F16>(std::forward<A>(a)...);
+}
 #else
 template <auto F, class... A>
 decltype(auto) isa_call(A&&... a) {
@@ -78,6 +102,11 @@ decltype(auto) isa_call(A&&... a) {
 template <auto F, class... A>
 decltype(auto) isa_call16(A&&... a) {
   return F(std::forward<A>(a)...);
+}
+inline int isa_native_bytes() { return 16; }
+template <auto F64, auto F32, auto F16, class... A>
+decltype(auto) isa_call_native(A&&... a) {
+  return F16(std::forward<A>(a)...);
 }
 #endif
 

@@ -25,16 +25,18 @@ template <class V, class T>
   __builtin_memcpy(p, &v, sizeof v);
 }
 
-/// 16 float32 lanes (one AVX-512 register at the avx512 tier, two AVX2 ones at avx2) as common/float_math.hpp's
-/// operations policy: that file's formulas (exp, GELU) on lanes give the scalar formulas' bits,
-/// lane by lane, in files compiled without contraction.
+/// float32 lanes (and int32 masks of their width) as common/float_math.hpp's operations policy: that file's formulas
+/// (exp, GELU) on lanes give the scalar formulas' bits, lane by lane, in files compiled without
+/// contraction. LaneOps: 16 lanes (one AVX-512 register at the avx512 tier, two AVX2 ones at
+/// avx2); bodies called through isa_call_native use their tier's own width (isa_native_bytes).
 // Vector arguments and returns: always inlined into their caller's tier wrapper, so the warning that a
 // baseline call would pass them differently from an AVX-512 one never applies.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-struct LaneOps {
-  using T = float __attribute__((vector_size(64)));
-  using M = std::int32_t __attribute__((vector_size(64)));
+template <class Lanes, class Mask>
+struct LaneOpsOf {
+  using T = Lanes;
+  using M = Mask;
   [[gnu::always_inline]] static T splat(float v) { return T{} + v; }
   [[gnu::always_inline]] static T select(M m, T a, T b) {
     M ai, bi;
@@ -54,6 +56,7 @@ struct LaneOps {
     return r;
   }
 };
+using LaneOps = LaneOpsOf<float __attribute__((vector_size(64))), std::int32_t __attribute__((vector_size(64)))>;
 #pragma GCC diagnostic pop
 
 /// The bits of a bfloat16 value.

@@ -72,10 +72,10 @@ bool CudaBackend::fused_attention(const Tensor& q, const Tensor& k, const Tensor
   return true;
 }
 
-bool CudaBackend::fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                           const Tensor& lse, const Tensor& dout, const AttentionGeometry& g,
-                                           Tensor& dq, Tensor& dk, Tensor& dv) {
-  if (dq.numel() == 0) return false;
+bool CudaBackend::fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                           const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                           const AttentionGeometry& g, Tensor& dq, Tensor& dk, Tensor& dv) {
+  if (mask.defined() || dq.numel() == 0) return false;  // masks: mpt's kernels
   SdpaKey key{.batch = g.batch, .heads = g.heads, .q_len = g.q_len, .kv_len = g.kv_len, .head_dim = g.head_dim,
               .value_dim = g.value_dim, .dtype = q.dtype(), .causal = g.causal,
               .alignment = cudnn::alignment_of({q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
