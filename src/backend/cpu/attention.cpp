@@ -36,23 +36,8 @@ constexpr std::int64_t kBk = 64;  // keys per tile
 
 // ---- lanes ------------------------------------------------------------------------------------
 
-/// B bytes of lanes of C (one register of the tier whose width B is: isa_call_native) and its
-/// comparison mask.
-// (Each width spelled out: GCC 12 drops vector_size with a dependent size in a class template.)
-template <class C, int B> struct Simd;
-#define MPT_ATTENTION_SIMD(C, I, B)                                         \
-  template <> struct Simd<C, B> {                                           \
-    using V = C __attribute__((vector_size(B)));                            \
-    using M = I __attribute__((vector_size(B)));                            \
-    static constexpr std::int64_t W = B / static_cast<std::int64_t>(sizeof(C)); \
-  };
-MPT_ATTENTION_SIMD(float, std::int32_t, 16)
-MPT_ATTENTION_SIMD(float, std::int32_t, 32)
-MPT_ATTENTION_SIMD(float, std::int32_t, 64)
-MPT_ATTENTION_SIMD(double, std::int64_t, 16)
-MPT_ATTENTION_SIMD(double, std::int64_t, 32)
-MPT_ATTENTION_SIMD(double, std::int64_t, 64)
-#undef MPT_ATTENTION_SIMD
+/// B bytes of lanes of C: vector_types.hpp's Lanes.
+template <class C, int B> using Simd = Lanes<C, B>;
 template <class C, int B> using V = typename Simd<C, B>::V;
 template <class C, int B> using M = typename Simd<C, B>::M;
 
@@ -96,7 +81,7 @@ template <class C, int B>
 /// e^x on float lanes: common/float_math.hpp's exp (0 for -inf; within 2 ulp).
 template <int B>
 [[gnu::always_inline]] inline V<float, B> vexp(const V<float, B>& x) {
-  return common::exp_f32<LaneOpsOf<V<float, B>, M<float, B>>>(x);
+  return common::exp_f32<LaneOpsN<B>>(x);
 }
 /// float64: libm's exp lane by lane (float64 attention is the reference, not a speed path).
 template <int B>

@@ -71,24 +71,30 @@ void map3(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& out, F f) 
 
 // ---- GELU on lanes ------------------------------------------------------------------------------
 // float32 GELU is common/float_math.hpp's arithmetic (unary_apply and unary_grad call its scalar
-// form): here on 16 lanes at a time, then the tail as scalars, the same bits in every lane.
+// form): here on the tier's lanes (B bytes: isa_call_native), then the tail as scalars, the same
+// bits in every lane at every width.
 
+template <int B>
 MPT_KERNEL void gelu_block(const float* __restrict x, float* __restrict y, std::int64_t n) {
-  using T = LaneOps::T;
+  using L = LaneOpsN<B>;
+  constexpr std::int64_t W = Lanes<float, B>::W;
   std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    store_lanes(y + i, common::gelu_f32<LaneOps>(load_lanes<T>(x + i)));
+  for (; i + W <= n; i += W) {
+    store_lanes(y + i, common::gelu_f32<L>(load_lanes<typename L::T>(x + i)));
   }
   for (; i < n; ++i) y[i] = common::unary_apply<UnaryOp::Gelu>(x[i], 0.f);
 }
 
+template <int B>
 MPT_KERNEL void gelu_grad_block(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
-                                       std::int64_t n) {
-  using T = LaneOps::T;
+                                std::int64_t n) {
+  using L = LaneOpsN<B>;
+  using T = typename L::T;
+  constexpr std::int64_t W = Lanes<float, B>::W;
   std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
+  for (; i + W <= n; i += W) {
     // unary_grad's exact::mul(d, gelu_grad(a))
-    store_lanes(dx + i, load_lanes<T>(dy + i) * common::gelu_grad_f32<LaneOps>(load_lanes<T>(x + i)));
+    store_lanes(dx + i, load_lanes<T>(dy + i) * common::gelu_grad_f32<L>(load_lanes<T>(x + i)));
   }
   for (; i < n; ++i) dx[i] = common::unary_grad<UnaryOp::Gelu>(x[i], 0.f, dy[i], 0.f);
 }
@@ -213,7 +219,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double param) {
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
       if constexpr (Op == UnaryOp::Gelu && std::is_same_v<C, float>)
-        map1_blocks<C>(x, out, [](const float* a, float* o, std::int64_t m) { isa_call<gelu_block>(a, o, m); });
+        map1_blocks<C>(x, out, [](const float* a, float* o, std::int64_t m) { isa_call_native<gelu_block<64>, gelu_block<32>, gelu_block<16>>(a, o, m); });
       else if constexpr (std::is_floating_point_v<C> || common::unary_on_integers(Op))
         if constexpr (common::unary_takes_param(Op))
           map1<C>(x, out, [p = C(param)](C v) { return common::unary_apply<OpT::value>(v, p); });
@@ -244,7 +250,7 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
       using C = decltype(c);
       if constexpr (OpT::value == UnaryOp::Gelu && std::is_same_v<C, float>)
         map3_blocks<C>(x, y, dy, dx, [](const C* a, const C*, const C* d, C* o, std::int64_t m) {
-          isa_call<gelu_grad_block>(a, d, o, m);
+          isa_call_native<gelu_grad_block<64>, gelu_grad_block<32>, gelu_grad_block<16>>(a, d, o, m);
         });
       else if constexpr (std::is_floating_point_v<C>)
         if constexpr (common::unary_takes_param(OpT::value))

@@ -56,7 +56,28 @@ struct LaneOpsOf {
     return r;
   }
 };
-using LaneOps = LaneOpsOf<float __attribute__((vector_size(64))), std::int32_t __attribute__((vector_size(64)))>;
+
+/// B bytes of lanes of C (one register of the tier whose width B is: isa_call_native), with W
+/// lanes, and the integer mask of the same width. (Each width spelled out: GCC 12 drops
+/// vector_size with a dependent size in a class template.)
+template <class C, int B> struct Lanes;
+#define MPT_LANES(C, I, B)                                                   \
+  template <> struct Lanes<C, B> {                                           \
+    using V = C __attribute__((vector_size(B)));                             \
+    using M = I __attribute__((vector_size(B)));                             \
+    static constexpr std::int64_t W = B / static_cast<std::int64_t>(sizeof(C)); \
+  };
+MPT_LANES(float, std::int32_t, 16)
+MPT_LANES(float, std::int32_t, 32)
+MPT_LANES(float, std::int32_t, 64)
+MPT_LANES(double, std::int64_t, 16)
+MPT_LANES(double, std::int64_t, 32)
+MPT_LANES(double, std::int64_t, 64)
+#undef MPT_LANES
+
+/// float_math's operations policy on B bytes of float32 lanes.
+template <int B> using LaneOpsN = LaneOpsOf<typename Lanes<float, B>::V, typename Lanes<float, B>::M>;
+using LaneOps = LaneOpsN<64>;
 #pragma GCC diagnostic pop
 
 /// The bits of a bfloat16 value.
