@@ -7,11 +7,18 @@
 //   ./train_npy --x train_x.npy --y train_y.npy [--x-test test_x.npy --y-test test_y.npy]
 //               [--policy mixed_bfloat16] [--epochs 3] [--batch-size 128] [--seed 1] [--limit N]
 //   ./train_npy --export-fashion-mnist DIR [--epochs 1 --limit 2048]
+//   ./train_npy --x big_x.npy --y big_y.npy --stream [--workers 2]
 //
 // --export-fashion-mnist DIR first writes Fashion-MNIST as DIR/{train,test}_{x,y}.npy (x float32
 // [N, 28, 28, 1] in [0, 1], y int64 [N]; np.load reads them) and trains from those files.
 // scripts/make_npy.py writes the same files with NumPy itself. Prints `test_accuracy=<v>` (or
 // `train_accuracy=<v>` when no test files are given).
+//
+// --stream trains on the training files memory-mapped (io::load_npy {.mmap = true}) through a
+// data::Dataset whose batches --workers threads slice and convert while the model trains: the
+// training set may be larger than memory (scripts/bounded_memory.sh runs it under a cgroup
+// memory limit a third of the file's size). It prints the process's peak resident memory as
+// `peak_rss_mb=<v>`.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -89,6 +96,49 @@ void export_fashion_mnist(const std::string& dir) {
               shape_str(data.x_train.shape()).c_str(), shape_str(data.x_test.shape()).c_str());
 }
 
+/// The training rows of memory-mapped x and y, batch by batch, as prepare_x and prepare_y make
+/// them (float32 x, uint8 scaled by 1/255; int32 labels).
+class StreamedNpy : public mpt::data::Dataset {
+ public:
+  StreamedNpy(const std::string& x_path, const std::string& y_path, std::int64_t batch_size, std::int64_t limit)
+      : x_(mpt::io::load_npy(x_path, mpt::io::NpyLoadOptions{.mmap = true})),
+        y_(mpt::io::load_npy(y_path, mpt::io::NpyLoadOptions{.mmap = true})), x_path_(x_path), batch_size_(batch_size) {
+    if (x_.dim() < 2 || x_.size(0) == 0) throw BadData(x_path + ": x must be [N, features...], not shape " + shape_str(x_.shape()));
+    std::int64_t max_label = 0;
+    y_ = prepare_y(y_, y_path, x_.size(0), max_label);  // the labels, read once (small)
+    num_classes = std::max<std::int64_t>(max_label + 1, 2);
+    rows = limit > 0 ? std::min(limit, x_.size(0)) : x_.size(0);
+  }
+  std::int64_t size() const override { return (rows + batch_size_ - 1) / batch_size_; }
+  mpt::data::Batch get(std::int64_t index) override {
+    const std::int64_t b = index * batch_size_, e = std::min(rows, b + batch_size_);
+    // A copy of the rows (prepare_x makes a float32 one; float32 rows are copied here), so the
+    // batch owns its memory and the mapped pages can be dropped again.
+    mpt::Tensor x = prepare_x(x_.slice(b, e), x_path_);
+    if (x.data_ptr() == x_.slice(b, e).data_ptr()) x = x.copy();
+    return {x, y_.slice(b, e), mpt::Tensor()};
+  }
+  std::int64_t num_classes = 2, rows = 0;
+  mpt::Shape input_shape() const { return mpt::Shape(x_.shape().begin() + 1, x_.shape().end()); }
+
+ private:
+  mpt::Tensor x_, y_;
+  std::string x_path_;
+  std::int64_t batch_size_;
+};
+
+/// VmHWM of /proc/self/status in MiB (0 where it cannot be read).
+double peak_rss_mb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb / 1024.0;
+}
+
 /// The training (and optional test) arrays, checked against each other.
 struct Dataset {
   mpt::Tensor x, y, x_test, y_test;
@@ -128,7 +178,8 @@ Dataset load_dataset(const std::string& x_path, const std::string& y_path, const
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool distributed = false;
+  bool distributed = false, stream = false;
+  int workers = 2;
   std::string policy = "mixed_bfloat16", x_path, y_path, x_test_path, y_test_path, export_dir;
   int epochs = 3;
   std::int64_t batch_size = 128, limit = 0;
@@ -145,6 +196,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "batch size")->check(examples::kPositive)->capture_default_str();
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--limit", limit, "use only the first N training rows")->check(examples::kPositive);
+  app.add_flag("--stream", stream,
+               "train on the training files memory-mapped, batch by batch (data larger than memory)");
+  app.add_option("--workers", workers, "with --stream: threads preparing batches ahead")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   examples::add_distributed(app, distributed);
   if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
   examples::start_distributed(distributed);
@@ -166,6 +222,22 @@ int main(int argc, char** argv) {
 
     mpt::set_random_seed(seed);
     mpt::mixed_precision::set_global_policy(policy);
+    if (stream) {
+      if (distributed) throw BadData("--stream does not run with --distributed yet");
+      StreamedNpy train(x_path, y_path, batch_size, limit);
+      std::printf("streaming %lld rows of shape %s (memory-mapped), %lld classes, policy %s, %d workers\n",
+                  static_cast<long long>(train.rows), shape_str(train.input_shape()).c_str(),
+                  static_cast<long long>(train.num_classes), policy.c_str(), workers);
+      mpt::Sequential model({layers::Input(train.input_shape()), layers::Flatten(),
+                             layers::Dense(512, {.activation = "relu"}), layers::Dense(512, {.activation = "relu"}),
+                             layers::Dense(train.num_classes), layers::Activation("softmax")});
+      model.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-3}),
+                     .loss = "sparse_categorical_crossentropy",
+                     .metrics = {"accuracy"}});
+      const auto h = model.fit(train, {.epochs = epochs, .workers = workers, .max_queue_size = 4});
+      std::printf("train_accuracy=%.4f\npeak_rss_mb=%.1f\n", h.history.at("accuracy").back(), peak_rss_mb());
+      return 0;
+    }
 
     const Dataset d = load_dataset(x_path, y_path, x_test_path, y_test_path, limit);
     const mpt::Tensor &x = d.x, &y = d.y, &x_test = d.x_test, &y_test = d.y_test;

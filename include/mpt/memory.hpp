@@ -6,6 +6,7 @@
 ///   auto s = mpt::memory_stats(mpt::Device::cpu());
 ///   std::cout << s.peak_bytes << " bytes at peak\n";
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "mpt/device.hpp"
@@ -29,6 +30,9 @@ void empty_cache(Device device);
 class Storage {
  public:
   Storage(std::size_t nbytes, Device device);
+  /// Memory the allocator does not own (a memory-mapped file): `release` gives it back when the
+  /// last owner drops it. Not counted in memory_stats.
+  Storage(void* data, std::size_t nbytes, Device device, std::function<void(void*)> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -42,6 +46,7 @@ class Storage {
   std::size_t nbytes_ = 0;
   std::size_t block_ = 0;  // size actually reserved (bucket size)
   Device device_;
+  std::function<void(void*)> release_;  // set for memory the allocator does not own
 };
 
 namespace detail {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mpt/callbacks.hpp"
+#include "mpt/data/dataset.hpp"
 #include "mpt/distributed.hpp"
 #include "mpt/functional.hpp"
 #include "mpt/layers/layer.hpp"
@@ -42,13 +43,21 @@ struct CompileOptions {
 };
 
 struct FitOptions {
-  std::int64_t batch_size = 32;
+  std::int64_t batch_size = 32;  ///< tensors only: a Dataset's batches are its own
   int epochs = 1;
   int verbose = 1;  ///< 0 silent, 1 progress bar, 2 one line per epoch
+  /// With a Dataset: threads that prepare batches ahead (get(), the copy to the model's device)
+  /// while the current one trains; 0: get() runs on the training thread, between steps.
+  int workers = 0;
+  /// With a Dataset and workers: batches prepared ahead, at most (Keras's max_queue_size).
+  std::int64_t max_queue_size = 10;
   std::vector<callbacks::CallbackArg> callbacks;
   /// The last fraction of x/y (and sample_weight), before shuffling (as Keras).
   double validation_split = 0.0;
   std::optional<std::pair<Tensor, Tensor>> validation_data = std::nullopt;
+  /// Validation batches from a Dataset (Keras's validation_data=PyDataset; the caller keeps it
+  /// alive), evaluated with the same workers and queue; not with validation_data or _split.
+  data::Dataset* validation_dataset = nullptr;
   /// The weights of validation_data's examples: Keras's (x_val, y_val, sample_weight_val).
   Tensor validation_sample_weight = {};
   bool shuffle = true;
@@ -73,6 +82,11 @@ struct FitOptions {
 struct EvaluateOptions {
   std::int64_t batch_size = 32;
   int verbose = 0;
+  /// With a Dataset: as FitOptions's workers and max_queue_size; steps: batches to evaluate
+  /// (default: all; required for a dataset of unknown size).
+  int workers = 0;
+  std::int64_t max_queue_size = 10;
+  std::optional<std::int64_t> steps = std::nullopt;
   /// [N]: each example's loss times its weight (as fit's sample_weight).
   Tensor sample_weight = {};
   /// Their on_test_* hooks run (Keras's evaluate(callbacks=...)).
@@ -82,6 +96,10 @@ struct EvaluateOptions {
 struct PredictOptions {
   std::int64_t batch_size = 32;
   int verbose = 0;
+  /// With a Dataset: as EvaluateOptions's.
+  int workers = 0;
+  std::int64_t max_queue_size = 10;
+  std::optional<std::int64_t> steps = std::nullopt;
   /// Their on_predict_* hooks run (Keras's predict(callbacks=...)).
   std::vector<callbacks::CallbackArg> callbacks = {};
 };
@@ -164,9 +182,21 @@ class Model : public std::enable_shared_from_this<Model> {
 
   void compile(CompileOptions options);
   History fit(const Tensor& x, const Tensor& y, FitOptions options = {});
+  /// fit, evaluate and predict on a Dataset (data/dataset.hpp: Keras's PyDataset): its batches
+  /// by index, shuffled per epoch (fit's shuffle and seed) when its size is known, prepared by
+  /// options.workers threads. The first batch is also read once up front (the model and metrics
+  /// are resolved on it). A fit on a TensorDataset of (x, y) without shuffling gives the weights
+  /// fit(x, y) gives. Under data parallelism fit's global step takes one batch per rank (rank
+  /// r the pass's position step·W + r): the ranks see disjoint batches covering each epoch, and
+  /// train as one process whose batches are those W joined (steps_per_epoch counts global
+  /// steps). evaluate and predict on a Dataset do not shard yet (an mpt::Error says so).
+  History fit(data::Dataset& data, FitOptions options = {});
   std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, EvaluateOptions options = {});
+  std::map<std::string, double> evaluate(data::Dataset& data, EvaluateOptions options = {});
   /// Batched inference; floating outputs returned in float32.
   Tensor predict(const Tensor& x, PredictOptions options = {});
+  /// The outputs of every batch's x, concatenated, on the CPU.
+  Tensor predict(data::Dataset& data, PredictOptions options = {});
   /// One forward pass over x as one batch, in inference mode (Keras's predict_on_batch);
   /// floating outputs returned in float32, where x came from.
   Tensor predict_on_batch(const Tensor& x);
@@ -298,10 +328,18 @@ class Model : public std::enable_shared_from_this<Model> {
   /// fit's parts (fit.cpp): the state of one call, one epoch of it, and the logs of the
   /// training loss and metrics (over all ranks under a strategy).
   struct FitRun;
+  History run_fit(FitRun& run);
   void fit_epoch(FitRun& run, int epoch, std::int64_t first_step = 0);
   /// evaluate with these callbacks' on_test_* hooks (fit's validation passes fit's callbacks).
   std::map<std::string, double> evaluate_with(const Tensor& x, const Tensor& y, const EvaluateOptions& o,
                                               const std::vector<std::shared_ptr<callbacks::Callback>>& cbs);
+  std::map<std::string, double> evaluate_with(data::Dataset& data, const EvaluateOptions& o,
+                                              const std::vector<std::shared_ptr<callbacks::Callback>>& cbs);
+  /// A Dataset's batch checked (x and y rows, finite values, labels in [0, classes) when
+  /// classes >= 0) and copied to `device` (the model's, found by the caller: the workers run this
+  /// after get() while the step changes the variables, so it reads nothing that changes).
+  data::Batch prepare_batch(const char* where, data::Batch b, bool need_y, std::int64_t classes,
+                            Device device) const;
   Logs epoch_logs(const metrics::Mean& loss_mean, const distributed::DataParallel* strategy) const;
   void check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const;
   /// sample_weight (undefined: none): one finite weight per example of x.
@@ -311,8 +349,9 @@ class Model : public std::enable_shared_from_this<Model> {
   /// Where the model's variables are (default_device() before any exists).
   Device variables_device() const;
   /// Once per fit/evaluate: resolves the metrics on one sample and checks sparse labels
-  /// against the number of classes, on the host copy of y.
-  void check_targets(const char* where, const Tensor& x, const Tensor& y);
+  /// against the number of classes, on the host copy of y. Returns that number of classes
+  /// (sparse categorical crossentropy), else -1.
+  std::int64_t check_targets(const char* where, const Tensor& x, const Tensor& y);
   void resolve_metrics(const Tensor& y, const Tensor& y_pred);
   /// Updates ms (metrics_ or val_metrics_): the weighted ones with sample_weight when defined.
   void update_metrics(std::vector<std::shared_ptr<metrics::Metric>>& ms, const Tensor& y, const Tensor& y_pred,

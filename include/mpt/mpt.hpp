@@ -21,6 +21,7 @@
 #include "mpt/losses/losses.hpp"
 #include "mpt/metrics/metrics.hpp"
 #include "mpt/data/data.hpp"
+#include "mpt/data/dataset.hpp"
 #include "mpt/io/npy.hpp"
 #include "mpt/layers/layer.hpp"
 #include "mpt/layers/core.hpp"

@@ -118,7 +118,14 @@ Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(d
   pool.stats.peak_bytes = std::max(pool.stats.peak_bytes, pool.stats.current_bytes);
 }
 
+Storage::Storage(void* data, std::size_t nbytes, Device device, std::function<void(void*)> release)
+    : data_(data), nbytes_(nbytes), device_(device), release_(std::move(release)) {}
+
 Storage::~Storage() {
+  if (release_) {
+    release_(data_);
+    return;
+  }
   if (!data_) return;
   if (block_ == 0) {
     detail::backend(device_).deallocate(device_, data_);

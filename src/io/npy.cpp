@@ -1,6 +1,7 @@
 #include "mpt/io/npy.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -230,9 +231,17 @@ struct Fd {
   }
 };
 
-}  // namespace
+/// An opened .npy file whose header has been read and checked against the file's size.
+struct NpyFile {
+  Fd f;
+  Layout lay;
+  Shape shape;
+  std::int64_t count = 0;
+  std::size_t offset = 0, need = 0, size = 0;
+  bool fortran = false;
+};
 
-Tensor load_npy(const std::string& path, Device device) {
+void open_npy(const std::string& path, NpyFile& out) {
   // stat first: opening a FIFO for reading would block until a writer comes.
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) bad(path, "cannot open: ", errno_text());
@@ -243,7 +252,7 @@ Tensor load_npy(const std::string& path, Device device) {
     bad(path, "not a regular file (", kind, ")");
   };
   check_regular();
-  Fd f;
+  Fd& f = out.f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // O_NONBLOCK: in case it became a FIFO
   if (f.fd < 0) bad(path, "cannot open: ", errno_text());
   if (::fstat(f.fd, &st) != 0) bad(path, "cannot stat: ", errno_text());
@@ -285,16 +294,52 @@ Tensor load_npy(const std::string& path, Device device) {
     bad(path, "file is shorter than its data: shape ", to_string(shape), " of '", *h.descr, "' needs ", need,
         " bytes after the ", offset, "-byte header, ", size - offset, " are present");
 
-  // Fortran order is the C order of the reversed shape: read that, then reverse the axes.
-  const bool fortran = *h.fortran_order && shape.size() > 1;
-  Tensor out = Tensor::empty(fortran ? Shape(shape.rbegin(), shape.rend()) : shape, lay.dtype, Device::cpu());
-  auto* data = static_cast<unsigned char*>(out.data_ptr());
-  read_at(f.fd, data, need, offset, path, "data");
-  if (lay.swap) byte_swap(data, static_cast<std::size_t>(count), lay.item);
-  if (lay.dtype == bool_) std::replace_if(data, data + need, [](unsigned char b) { return b > 1; }, 1);
-  out = out.to(device);
-  return fortran ? ops::transpose(out) : out;
+  out.lay = lay, out.shape = shape, out.count = count, out.offset = offset, out.need = need, out.size = size;
+  // Fortran order is the C order of the reversed shape.
+  out.fortran = *h.fortran_order && shape.size() > 1;
 }
+
+}  // namespace
+
+Tensor load_npy(const std::string& path, Device device) {
+  NpyFile n;
+  open_npy(path, n);
+  // Fortran order: read the C order of the reversed shape, then reverse the axes.
+  Tensor out = Tensor::empty(n.fortran ? Shape(n.shape.rbegin(), n.shape.rend()) : n.shape, n.lay.dtype, Device::cpu());
+  auto* data = static_cast<unsigned char*>(out.data_ptr());
+  read_at(n.f.fd, data, n.need, n.offset, path, "data");
+  if (n.lay.swap) byte_swap(data, static_cast<std::size_t>(n.count), n.lay.item);
+  if (n.lay.dtype == bool_) std::replace_if(data, data + n.need, [](unsigned char b) { return b > 1; }, 1);
+  out = out.to(device);
+  return n.fortran ? ops::transpose(out) : out;
+}
+
+Tensor load_npy(const std::string& path, NpyLoadOptions options) {
+  if (!options.mmap) return load_npy(path, Device::cpu());
+  NpyFile n;
+  open_npy(path, n);
+  // The file's bytes are the tensor's: they must already be in mpt's layout.
+  if (n.fortran) bad(path, "mmap needs a C-order array; this one is Fortran-order (np.ascontiguousarray before saving)");
+  if (n.lay.swap) bad(path, "mmap needs little-endian data; this file is big-endian (astype('<...') before saving)");
+  if (n.offset % n.lay.item != 0)
+    bad(path, "mmap needs the data at a multiple of its ", n.lay.item, "-byte items; the header ends at byte ", n.offset);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = n.shape, impl->dtype = n.lay.dtype, impl->id = detail::next_tensor_id();
+  if (n.need == 0) {
+    impl->storage = std::make_shared<Storage>(0, Device::cpu());
+    return Tensor(impl);
+  }
+  // Private and writable: pages come from the file as they are read and may be dropped again
+  // under memory pressure (so an array larger than memory trains); a write (an in-place op)
+  // copies its page and never reaches the file.
+  const std::size_t length = n.offset + n.need;
+  void* map = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, n.f.fd, 0);
+  if (map == MAP_FAILED) bad(path, "mmap of ", length, " bytes failed: ", errno_text());
+  impl->storage = std::make_shared<Storage>(static_cast<unsigned char*>(map) + n.offset, n.need, Device::cpu(),
+                                            [map, length](void*) { ::munmap(map, length); });
+  return Tensor(impl);
+}
+
 
 void save_npy(const std::string& path, const Tensor& t) {
   MPT_CHECK(t.defined(), "save_npy: '", path, "': the tensor is undefined");

@@ -3,7 +3,10 @@
 // (model.cpp); batches come from BatchStager (batch_stager.hpp).
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 
+#include "data/feeder.hpp"
 #include "model/batch_stager.hpp"
 #include "mpt/data/data.hpp"
 #include "mpt/log.hpp"
@@ -16,6 +19,9 @@ struct Model::FitRun {
   explicit FitRun(const FitOptions& options) : o(options) {}
   const FitOptions& o;
   Tensor x, y, w, vx, vy, vw;  // training and validation data (w: sample weights or undefined)
+  data::Dataset* ds = nullptr;   // or a Dataset (then x, y, w are undefined; n is its size, -1: unknown)
+  data::Dataset* vds = nullptr;  // validation batches from a Dataset
+  std::int64_t classes = -1;     // a Dataset's sparse labels lie in [0, classes)
   std::int64_t n = 0;
   std::int64_t batches = 0;  // batches in one pass over x
   std::int64_t steps = 0;    // batches per epoch: steps_per_epoch, else batches
@@ -178,21 +184,60 @@ void Model::fit_epoch(FitRun& run, int epoch, std::int64_t first_step) {
     mpt::log(LogLevel::warning, "fit: the data ran out after ", span.count, " of steps_per_epoch ", run.steps,
              " batches in epoch ", epoch + 1, "; the epoch ends there and the next one starts a new pass (as Keras)");
   }
-  std::vector<std::int64_t> order;
-  if (o.shuffle) order = data::permutation(run.n, run.seed + static_cast<std::uint64_t>(span.pass));
-  detail::BatchStager batches(run.x, run.y, run.w, o.batch_size, std::move(order), run.device, run.dp);
+  std::vector<std::int64_t> order;  // of the rows, or of a Dataset's batches
+  if (o.shuffle && run.n > 0) order = data::permutation(run.n, run.seed + static_cast<std::uint64_t>(span.pass));
   // A resumed epoch (BackupAndRestore) starts after the batches its backup had taken, in the
   // same order (the permutation depends only on the seed and the pass).
-  for (std::int64_t step = std::min(first_step, span.count); step < span.count; ++step) {
+  const std::int64_t start = std::min(first_step, span.count);
+  std::optional<detail::BatchStager> stager;
+  std::optional<detail::DatasetFeeder> feeder;
+  // A Dataset under a strategy of W ranks: global step g takes the pass's positions
+  // [g·W, g·W + W), one batch per rank (rank r position g·W + r), so the ranks see disjoint
+  // batches covering the pass; a rank past the end of the data takes no rows that step.
+  const std::int64_t world = run.dp ? run.dp->size() : 1, rank = run.dp ? run.dp->rank() : 0;
+  auto position = [&](std::int64_t step) { return (span.first + step) * world + rank; };
+  auto has_batch = [&](std::int64_t step) { return run.n < 0 || position(step) < run.n; };
+  if (run.ds) {
+    // Its batch indices this epoch, in the pass's order; an endless dataset (n = -1) goes on
+    // counting.
+    std::vector<std::int64_t> indices;
+    for (std::int64_t s = start; s < span.count; ++s) {
+      if (!has_batch(s)) continue;
+      const std::int64_t p = position(s);
+      indices.push_back(order.empty() ? p : order[static_cast<std::size_t>(p)]);
+    }
+    feeder.emplace(*run.ds, std::move(indices), o.workers, o.max_queue_size,
+                   [this, &run](data::Batch b) {
+                     return prepare_batch("fit", std::move(b), true, run.classes, run.device);
+                   },
+                   "fit");
+  } else {
+    stager.emplace(run.x, run.y, run.w, o.batch_size, std::move(order), run.device, run.dp);
+  }
+  for (std::int64_t step = start; step < span.count; ++step) {
     const std::int64_t batch = span.first + step;
-    const detail::StagedBatch b = batches.get(batch, span.first + span.count);
+    detail::StagedBatch b;
+    std::int64_t rows = 0;
+    double share = 1.0;  // this rank's rows over the global batch's
+    if (feeder) {
+      if (has_batch(step)) {
+        data::Batch d = feeder->next();
+        b = {d.x, d.y, d.sample_weight};
+        rows = b.x.shape()[0];
+      }
+      if (run.dp) {  // this rank's share of the global batch's rows
+        const double global = run.dp->all_reduce({static_cast<double>(rows)})[0];
+        share = global > 0 ? static_cast<double>(rows) / global : 0.0;
+      }
+    } else {
+      b = stager->get(batch, span.first + span.count);
+      rows = stager->rows(batch);
+      share = static_cast<double>(rows) / static_cast<double>(stager->global_rows(batch));
+    }
     for (auto& c : run.cbs) c->on_train_batch_begin(step, {});
     bool keep_gradients = false;
     for (auto& c : run.cbs) keep_gradients = c->wants_gradients(step) || keep_gradients;
-    const std::int64_t rows = batches.rows(batch);
-    StepResult r = run_train_step({b.x, b.y, b.w},
-                                  {keep_gradients, run.dp,
-                                   static_cast<double>(rows) / static_cast<double>(batches.global_rows(batch))});
+    StepResult r = run_train_step({b.x, b.y, b.w}, {keep_gradients, run.dp, share});
     if (keep_gradients)
       for (auto& c : run.cbs) c->on_train_batch_gradients(step, r.variables, r.gradients);
     if (rows > 0) loss_mean.update(r.loss, static_cast<double>(rows));
@@ -210,14 +255,17 @@ void Model::fit_epoch(FitRun& run, int epoch, std::int64_t first_step) {
     if (run.dp) stop_training = run.dp->all_reduce({stop_training ? 1.0 : 0.0}, distributed::ReduceOp::max)[0] > 0;
     if (stop_training) break;
   }
+  feeder.reset();  // its workers stopped and joined: no get() runs from here on
+  if (run.ds) run.ds->on_epoch_end();
   Logs& logs = run.logs;
   logs = epoch_logs(loss_mean, run.dp);
-  if (run.vx.defined() && (epoch + 1) % o.validation_freq == 0) {  // Keras's _should_eval
+  if ((run.vx.defined() || run.vds) && (epoch + 1) % o.validation_freq == 0) {  // Keras's _should_eval
     // Keras's fit evaluates with its own callbacks: their on_test_* hooks run here.
-    auto val = evaluate_with(run.vx, run.vy,
-                             {.batch_size = o.validation_batch_size.value_or(o.batch_size), .verbose = 0,
-                              .sample_weight = run.vw},
-                             run.cbs);
+    auto val = run.vds ? evaluate_with(*run.vds, {.workers = o.workers, .max_queue_size = o.max_queue_size}, run.cbs)
+                       : evaluate_with(run.vx, run.vy,
+                                       {.batch_size = o.validation_batch_size.value_or(o.batch_size), .verbose = 0,
+                                        .sample_weight = run.vw},
+                                       run.cbs);
     for (const auto& [k, v] : val) logs["val_" + k] = v;
   }
   logs["learning_rate"] = optimizer_->learning_rate();
@@ -232,13 +280,29 @@ void Model::fit_epoch(FitRun& run, int epoch, std::int64_t first_step) {
   run.history.nonfinite_layers.push_back(std::move(nonfinite_layers));
 }
 
+namespace {
+/// The options every fit checks, whatever its data.
+void check_fit_options(const FitOptions& o) {
+  MPT_CHECK(o.epochs >= 0 && o.initial_epoch >= 0, "fit: epochs and initial_epoch must be >= 0");
+  MPT_CHECK(!o.steps_per_epoch || *o.steps_per_epoch > 0, "fit: steps_per_epoch must be positive, got ",
+            o.steps_per_epoch.value_or(0));
+  MPT_CHECK(!o.validation_batch_size || *o.validation_batch_size > 0,
+            "fit: validation_batch_size must be positive, got ", o.validation_batch_size.value_or(0));
+  MPT_CHECK(o.validation_freq > 0, "fit: validation_freq must be a positive number of epochs, got ", o.validation_freq);
+  MPT_CHECK(o.workers >= 0, "fit: workers must be >= 0, got ", o.workers);
+  MPT_CHECK(o.max_queue_size > 0, "fit: max_queue_size must be positive, got ", o.max_queue_size);
+}
+}  // namespace
+
 History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   MPT_CHECK(compiled(), "fit: model '", name_, "' is not compiled; call compile() first");
   check_fit_inputs("fit", x_all, y_all, o.batch_size);
   MPT_CHECK(y_all.defined(), "fit: y is required");
-  MPT_CHECK(o.epochs >= 0 && o.initial_epoch >= 0, "fit: epochs and initial_epoch must be >= 0");
+  check_fit_options(o);
   MPT_CHECK(o.validation_split >= 0.0 && o.validation_split < 1.0, "fit: validation_split must be in [0, 1), got ",
             o.validation_split);
+  MPT_CHECK(!o.validation_dataset || (!o.validation_data && o.validation_split == 0),
+            "fit: validation_dataset cannot be given with validation_data or validation_split");
   if (o.validation_data) check_fit_inputs("fit (validation_data)", o.validation_data->first, o.validation_data->second,
                                           o.batch_size);
   check_sample_weight("fit", "sample_weight", x_all, o.sample_weight);
@@ -255,14 +319,10 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
     MPT_CHECK(c >= 0, "fit: class_weight has the negative class index ", c, "; classes are indices 0, 1, ...");
     MPT_CHECK(std::isfinite(w), "fit: class_weight of class ", c, " is ", w, "; weights must be finite");
   }
-  MPT_CHECK(!o.steps_per_epoch || *o.steps_per_epoch > 0, "fit: steps_per_epoch must be positive, got ",
-            o.steps_per_epoch.value_or(0));
-  MPT_CHECK(!o.validation_batch_size || *o.validation_batch_size > 0,
-            "fit: validation_batch_size must be positive, got ", o.validation_batch_size.value_or(0));
-  MPT_CHECK(o.validation_freq > 0, "fit: validation_freq must be a positive number of epochs, got ", o.validation_freq);
   FitRun run{o};
   Split split = split_validation(x_all, y_all, o);
   run.x = split.x, run.y = split.y, run.w = split.w, run.vx = split.vx, run.vy = split.vy, run.vw = split.vw;
+  run.vds = o.validation_dataset;
   run.n = run.x.shape()[0];
   MPT_CHECK(run.n > 0, "fit: no training samples");
   check_targets("fit", run.x, run.y);
@@ -270,6 +330,40 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   run.batches = data::batch_count(run.n, o.batch_size);
   run.steps = o.steps_per_epoch.value_or(run.batches);
   run.dp = distribution();
+  return run_fit(run);
+}
+
+History Model::fit(data::Dataset& ds, FitOptions o) {
+  MPT_CHECK(compiled(), "fit: model '", name_, "' is not compiled; call compile() first");
+  check_fit_options(o);
+  MPT_CHECK(!o.validation_data && o.validation_split == 0,
+            "fit: with a Dataset, validation batches come from validation_dataset (validation_data and "
+            "validation_split are for tensors)");
+  MPT_CHECK(!o.sample_weight.defined() && o.class_weight.empty(),
+            "fit: with a Dataset, sample weights come with its batches (Batch::sample_weight), not as sample_weight "
+            "or class_weight");
+  const std::int64_t size = ds.size();
+  MPT_CHECK(size > 0 || size == -1, "fit: the dataset has no batches (size() = ", size, ")");
+  MPT_CHECK(size > 0 || o.steps_per_epoch, "fit: the dataset's size is unknown (size() = -1); give steps_per_epoch");
+  FitRun run{o};
+  run.ds = &ds, run.vds = o.validation_dataset;
+  // Batch 0, read once here: builds the model and resolves the metrics (as Keras peeks).
+  data::Batch first = ds.get(0);
+  MPT_CHECK(first.y.defined(), "fit: the dataset's batch 0 has no y");
+  check_fit_inputs("fit (the dataset's batch 0)", first.x, first.y, 1);
+  check_sample_weight("fit (the dataset's batch 0)", "sample_weight", first.x, first.sample_weight);
+  run.classes = check_targets("fit (the dataset's batch 0)", first.x, first.y);
+  run.n = size;
+  run.dp = distribution();
+  // Under a strategy of W ranks a (global) step takes W batches, one per rank.
+  const std::int64_t world = run.dp ? run.dp->size() : 1;
+  run.batches = size > 0 ? data::batch_count(size, world) : std::numeric_limits<std::int64_t>::max();
+  run.steps = o.steps_per_epoch.value_or(run.batches);
+  return run_fit(run);
+}
+
+History Model::run_fit(FitRun& run) {
+  const FitOptions& o = run.o;
   run.seed = o.seed ? *o.seed : seed_;
   run.device = variables_device();
   distributed::detail::ScopedStrategy scoped(run.dp);  // BatchNormalization's sync option sees it

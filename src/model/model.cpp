@@ -9,6 +9,7 @@
 #include "mpt/data/data.hpp"
 #include "mpt/log.hpp"
 #include "mpt/ops.hpp"
+#include "data/feeder.hpp"
 #include "model/batch_stager.hpp"
 
 namespace mpt {
@@ -304,16 +305,21 @@ Device Model::variables_device() const {
   return default_device();
 }
 
-void Model::check_targets(const char* where, const Tensor& x, const Tensor& y) {
-  if (!y.defined() || x.shape()[0] == 0) return;
+std::int64_t Model::check_targets(const char* where, const Tensor& x, const Tensor& y) {
+  if (!y.defined() || x.shape()[0] == 0) return -1;
   const Device device = variables_device();
   NoGradGuard no_grad;
   // One sample through the model: builds it, resolves the metrics and tells the classes.
   Tensor p = as_loss_input(call(x.slice(0, 1).to(device), false));
   resolve_metrics(y.slice(0, 1), p);
   // The host copy; read once where y is on a device.
-  if (loss_->name() == "sparse_categorical_crossentropy" && p.dim() >= 1) data::check_labels(where, y, p.shape().back());
+  std::int64_t classes = -1;
+  if (loss_->name() == "sparse_categorical_crossentropy" && p.dim() >= 1) {
+    classes = p.shape().back();
+    data::check_labels(where, y, classes);
+  }
   if (loss_->name() == "binary_crossentropy") data::check_unit_interval(where, y);
+  return classes;
 }
 
 Model::StepResult Model::default_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight, bool keep_gradients,
@@ -519,6 +525,108 @@ Tensor Model::predict(const Tensor& x, PredictOptions o) {
   if (end == begin) local = local.slice(0, 0);  // a rank with no rows: the shape, no values
   // Results go where the inputs came from (host data in, host results out), in one copy.
   return dp ? dp->all_gather_rows(local).to(x.device()) : local.to(x.device());
+}
+
+// ---- on a Dataset ----------------------------------------------------------------------------
+
+data::Batch Model::prepare_batch(const char* where, data::Batch b, bool need_y, std::int64_t classes,
+                                 Device device) const {
+  MPT_CHECK(b.x.defined() && b.x.dim() >= 1, where, ": a batch's x must be defined and have a batch dimension, got ",
+            b.x.defined() ? to_string(b.x.shape()) : std::string("an undefined tensor"));
+  MPT_CHECK(!need_y || b.y.defined(), where, ": a batch has no y");
+  check_input(b.x);
+  for (const auto* t : {&b.y, &b.sample_weight})
+    MPT_CHECK(!t->defined() || (t->dim() >= 1 && t->shape()[0] == b.x.shape()[0]), where, ": a batch's x ",
+              to_string(b.x.shape()), " and ", t == &b.y ? "y " : "sample_weight ", to_string(t->shape()),
+              " have different numbers of rows");
+  // The checks fit(x, y) makes once, here per batch, on the host copy where the batch was made.
+  data::check_finite(where, "x", b.x);
+  if (need_y) {
+    data::check_finite(where, "y", b.y);
+    data::check_finite(where, "sample_weight", b.sample_weight);
+    if (classes >= 0) data::check_labels(where, b.y, classes);
+    if (loss_->name() == "binary_crossentropy") data::check_unit_interval(where, b.y);
+  }
+  auto to = [&](const Tensor& t) { return t.defined() ? t.to(device) : t; };
+  return {to(b.x), need_y ? to(b.y) : Tensor(), need_y ? to(b.sample_weight) : Tensor()};
+}
+
+namespace {
+/// The batch indices evaluate and predict take: all of a known size, or `steps` (required when
+/// the size is unknown; at most the size otherwise).
+std::vector<std::int64_t> dataset_indices(const char* where, const data::Dataset& ds, std::optional<std::int64_t> steps) {
+  const std::int64_t size = ds.size();
+  MPT_CHECK(size >= 0 || size == -1, where, ": the dataset's size() must be >= 0 or -1 (unknown), got ", size);
+  MPT_CHECK(size >= 0 || steps, where, ": the dataset's size is unknown (size() = -1); give steps");
+  MPT_CHECK(!steps || *steps > 0, where, ": steps must be positive, got ", steps.value_or(0));
+  const std::int64_t n = steps ? (size >= 0 ? std::min(*steps, size) : *steps) : size;
+  MPT_CHECK(n > 0, where, ": the dataset has no batches");
+  std::vector<std::int64_t> out(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = i;
+  return out;
+}
+}  // namespace
+
+std::map<std::string, double> Model::evaluate(data::Dataset& ds, EvaluateOptions o) {
+  return evaluate_with(ds, o, bound_callbacks(o.callbacks, this, distribution()));
+}
+
+std::map<std::string, double> Model::evaluate_with(data::Dataset& ds, const EvaluateOptions& o,
+                                                   const std::vector<std::shared_ptr<callbacks::Callback>>& cbs) {
+  MPT_CHECK(compiled(), "evaluate: model '", name_, "' is not compiled; call compile() first");
+  MPT_CHECK(!distribution(), "evaluate: a Dataset under data parallelism is not supported yet; pass tensors");
+  auto indices = dataset_indices("evaluate", ds, o.steps);
+  data::Batch first = ds.get(indices[0]);
+  MPT_CHECK(first.y.defined(), "evaluate: the dataset's batch ", indices[0], " has no y");
+  check_fit_inputs("evaluate", first.x, first.y, 1);
+  const std::int64_t classes = check_targets("evaluate", first.x, first.y);
+  for (auto& m : val_metrics_) m->reset_state();
+  metrics::Mean loss_mean("loss");
+  for (auto& c : cbs) c->on_test_begin({});
+  {
+    const auto n = static_cast<std::int64_t>(indices.size());
+    const Device device = variables_device();
+    detail::DatasetFeeder feeder(
+        ds, std::move(indices), o.workers, o.max_queue_size,
+        [&](data::Batch b) { return prepare_batch("evaluate", std::move(b), true, classes, device); }, "evaluate");
+    for (std::int64_t step = 0; step < n; ++step) {
+      for (auto& c : cbs) c->on_test_batch_begin(step, {});
+      const data::Batch b = feeder.next();
+      loss_mean.update(test_step(b.x, b.y, b.sample_weight, val_metrics_), static_cast<double>(b.x.shape()[0]));
+      for (auto& c : cbs) c->on_test_batch_end(step, {});
+    }
+  }
+  ds.on_epoch_end();
+  const auto values = reduced_results(nullptr, loss_mean, val_metrics_);
+  std::map<std::string, double> out{{"loss", values[0][0]}};
+  for (std::size_t i = 0; i < val_metrics_.size(); ++i) detail::log_metric(out, metrics_[i]->name(), values[i + 1]);
+  for (auto& c : cbs) c->on_test_end(out);
+  return out;
+}
+
+Tensor Model::predict(data::Dataset& ds, PredictOptions o) {
+  MPT_CHECK(!distribution(), "predict: a Dataset under data parallelism is not supported yet; pass tensors");
+  auto indices = dataset_indices("predict", ds, o.steps);
+  const auto n = static_cast<std::int64_t>(indices.size());
+  NoGradGuard no_grad;
+  std::vector<Tensor> parts;
+  const auto cbs = bound_callbacks(o.callbacks, this, nullptr);
+  for (auto& c : cbs) c->on_predict_begin({});
+  {
+    const Device device = variables_device();
+    detail::DatasetFeeder feeder(
+        ds, std::move(indices), o.workers, o.max_queue_size,
+        [&](data::Batch b) { return prepare_batch("predict", std::move(b), false, -1, device); }, "predict");
+    for (std::int64_t step = 0; step < n; ++step) {
+      for (auto& c : cbs) c->on_predict_batch_begin(step, {});
+      Tensor p = call(feeder.next().x, false);
+      parts.push_back(is_half(p.dtype()) ? p.to(float32) : p);
+      for (auto& c : cbs) c->on_predict_batch_end(step, {});
+    }
+  }
+  ds.on_epoch_end();
+  for (auto& c : cbs) c->on_predict_end({});
+  return (parts.size() == 1 ? parts[0] : ops::concat(parts, 0)).to(Device::cpu());
 }
 
 Tensor Model::predict_on_batch(const Tensor& x) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "test_util.hpp"
@@ -161,6 +162,59 @@ struct WeightsAround : callbacks::Callback {
   void on_train_batch_end(std::int64_t, const Logs&) override { after.push_back(flat_weights(*model())); }
 };
 }  // namespace
+
+namespace {
+/// Batches of in-memory rows that records the indices it is asked for.
+struct RecordingDataset : data::TensorDataset {
+  using TensorDataset::TensorDataset;
+  data::Batch get(std::int64_t index) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      asked.push_back(index);
+    }
+    return TensorDataset::get(index);
+  }
+  std::mutex mutex;
+  std::vector<std::int64_t> asked;
+};
+}  // namespace
+
+TEST_CASE("fit on a Dataset over 2 ranks: disjoint batches covering each epoch, the weights of one process at double batch") {
+  for_each_device([&](Device d) {
+    PolicyDeviceScope scope("float32", d);
+    auto [x, y] = make_data(21 * 64, 6);  // 21 batches of 64: the last global step has one only
+    auto ref = mlp(7);
+    ref->compile(sgd());
+    data::TensorDataset doubled(x, y, 128);
+    ref->fit(doubled, {.epochs = 2, .verbose = 0, .shuffle = false});
+    auto m = mlp(7 + static_cast<std::uint64_t>(dist::rank()));
+    m->compile(sgd(dist::DataParallel()));
+    RecordingDataset ds(x, y, 64);
+    m->fit(ds, {.epochs = 2, .verbose = 0, .workers = 2, .shuffle = false, .seed = 11});
+    const auto w = flat_weights(*m), wr = flat_weights(*ref);
+    const double diff = max_abs_diff(w, wr), tol = weight_tolerance("float32", wr);
+    MESSAGE("dataset on ", d.str(), ": max |w(2 ranks) - w(1 process, double batch)| = ", diff, " (tolerance ", tol, ")");
+    CHECK(diff <= tol);
+    CHECK(same_on_all_ranks(w));
+    // Batch 0 read up front on each rank, then each epoch's share.
+    std::vector<std::int64_t> mine(ds.asked.begin() + 1, ds.asked.end());
+    std::sort(mine.begin(), mine.end());
+    dist::DataParallel dp;
+    const auto n_all = dp.all_reduce({static_cast<double>(mine.size())})[0];
+    CHECK(n_all == 2 * 21);  // 2 epochs of 21 batches over the ranks
+    std::vector<double> counts(21, 0.0);
+    for (std::int64_t i : mine) counts[static_cast<std::size_t>(i)] += 1;
+    const auto total = dp.all_reduce(counts);
+    for (double c : total) CHECK(c == 2.0);  // every batch once per epoch, on one rank
+    for (std::int64_t i : mine) CHECK(i % 2 == dist::rank());  // rank r takes positions g·2 + r
+    // Shuffled: the same permutation on every rank, still disjoint and covering.
+    RecordingDataset shuffled(x, y, 64);
+    m->fit(shuffled, {.epochs = 1, .verbose = 0, .seed = 3});
+    std::vector<double> seen(21, 0.0);
+    for (auto it = shuffled.asked.begin() + 1; it != shuffled.asked.end(); ++it) seen[static_cast<std::size_t>(*it)] += 1;
+    for (double c : dp.all_reduce(seen)) CHECK(c == 1.0);
+  });
+}
 
 TEST_CASE("an inf/NaN gradient on one rank only: every rank skips the step and halves the scale") {
   for_each_device([&](Device d) {

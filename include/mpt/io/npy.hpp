@@ -4,6 +4,7 @@
 ///   mpt::io::save_npy("x.npy", x);                      // then in Python: np.load("x.npy")
 ///   mpt::Tensor y = mpt::io::load_npy("labels.npy");    // np.save("labels.npy", labels)
 ///   mpt::Tensor z = mpt::io::load_npy("x.npy", mpt::Device::cpu());
+///   mpt::Tensor t = mpt::io::load_npy("tokens.npy", {.mmap = true});   // np.load(..., mmap_mode='c')
 ///
 /// dtypes: float32 '<f4', float64 '<f8', float16 '<f2', int32 '<i4', int64 '<i8', uint8 '|u1',
 /// bool '|b1'. NumPy has no bfloat16: save_npy writes a bfloat16 tensor as float32 '<f4' (exact:
@@ -26,6 +27,19 @@ namespace mpt::io {
 /// than its data is an mpt::Error "load_npy: '<path>': ..."; the data size is checked against
 /// the file's size before anything is allocated.
 Tensor load_npy(const std::string& path, Device device = default_device());
+
+struct NpyLoadOptions {
+  /// NumPy's mmap_mode: the tensor (on the CPU) is the file's bytes, mapped, not read: pages are
+  /// read as they are touched and may be dropped again, so an array larger than memory can be
+  /// trained on with bounded resident memory. Copy-on-write (NumPy's mode 'c'): writing to the
+  /// tensor changes this process's copy of the page, never the file. The array must be C-order,
+  /// little-endian and its data aligned to its item size (np.save's files are); an mpt::Error
+  /// says which of these a file is not.
+  bool mmap = false;
+};
+/// load_npy with options: `load_npy("tokens.npy", {.mmap = true})`. Without mmap, as
+/// load_npy(path, Device::cpu()).
+Tensor load_npy(const std::string& path, NpyLoadOptions options);
 
 /// Writes `t` (from any device) as numpy.save would: format 1.0 (2.0 for a header over 64 KiB),
 /// C order, little-endian, the header padded so the data starts at a multiple of 64 bytes. The
