@@ -30,6 +30,7 @@
 #include "mpt/layers/pooling.hpp"
 #include "mpt/layers/merge.hpp"
 #include "mpt/layers/attention.hpp"
+#include "mpt/layers/preprocessing.hpp"
 #include "mpt/functional.hpp"
 #include "mpt/model.hpp"
 #include "mpt/callbacks.hpp"
