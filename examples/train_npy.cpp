@@ -112,10 +112,10 @@ class StreamedNpy : public mpt::data::Dataset {
   std::int64_t size() const override { return (rows + batch_size_ - 1) / batch_size_; }
   mpt::data::Batch get(std::int64_t index) override {
     const std::int64_t b = index * batch_size_, e = std::min(rows, b + batch_size_);
-    // A copy of the rows (prepare_x makes a float32 one; float32 rows are copied here), so the
-    // batch owns its memory and the mapped pages can be dropped again.
+    // A copy of the rows (prepare_x converts other dtypes into a new tensor and returns float32
+    // rows as they are), so the batch owns its memory and the mapped pages can be dropped again.
     mpt::Tensor x = prepare_x(x_.slice(b, e), x_path_);
-    if (x.data_ptr() == x_.slice(b, e).data_ptr()) x = x.copy();
+    if (x_.dtype() == mpt::float32) x = x.copy();
     return {x, y_.slice(b, e), mpt::Tensor()};
   }
   std::int64_t num_classes = 2, rows = 0;

@@ -32,8 +32,6 @@ class DatasetFeeder {
   /// already tried, is an mpt::Error here: "<where>: batch <index> of the dataset failed: <its
   /// message>".
   data::Batch next();
-  /// Batches handed out so far.
-  std::int64_t position() const { return consumed_; }
 
  private:
   void work();

@@ -250,7 +250,7 @@ struct Layout {
 /// Scratch of one thread: tiles, and the packed operands of the (batch, head) it holds.
 template <class C>
 struct Scratch {
-  std::int64_t bh = -1;  // the (batch, head) packed in k, kt, vt, v (forward)
+  std::int64_t bh = -1;  // the forward's: the (batch, head) packed in k, kt and v
   std::vector<C> q, k, kt, vt, v, dout, dq, s, dp, o, dk, dv, m, l, delta, row;
 };
 
@@ -348,7 +348,6 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
   Layout::transpose(w.k.data(), g.kv_len, D, dp, t.tkp, w.kt.data());
   Layout::pack_rows(v, key, g.kv_len, Dv, t.tkp, dvp, w.v.data());
   Layout::transpose(w.v.data(), g.kv_len, Dv, dvp, t.tkp, w.vt.data());
-  w.bh = -1;  // w.k, w.v now hold the backward's packing
   std::fill(w.dq.begin(), w.dq.end(), C(0));
   for (std::int64_t i = 0; i < g.q_len; ++i) {  // δ_i = do_i · o_i
     C* o = w.row.data();
