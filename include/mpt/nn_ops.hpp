@@ -64,6 +64,33 @@ Tensor global_avg_pool2d(const Tensor& x, bool keepdims = false);
 /// Zeros around the image: [N, H, W, C] -> [N, top + H + bottom, left + W + right, C].
 Tensor zero_pad2d(const Tensor& x, std::int64_t top, std::int64_t bottom, std::int64_t left, std::int64_t right);
 
+struct AffineTransformOptions {
+  std::string interpolation = "bilinear";  ///< "bilinear" or "nearest" (round half to even)
+  /// Where a sample falls outside the image: "constant" (fill_value), "nearest" (the edge
+  /// pixel), "wrap" (the image tiled), "mirror" (reflected about the edge pixel: c b | a b c) or
+  /// "reflect" (about the edge: b a | a b c).
+  std::string fill_mode = "constant";
+  double fill_value = 0.0;
+};
+/// keras.ops.image.affine_transform on images [B, H, W, C] (or one image [H, W, C]): output
+/// pixel (y, x) of image b is the input sampled at x' = (a0·x + a1·y + a2) / k,
+/// y' = (b0·x + b1·y + b2) / k, k = c0·x + c1·y + 1, from transform row b = [a0, a1, a2, b0, b1,
+/// b2, c0, c1] ([B, 8], or [8] / [1, 8] for every image; it maps output coordinates to input
+/// ones, pixel centres at integers). Same shape and dtype out; floating images, computed in
+/// float32 (float64 for float64). Carries no gradient (augmentation of inputs): the output is
+/// a constant to autograd.
+Tensor affine_transform(const Tensor& images, const Tensor& transform, AffineTransformOptions options = {});
+
+struct ResizeOptions {
+  std::string interpolation = "bilinear";  ///< bilinear only (Keras's default)
+  /// Resize the largest centred window of the target's aspect ratio instead of the whole image.
+  bool crop_to_aspect_ratio = false;
+};
+/// keras.ops.image.resize to size {height, width}: bilinear with half-pixel centres and no
+/// antialiasing (tf.image.resize's and torch's interpolate(align_corners=False)), edges
+/// clamped. Floating images [B, H, W, C] or [H, W, C]; no gradient, as affine_transform.
+Tensor resize(const Tensor& images, IntPair size, ResizeOptions options = {});
+
 struct BatchNormOptions {
   /// true: normalize with the batch's statistics (and return them); false: with the given ones.
   bool training = false;

@@ -11,6 +11,7 @@
 #include "mpt/tensor.hpp"
 #include "backend/common/attention.hpp"   // AttentionGeometry
 #include "backend/common/binary_ops.hpp"  // BinaryOp: the table of binary ops
+#include "backend/common/image_transform.hpp"  // ImageTransform: ops::affine_transform, ops::resize
 #include "backend/common/adafactor.hpp"     // AdafactorShape, AdafactorHyper: mpt::ops::adafactor_update
 #include "backend/common/optim_rules.hpp"  // RuleKind, RuleHyper: the update rules of mpt::ops::rule_update
 #include "backend/common/unary_ops.hpp"   // UnaryOp, Activation: the table of unary ops and activations
@@ -155,6 +156,11 @@ class Backend {
   /// out[i + offset] = x[i] where that lands inside out, zeros elsewhere of out (offsets per
   /// axis, negative ones crop): zero padding and its gradient.
   virtual void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) = 0;
+  /// Resampling of images [B, H, W, C] (floating) into out [B, H', W', C]: out pixel (y, x) of
+  /// image b samples its image at the coordinates transform row b (8 values, float32, float64
+  /// for float64 images; [B, 8]) gives it, as common/image_transform.hpp defines.
+  virtual void affine_transform(const Tensor& images, const Tensor& transform, const common::ImageTransform& how,
+                                Tensor& out) = 0;
 
   // Fused optimizer updates (formulas in mpt/optim_ops.hpp): var (float32 or 16-bit) and the
   // float32 slots are updated in place in one pass; optional slots are null when unused. copy

@@ -169,6 +169,11 @@ class TestBackend final : public Backend {
     Call c(*this);
     cpu_.pad(x, offset, out);
   }
+  void affine_transform(const Tensor& images, const Tensor& transform, const common::ImageTransform& how,
+                        Tensor& out) override {
+    Call c(*this);
+    cpu_.affine_transform(images, transform, how, out);
+  }
   void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr, double momentum_coef, bool nesterov, Tensor* copy, double grad_scale) override {
     Call c(*this);
     cpu_.sgd_update(var, grad, momentum, lr, momentum_coef, nesterov, copy, grad_scale);

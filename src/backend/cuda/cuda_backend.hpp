@@ -58,6 +58,8 @@ class CudaBackend final : public Backend {
                           const Tensor& lse, const Tensor& dout, const AttentionGeometry& g, Tensor& dq, Tensor& dk,
                           Tensor& dv) override;
   void pad(const Tensor& x, const std::vector<std::int64_t>& offset, Tensor& out) override;
+  void affine_transform(const Tensor& images, const Tensor& transform, const common::ImageTransform& how,
+                        Tensor& out) override;
   void sgd_update(Tensor& var, const Tensor& grad, Tensor* momentum, double lr,
                   double momentum_coef, bool nesterov, Tensor* copy, double grad_scale) override;
   void adam_update(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v, Tensor* vhat,
