@@ -318,6 +318,9 @@ History Model::fit(const Tensors& x, const Tensors& y, FitOptions o) {
   const std::vector<Tensor>& x_all = x.list();
   const std::vector<Tensor>& y_all = y.list();
   MPT_CHECK(compiled(), "fit: model '", name_, "' is not compiled; call compile() first");
+  MPT_CHECK(o.class_weight.empty() || outputs_.size() <= 1,
+            "fit: class_weight is only supported for models with a single output; model '", name_, "' has ",
+            outputs_.size());
   check_fit_inputs("fit", x_all, y_all, o.batch_size);
   MPT_CHECK(!y_all.empty(), "fit: y is required");
   check_fit_options(o);
@@ -337,9 +340,6 @@ History Model::fit(const Tensors& x, const Tensors& y, FitOptions o) {
     check_sample_weight("fit", "validation_sample_weight", o.validation_data->first[0], o.validation_sample_weight);
   MPT_CHECK(o.class_weight.empty() || !o.sample_weight.defined(),
             "fit: class_weight and sample_weight cannot be given together (as in Keras); got both");
-  MPT_CHECK(o.class_weight.empty() || outputs_.size() <= 1,
-            "fit: class_weight is only supported for models with a single output; model '", name_, "' has ",
-            outputs_.size());
   for (const auto& [c, w] : o.class_weight) {
     MPT_CHECK(c >= 0, "fit: class_weight has the negative class index ", c, "; classes are indices 0, 1, ...");
     MPT_CHECK(std::isfinite(w), "fit: class_weight of class ", c, " is ", w, "; weights must be finite");
