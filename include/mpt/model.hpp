@@ -7,6 +7,15 @@
 ///                  .loss = "sparse_categorical_crossentropy", .metrics = {"accuracy"}});
 ///   mpt::History h = model.fit(x, y, {.batch_size = 128, .epochs = 3, .validation_split = 0.1});
 ///   auto scores = model.evaluate(x_test, y_test);   // {"loss": ..., "accuracy": ...}
+///
+/// Several inputs and outputs (a functional Model), as Keras's x=[a, b], y=[y1, y2]: every
+/// entry point taking x or y also takes mpt::Tensors (a braced list, in the model's input or
+/// output order), and a Dataset's batches carry Batch::xs / ys:
+///   model.compile({.loss = {"sparse_categorical_crossentropy", "mse"}, .loss_weights = {1.0, 0.5},
+///                  .metrics = {"accuracy", "mae"}});               // one metric per output
+///   model.fit({image, meta}, {label, box}, {.batch_size = 32});
+///   // logs: loss (the weighted total), class_loss, box_loss, class_accuracy, box_mae
+///   std::vector<mpt::Tensor> outs = model.predict_outputs({image, meta});
 #include <iosfwd>
 #include <map>
 #include <memory>
@@ -24,15 +33,24 @@
 #include "mpt/metrics/metrics.hpp"
 #include "mpt/mixed_precision/loss_scale_optimizer.hpp"
 #include "mpt/optimizers/optimizer.hpp"
+#include "mpt/tensors.hpp"
 
 namespace mpt {
 
 struct CompileOptions {
   optimizers::OptimizerArg optimizer = "rmsprop";
-  losses::LossArg loss;
+  /// One loss, for every output; or a list of one per output in output order (Keras's
+  /// loss=[...]): .loss = {"sparse_categorical_crossentropy", "mse"}. With several outputs
+  /// `loss` (logged "loss") is the sum of loss_weights[i] times output i's loss, each also logged
+  /// as "<output layer name>_loss" (unweighted), as Keras 3.
+  losses::LossArgs loss;
+  /// With one output: its metrics. With several (Keras 3's rule): one entry per output, in
+  /// output order (output i's one metric, logged "<output layer name>_<metric name>"); for
+  /// several metrics per output use output_metrics.
   std::vector<metrics::MetricArg> metrics;
   /// Keras's weighted_metrics: metrics that take fit's and evaluate's sample weights (class_weight's
-  /// too). Logged under their names, or "weighted_<name>" where an unweighted metric has it.
+  /// too). Logged under their names, or "weighted_<name>" where an unweighted metric has it
+  /// ("<output>_weighted_<name>" with several outputs). Several outputs: as `metrics`.
   std::vector<metrics::MetricArg> weighted_metrics;
   /// Under mixed_float16, wrap the optimizer in a LossScaleOptimizer (Keras's default), unless it
   /// has a fixed loss_scale_factor (its own loss scaling).
@@ -40,6 +58,14 @@ struct CompileOptions {
   /// Data parallelism across processes (mpt::distributed); default: the process-wide strategy
   /// of distributed::set_strategy, if any.
   std::optional<distributed::DataParallel> distribution = std::nullopt;
+  /// Several outputs: each output's loss times its weight in the total (Keras's loss_weights,
+  /// a list in output order); empty: all 1.
+  std::vector<double> loss_weights = {};
+  /// Several outputs: a list of metrics per output, in output order (Keras's metrics=[[...],
+  /// [...]]; an empty list: none for that output); not with `metrics`.
+  std::vector<std::vector<metrics::MetricArg>> output_metrics = {};
+  /// The same for weighted_metrics; not with `weighted_metrics`.
+  std::vector<std::vector<metrics::MetricArg>> output_weighted_metrics = {};
 };
 
 struct FitOptions {
@@ -54,7 +80,9 @@ struct FitOptions {
   std::vector<callbacks::CallbackArg> callbacks;
   /// The last fraction of x/y (and sample_weight), before shuffling (as Keras).
   double validation_split = 0.0;
-  std::optional<std::pair<Tensor, Tensor>> validation_data = std::nullopt;
+  /// Keras's validation_data=(x_val, y_val): tensors, or lists of them for several inputs or
+  /// outputs (std::pair{vx, vy} converts).
+  std::optional<std::pair<Tensors, Tensors>> validation_data = std::nullopt;
   /// Validation batches from a Dataset (Keras's validation_data=PyDataset; the caller keeps it
   /// alive), evaluated with the same workers and queue; not with validation_data or _split.
   data::Dataset* validation_dataset = nullptr;
@@ -65,7 +93,7 @@ struct FitOptions {
   /// weight (1 for classes not listed); y holds class indices [N] / [N, 1] or one-hot rows
   /// [N, C] (their argmax). Training data only, as Keras; not with sample_weight.
   std::map<std::int64_t, double> class_weight = {};
-  /// Keras's sample_weight: [N], each example's loss times its weight; a batch's loss stays
+  /// Keras's sample_weight: [N], each example's loss times its weight (every output's loss); a batch's loss stays
   /// sum(loss * w) / rows ("sum_over_batch_size"). Weights of the loss's per-position shape
   /// ([N, T]) scale each position.
   Tensor sample_weight = {};
@@ -182,6 +210,11 @@ class Model : public std::enable_shared_from_this<Model> {
 
   void compile(CompileOptions options);
   History fit(const Tensor& x, const Tensor& y, FitOptions options = {});
+  /// Several inputs and/or outputs (Keras's x=[a, b], y=[y1, y2]), in the model's input and
+  /// output order: model.fit({a, b}, {y1, y2}). Every array has the same number of rows (an
+  /// mpt::Error naming fit otherwise); shuffling permutes them alike, validation_split takes the
+  /// last rows of each. One sample_weight weighs every output's loss.
+  History fit(const Tensors& x, const Tensors& y, FitOptions options = {});
   /// fit, evaluate and predict on a Dataset (data/dataset.hpp: Keras's PyDataset): its batches
   /// by index, shuffled per epoch (fit's shuffle and seed) when its size is known, prepared by
   /// options.workers threads. The first batch is also read once up front (the model and metrics
@@ -189,20 +222,39 @@ class Model : public std::enable_shared_from_this<Model> {
   /// fit(x, y) gives. Under data parallelism fit's global step takes one batch per rank (rank
   /// r the pass's position step·W + r): the ranks see disjoint batches covering each epoch, and
   /// train as one process whose batches are those W joined (steps_per_epoch counts global
-  /// steps). evaluate and predict on a Dataset do not shard yet (an mpt::Error says so).
+  /// steps). evaluate and predict on a Dataset shard the same way (rank r batches r, r + W, ...):
+  /// evaluate gives every rank the results over the whole dataset, predict every rank all the
+  /// rows in the dataset's order.
   History fit(data::Dataset& data, FitOptions options = {});
   std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, EvaluateOptions options = {});
+  /// Several inputs and/or outputs, as fit's.
+  std::map<std::string, double> evaluate(const Tensors& x, const Tensors& y, EvaluateOptions options = {});
   std::map<std::string, double> evaluate(data::Dataset& data, EvaluateOptions options = {});
-  /// Batched inference; floating outputs returned in float32.
+  /// Batched inference; floating outputs returned in float32. A model with one output only
+  /// (an mpt::Error points a multi-output model to predict_outputs).
   Tensor predict(const Tensor& x, PredictOptions options = {});
+  /// Several inputs (model.predict({a, b})); one output.
+  Tensor predict(const Tensors& x, PredictOptions options = {});
   /// The outputs of every batch's x, concatenated, on the CPU.
   Tensor predict(data::Dataset& data, PredictOptions options = {});
+  /// Every output of the model, in output order (Keras's predict of a multi-output model): each
+  /// as predict's (float32, where x came from; on the CPU from a Dataset).
+  std::vector<Tensor> predict_outputs(const Tensors& x, PredictOptions options = {});
+  std::vector<Tensor> predict_outputs(data::Dataset& data, PredictOptions options = {});
   /// One forward pass over x as one batch, in inference mode (Keras's predict_on_batch);
-  /// floating outputs returned in float32, where x came from.
+  /// floating outputs returned in float32, where x came from. One output (several inputs
+  /// allowed).
   Tensor predict_on_batch(const Tensor& x);
+  Tensor predict_on_batch(const Tensors& x);
   /// One batch of fit or train_on_batch: x, y and the sample weights (undefined when none).
+  /// A model with several inputs gets them in xs (x undefined), one with several outputs its
+  /// targets in ys (y undefined); inputs() and targets() give the lists either way (an override
+  /// may also build StepData either way).
   struct StepData {
     Tensor x, y, sample_weight;
+    std::vector<Tensor> xs = {}, ys = {};
+    std::vector<Tensor> inputs() const { return xs.empty() ? Tensors(x).list() : xs; }
+    std::vector<Tensor> targets() const { return ys.empty() ? Tensors(y).list() : ys; }
   };
   /// Keras's overridable train_step(data): fit and train_on_batch call it for every batch. The
   /// default is mpt's step: forward, compute_loss, loss scaling, gradients, the optimizer update,
@@ -230,11 +282,18 @@ class Model : public std::enable_shared_from_this<Model> {
   /// Keras's compute_loss: the compiled loss of (y, y_pred, sample_weight), in float32, plus the
   /// layers' regularization penalties (losses()).
   Tensor compute_loss(const Tensor& y, const Tensor& y_pred, const Tensor& sample_weight = {}) const;
+  /// Several outputs: the weighted sum of every output's loss (targets and predictions in
+  /// output order), plus the penalties.
+  Tensor compute_loss(const Tensors& y, const Tensors& y_pred, const Tensor& sample_weight = {}) const;
   /// Updates the compiled metrics with a batch, as the default step does (no gradients recorded).
   void update_compiled_metrics(const Tensor& y, const Tensor& y_pred, const Tensor& sample_weight = {});
+  /// Several outputs: also the per-output losses ("<output>_loss").
+  void update_compiled_metrics(const Tensors& y, const Tensors& y_pred, const Tensor& sample_weight = {});
   /// One training step on one batch; returns the batch's loss and metrics.
   std::map<std::string, double> train_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+  std::map<std::string, double> train_on_batch(const Tensors& x, const Tensors& y, const Tensor& sample_weight = {});
   std::map<std::string, double> test_on_batch(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+  std::map<std::string, double> test_on_batch(const Tensors& x, const Tensors& y, const Tensor& sample_weight = {});
   /// Tells every layer that an optimizer step was applied (or skipped, when a loss-scale overflow
   /// made apply_gradients return false). fit and train_on_batch call it; a custom training loop
   /// calls it after each apply_gradients so BatchNormalization's moving statistics follow only
@@ -277,7 +336,16 @@ class Model : public std::enable_shared_from_this<Model> {
   optimizers::Optimizer& optimizer() const;
   /// The LossScaleOptimizer when the optimizer is one (auto-wrapped or given), else null.
   mixed_precision::LossScaleOptimizer* loss_scale_optimizer() const;
+  /// The compiled loss (of output 0 with several outputs).
   const losses::Loss& loss() const;
+  /// The compiled loss of output `output`.
+  const losses::Loss& loss(std::size_t output) const;
+  /// The model's inputs and outputs: a functional model's, else 1.
+  std::size_t num_inputs() const { return inputs_.empty() ? 1 : inputs_.size(); }
+  std::size_t num_outputs() const { return outputs_.empty() ? 1 : outputs_.size(); }
+  /// Keras's output_names: the layers that make each output (an Input's name for an output that
+  /// is an Input); a Sequential's last layer.
+  std::vector<std::string> output_names() const;
   /// The data-parallel strategy fit/evaluate/predict use: compile's, else the process-wide one;
   /// null when there is none or it has one rank. Under it only rank 0 writes files (save,
   /// save_weights and the chief-only callbacks); the other ranks' calls write nothing.
@@ -308,7 +376,8 @@ class Model : public std::enable_shared_from_this<Model> {
   /// One step on this rank's rows (x undefined: none this step); under a strategy the gradients
   /// are summed over the ranks, this rank's weighted by `weight` (its share of the batch's rows).
   /// sample_weight: undefined, or the batch's weights (the loss takes them).
-  StepResult default_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight, bool keep_gradients = false,
+  StepResult default_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const Tensor& sample_weight,
+                          bool keep_gradients = false,
                           const distributed::DataParallel* strategy = nullptr, double weight = 1.0);
   /// What fit asks of the next default step, and what that step did (null when train_step is
   /// overridden and did not call the default).
@@ -323,25 +392,39 @@ class Model : public std::enable_shared_from_this<Model> {
   /// The results of loss_mean and each of `ms`, over all ranks under a strategy (one message).
   std::vector<std::vector<double>> reduced_results(const distributed::DataParallel* strategy, const metrics::Mean& loss_mean,
                                       const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
-  Tensor test_step(const Tensor& x, const Tensor& y, const Tensor& sample_weight,
+  Tensor test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const Tensor& sample_weight,
                    std::vector<std::shared_ptr<metrics::Metric>>& metrics);
+  /// The model's outputs for these inputs (call(x) for one input and output, else call(xs)).
+  std::vector<Tensor> forward(const std::vector<Tensor>& xs, bool training);
+  /// The compiled loss of every output weighted and summed, plus the penalties; each output's
+  /// own loss in *per_output when given.
+  Tensor compiled_loss(const std::vector<Tensor>& y, const std::vector<Tensor>& y_pred, const Tensor& sample_weight,
+                       std::vector<Tensor>* per_output) const;
+  /// The predictions of predict / predict_outputs (checks made by the caller).
+  std::vector<Tensor> predict_all(const char* where, const std::vector<Tensor>& x, const PredictOptions& o);
+  std::vector<Tensor> predict_all(const char* where, data::Dataset& data, const PredictOptions& o);
   /// fit's parts (fit.cpp): the state of one call, one epoch of it, and the logs of the
   /// training loss and metrics (over all ranks under a strategy).
   struct FitRun;
   History run_fit(FitRun& run);
   void fit_epoch(FitRun& run, int epoch, std::int64_t first_step = 0);
   /// evaluate with these callbacks' on_test_* hooks (fit's validation passes fit's callbacks).
-  std::map<std::string, double> evaluate_with(const Tensor& x, const Tensor& y, const EvaluateOptions& o,
+  std::map<std::string, double> evaluate_with(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                                              const EvaluateOptions& o,
                                               const std::vector<std::shared_ptr<callbacks::Callback>>& cbs);
   std::map<std::string, double> evaluate_with(data::Dataset& data, const EvaluateOptions& o,
                                               const std::vector<std::shared_ptr<callbacks::Callback>>& cbs);
-  /// A Dataset's batch checked (x and y rows, finite values, labels in [0, classes) when
-  /// classes >= 0) and copied to `device` (the model's, found by the caller: the workers run this
-  /// after get() while the step changes the variables, so it reads nothing that changes).
-  data::Batch prepare_batch(const char* where, data::Batch b, bool need_y, std::int64_t classes,
+  /// A Dataset's batch checked (x and y rows, finite values, output i's labels in [0,
+  /// classes[i]) when classes[i] >= 0) and copied to `device` (the model's, found by the caller:
+  /// the workers run this after get() while the step changes the variables, so it reads nothing
+  /// that changes). Returned with its arrays in xs and ys (x and y undefined).
+  data::Batch prepare_batch(const char* where, data::Batch b, bool need_y, const std::vector<std::int64_t>& classes,
                             Device device) const;
   Logs epoch_logs(const metrics::Mean& loss_mean, const distributed::DataParallel* strategy) const;
-  void check_fit_inputs(const char* where, const Tensor& x, const Tensor& y, std::int64_t batch_size) const;
+  /// x (and y when given): one array per input (output), every one defined, with a batch
+  /// dimension, the same rows, finite values; the inputs of the model's shapes.
+  void check_fit_inputs(const char* where, const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+                        std::int64_t batch_size) const;
   /// sample_weight (undefined: none): one finite weight per example of x.
   void check_sample_weight(const char* where, const char* what, const Tensor& x, const Tensor& w) const;
   /// Keras's class_weight as sample weights of y's examples (float32 [N], on the host).
@@ -351,11 +434,17 @@ class Model : public std::enable_shared_from_this<Model> {
   /// Once per fit/evaluate: resolves the metrics on one sample and checks sparse labels
   /// against the number of classes, on the host copy of y. Returns that number of classes
   /// (sparse categorical crossentropy), else -1.
-  std::int64_t check_targets(const char* where, const Tensor& x, const Tensor& y);
-  void resolve_metrics(const Tensor& y, const Tensor& y_pred);
-  /// Updates ms (metrics_ or val_metrics_): the weighted ones with sample_weight when defined.
-  void update_metrics(std::vector<std::shared_ptr<metrics::Metric>>& ms, const Tensor& y, const Tensor& y_pred,
-                      const Tensor& sample_weight);
+  /// Per output: its classes, or -1.
+  std::vector<std::int64_t> check_targets(const char* where, const std::vector<Tensor>& x, const std::vector<Tensor>& y);
+  void resolve_metrics(const std::vector<Tensor>& y, const std::vector<Tensor>& y_pred);
+  /// Updates ms (metrics_ or val_metrics_): the weighted ones with sample_weight when defined;
+  /// with several outputs, the per-output loss trackers with per_output_loss (when given) over
+  /// `rows` rows.
+  void update_metrics(std::vector<std::shared_ptr<metrics::Metric>>& ms, const std::vector<Tensor>& y,
+                      const std::vector<Tensor>& y_pred, const Tensor& sample_weight,
+                      const std::vector<Tensor>* per_output_loss = nullptr);
+  /// The logs of evaluate-like results: "loss" and each of val_metrics_'s under metrics_'s names.
+  std::map<std::string, double> test_logs(const std::vector<std::vector<double>>& values) const;
   std::map<std::string, double> metric_logs(const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
 
   void summary_functional(std::ostream& os) const;
@@ -366,11 +455,19 @@ class Model : public std::enable_shared_from_this<Model> {
   // Keras's Functional.layers: layer_order_ with an entry (null layer) for each Input's InputLayer.
   std::vector<std::pair<LayerRef, const FunctionalNode*>> keras_layers_;
   std::shared_ptr<optimizers::Optimizer> optimizer_;
-  std::shared_ptr<losses::Loss> loss_;
+  std::shared_ptr<losses::Loss> loss_;  // output 0's (losses_[0])
+  std::vector<std::shared_ptr<losses::Loss>> losses_;  // one per output
+  std::vector<double> loss_weights_;                   // one per output
   std::vector<metrics::MetricArg> metric_args_, weighted_metric_args_;
-  // compile's metrics, then its weighted_metrics (metric_weighted_: which), and their val_ copies.
+  // Several outputs: each output's metrics and weighted metrics (compile's, by Keras's rules).
+  std::vector<std::vector<metrics::MetricArg>> output_metric_args_, output_weighted_metric_args_;
+  // With several outputs first a Mean per output of its loss ("<output>_loss", metric_kind_ 2);
+  // then compile's metrics (kind 0), then its weighted_metrics (kind 1); and their val_ copies.
+  // metric_output_: the output each reads.
   std::vector<std::shared_ptr<metrics::Metric>> metrics_, val_metrics_;
   std::vector<bool> metric_weighted_;
+  std::vector<int> metric_kind_;
+  std::vector<std::size_t> metric_output_;
   bool metrics_resolved_ = false;
   std::optional<distributed::DataParallel> distribution_;
   std::uint64_t seed_;

@@ -13,6 +13,7 @@
 #include "mpt/ops.hpp"
 #include "mpt/nn_ops.hpp"
 #include "mpt/tensor.hpp"
+#include "mpt/tensors.hpp"
 #include "mpt/variable.hpp"
 #include "mpt/mixed_precision/policy.hpp"
 #include "mpt/mixed_precision/loss_scale_optimizer.hpp"

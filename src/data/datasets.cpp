@@ -13,22 +13,41 @@ namespace mpt::data {
 // ---- TensorDataset ----------------------------------------------------------------------------
 
 TensorDataset::TensorDataset(Tensor x, Tensor y, std::int64_t batch_size, Tensor sample_weight)
-    : x_(std::move(x)), y_(std::move(y)), w_(std::move(sample_weight)), batch_size_(batch_size) {
-  MPT_CHECK(x_.defined() && x_.dim() >= 1, "TensorDataset: x must be defined and have a batch dimension");
-  MPT_CHECK(batch_size_ > 0, "TensorDataset: batch_size must be positive, got ", batch_size_);
-  for (const auto* t : {&y_, &w_})
-    MPT_CHECK(!t->defined() || (t->dim() >= 1 && t->shape()[0] == x_.shape()[0]), "TensorDataset: x ",
-              to_string(x_.shape()), " and ", t == &y_ ? "y " : "sample_weight ", to_string(t->shape()),
-              " have different numbers of rows");
+    : TensorDataset(Tensors(x), Tensors(y), batch_size, std::move(sample_weight)) {
+  MPT_CHECK(x.defined(), "TensorDataset: x must be defined and have a batch dimension");
 }
 
-std::int64_t TensorDataset::size() const { return batch_count(x_.shape()[0], batch_size_); }
+TensorDataset::TensorDataset(Tensors x, Tensors y, std::int64_t batch_size, Tensor sample_weight)
+    : x_(x.list()), y_(y.list()), w_(std::move(sample_weight)), batch_size_(batch_size) {
+  MPT_CHECK(!x_.empty(), "TensorDataset: x must be defined and have a batch dimension");
+  for (std::size_t i = 0; i < x_.size(); ++i)
+    MPT_CHECK(x_[i].defined() && x_[i].dim() >= 1, "TensorDataset: x", x_.size() > 1 ? "[" + std::to_string(i) + "]" : "",
+              " must be defined and have a batch dimension");
+  MPT_CHECK(batch_size_ > 0, "TensorDataset: batch_size must be positive, got ", batch_size_);
+  const Tensor& x0 = x_[0];
+  auto check_rows = [&](const Tensor& t, const std::string& what) {
+    MPT_CHECK(t.defined() && t.dim() >= 1 && t.shape()[0] == x0.shape()[0], "TensorDataset: x ", to_string(x0.shape()),
+              " and ", what, " ", t.defined() ? to_string(t.shape()) : std::string("(undefined)"),
+              " have different numbers of rows");
+  };
+  for (std::size_t i = 1; i < x_.size(); ++i) check_rows(x_[i], "x[" + std::to_string(i) + "]");
+  for (std::size_t i = 0; i < y_.size(); ++i) check_rows(y_[i], y_.size() > 1 ? "y[" + std::to_string(i) + "]" : "y");
+  if (w_.defined()) check_rows(w_, "sample_weight");
+}
+
+std::int64_t TensorDataset::size() const { return batch_count(x_[0].shape()[0], batch_size_); }
 
 Batch TensorDataset::get(std::int64_t index) {
   MPT_CHECK(index >= 0 && index < size(), "TensorDataset: batch ", index, " out of [0, ", size(), ")");
-  const std::int64_t b = index * batch_size_, e = std::min(b + batch_size_, x_.shape()[0]);
+  const std::int64_t b = index * batch_size_, e = std::min(b + batch_size_, x_[0].shape()[0]);
   auto part = [&](const Tensor& t) { return t.defined() ? t.slice(b, e) : Tensor(); };
-  return {part(x_), part(y_), part(w_)};
+  Batch out;
+  out.sample_weight = part(w_);
+  if (x_.size() == 1) out.x = part(x_[0]);
+  else for (const auto& t : x_) out.xs.push_back(part(t));
+  if (y_.size() == 1) out.y = part(y_[0]);
+  else for (const auto& t : y_) out.ys.push_back(part(t));
+  return out;
 }
 
 // ---- NpyDataset -------------------------------------------------------------------------------

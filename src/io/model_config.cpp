@@ -386,7 +386,18 @@ std::vector<metrics::MetricArg> metrics_from_json(const Json* list, const std::s
 }
 
 /// Keras's compile_config (Keras names only), for config.json.
+namespace {
+/// The compile settings of a model with several outputs (per-output losses, loss_weights and
+/// metrics) are not stored yet: such a save stops, rather than write a config that loads wrong.
+void check_one_output(const Model& m) {
+  MPT_CHECK(m.num_outputs() == 1, "save: model '", m.name(), "' has ", m.num_outputs(), " outputs; mpt does not store ",
+            "the compile settings of a multi-output model yet (per-output losses, loss_weights, metrics): save its ",
+            "weights with save_weights, and compile it again after loading");
+}
+}  // namespace
+
 Json keras_compile_config(const Model& m) {
+  check_one_output(m);
   const losses::Loss& loss = m.loss();
   check_loss_is_builtin(loss);
   Json loss_value = loss.name();
@@ -813,6 +824,7 @@ std::unique_ptr<Model> model_from_config(const Json& v, const std::string& w) {
 }
 
 Json compile_config_json(const Model& m) {
+  check_one_output(m);
   return {{"optimizer", io::optimizer_to_json(m.optimizer())},
           {"loss", loss_json(m.loss())},
           {"metrics", metric_names(m, false)},

@@ -6,7 +6,7 @@
 
 namespace mpt::detail {
 
-BatchStager::BatchStager(Tensor x, Tensor y, Tensor w, std::int64_t batch_size, std::vector<std::int64_t> order,
+BatchStager::BatchStager(std::vector<Tensor> x, std::vector<Tensor> y, Tensor w, std::int64_t batch_size, std::vector<std::int64_t> order,
                          Device device, const distributed::DataParallel* strategy)
     : x_(std::move(x)),
       y_(std::move(y)),
@@ -14,8 +14,8 @@ BatchStager::BatchStager(Tensor x, Tensor y, Tensor w, std::int64_t batch_size, 
       batch_size_(batch_size),
       order_(std::move(order)),
       device_(device),
-      steps_(data::batch_count(x_.shape()[0], batch_size)),
-      ahead_(x_.device() != device),
+      steps_(data::batch_count(x_.at(0).shape()[0], batch_size)),
+      ahead_(x_[0].device() != device),
       strategy_(strategy) {}
 
 StagedBatch BatchStager::get(std::int64_t step, std::int64_t end) {
@@ -29,7 +29,7 @@ StagedBatch BatchStager::get(std::int64_t step, std::int64_t end) {
 
 std::int64_t BatchStager::global_rows(std::int64_t step) const {
   const std::int64_t begin = step * batch_size_;  // step < steps_: no overflow
-  return std::min(x_.shape()[0] - begin, batch_size_);
+  return std::min(x_[0].shape()[0] - begin, batch_size_);
 }
 
 std::pair<std::int64_t, std::int64_t> BatchStager::range(std::int64_t step) const {
@@ -49,7 +49,11 @@ StagedBatch BatchStager::make(std::int64_t step) const {
   if (begin == end) return {};
   const std::int64_t b = begin, e = end;  // clang 14 lambdas cannot capture structured bindings
   auto pick = [&](const Tensor& t) { return t.defined() ? data::rows_of(t, order_, b, e).to(device_) : Tensor(); };
-  return {pick(x_), pick(y_), pick(w_)};
+  StagedBatch out;
+  for (const auto& t : x_) out.x.push_back(pick(t));
+  for (const auto& t : y_) out.y.push_back(pick(t));
+  out.w = pick(w_);
+  return out;
 }
 
 }  // namespace mpt::detail

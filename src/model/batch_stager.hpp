@@ -1,5 +1,6 @@
 #pragma once
-// Batches of (x, y, sample_weight) for fit, evaluate and predict, on the model's device.
+// Batches of (x, y, sample_weight) for fit, evaluate and predict, on the model's device; x and
+// y are lists (one array per model input and output).
 #include <cstdint>
 #include <future>
 #include <utility>
@@ -10,9 +11,11 @@
 
 namespace mpt::detail {
 
-/// One batch: x, and y and the sample weights where given (undefined otherwise).
+/// One batch: every input, the targets and the sample weights where given (empty / undefined
+/// otherwise); all empty on a rank with no rows of the batch.
 struct StagedBatch {
-  Tensor x, y, w;
+  std::vector<Tensor> x, y;
+  Tensor w;
 };
 
 /// Batches of (x, y, sample_weight) on the model's device, in order or by a shuffled order. When the data
@@ -21,9 +24,10 @@ struct StagedBatch {
 /// gathered in place, synchronously (a helper thread would only take a core from the kernels).
 class BatchStager {
  public:
-  /// Under a strategy each rank takes its share of every (global) batch. y and w may be
-  /// undefined; w (sample weights) shards with x and y.
-  BatchStager(Tensor x, Tensor y, Tensor w, std::int64_t batch_size, std::vector<std::int64_t> order, Device device,
+  /// Under a strategy each rank takes its share of every (global) batch. y may be empty and w
+  /// undefined; w (sample weights) shards with x and y. Every array has x[0]'s rows, and the
+  /// same rows of each go in a batch (one order for all).
+  BatchStager(std::vector<Tensor> x, std::vector<Tensor> y, Tensor w, std::int64_t batch_size, std::vector<std::int64_t> order, Device device,
               const distributed::DataParallel* strategy = nullptr);
 
   /// Batch `step`; steps are asked for in order, up to `end` (exclusive; default: all batches),
@@ -38,7 +42,8 @@ class BatchStager {
  private:
   StagedBatch make(std::int64_t step) const;
 
-  Tensor x_, y_, w_;
+  std::vector<Tensor> x_, y_;
+  Tensor w_;
   std::int64_t batch_size_;
   std::vector<std::int64_t> order_;
   Device device_;

@@ -18,10 +18,13 @@ namespace mpt {
 struct Model::FitRun {
   explicit FitRun(const FitOptions& options) : o(options) {}
   const FitOptions& o;
-  Tensor x, y, w, vx, vy, vw;  // training and validation data (w: sample weights or undefined)
-  data::Dataset* ds = nullptr;   // or a Dataset (then x, y, w are undefined; n is its size, -1: unknown)
+  // Training and validation data: one array per input (x) and output (y); w: sample weights or
+  // undefined.
+  std::vector<Tensor> x, y, vx, vy;
+  Tensor w, vw;
+  data::Dataset* ds = nullptr;   // or a Dataset (then x, y, w are empty; n is its size, -1: unknown)
   data::Dataset* vds = nullptr;  // validation batches from a Dataset
-  std::int64_t classes = -1;     // a Dataset's sparse labels lie in [0, classes)
+  std::vector<std::int64_t> classes;  // a Dataset's sparse labels of output i lie in [0, classes[i])
   std::int64_t n = 0;
   std::int64_t batches = 0;  // batches in one pass over x
   std::int64_t steps = 0;    // batches per epoch: steps_per_epoch, else batches
@@ -39,20 +42,26 @@ namespace {
 /// Keras's validation_split: the last fraction of the data (and of the sample weights), taken
 /// before any shuffling; or the validation_data given.
 struct Split {
-  Tensor x, y, w, vx, vy, vw;
+  std::vector<Tensor> x, y, vx, vy;
+  Tensor w, vw;
 };
-Split split_validation(const Tensor& x_all, const Tensor& y_all, const FitOptions& o) {
+std::vector<Tensor> rows(const std::vector<Tensor>& ts, std::int64_t begin, std::int64_t end) {
+  std::vector<Tensor> out;
+  for (const auto& t : ts) out.push_back(t.slice(begin, end));
+  return out;
+}
+Split split_validation(const std::vector<Tensor>& x_all, const std::vector<Tensor>& y_all, const FitOptions& o) {
   Split d;
   d.x = x_all, d.y = y_all, d.w = o.sample_weight;
   if (o.validation_data) {
-    d.vx = o.validation_data->first, d.vy = o.validation_data->second, d.vw = o.validation_sample_weight;
+    d.vx = o.validation_data->first.list(), d.vy = o.validation_data->second.list(), d.vw = o.validation_sample_weight;
   } else if (o.validation_split > 0) {
-    const std::int64_t n = x_all.shape()[0];
+    const std::int64_t n = x_all[0].shape()[0];
     const auto split = static_cast<std::int64_t>(std::ceil(static_cast<double>(n) * (1.0 - o.validation_split)));
     MPT_CHECK(split > 0 && split < n, "fit: validation_split ", o.validation_split,
               " leaves no training or no validation samples out of ", n);
-    d.x = x_all.slice(0, split), d.y = y_all.slice(0, split);
-    d.vx = x_all.slice(split, n), d.vy = y_all.slice(split, n);
+    d.x = rows(x_all, 0, split), d.y = rows(y_all, 0, split);
+    d.vx = rows(x_all, split, n), d.vy = rows(y_all, split, n);
     if (o.sample_weight.defined()) d.w = o.sample_weight.slice(0, split), d.vw = o.sample_weight.slice(split, n);
   }
   return d;
@@ -83,7 +92,9 @@ void agree_across_ranks(const Model& model, const distributed::DataParallel& dp,
                     (v.trainable() ? "" : " non-trainable"));
   lines.push_back("policy " + model.dtype_policy().name());
   lines.push_back("optimizer " + model.optimizer().name());
-  lines.push_back("loss " + model.loss().name());
+  std::string loss_names;
+  for (std::size_t i = 0; i < model.num_outputs(); ++i) loss_names += (i ? ", " : "") + model.loss(i).name();
+  lines.push_back("loss " + loss_names);
   lines.push_back("training samples " + std::to_string(n) + ", validation samples " + std::to_string(n_val));
   lines.push_back("batch_size " + std::to_string(o.batch_size) + ", epochs " + std::to_string(o.initial_epoch) + ".." +
                   std::to_string(o.epochs) + ", shuffle " + std::to_string(o.shuffle) + ", seed " +
@@ -222,8 +233,8 @@ void Model::fit_epoch(FitRun& run, int epoch, std::int64_t first_step) {
     if (feeder) {
       if (has_batch(step)) {
         data::Batch d = feeder->next();
-        b = {d.x, d.y, d.sample_weight};
-        rows = b.x.shape()[0];
+        b = {std::move(d.xs), std::move(d.ys), d.sample_weight};
+        rows = b.x[0].shape()[0];
       }
       if (run.dp) {  // this rank's share of the global batch's rows
         const double global = run.dp->all_reduce({static_cast<double>(rows)})[0];
@@ -237,7 +248,14 @@ void Model::fit_epoch(FitRun& run, int epoch, std::int64_t first_step) {
     for (auto& c : run.cbs) c->on_train_batch_begin(step, {});
     bool keep_gradients = false;
     for (auto& c : run.cbs) keep_gradients = c->wants_gradients(step) || keep_gradients;
-    StepResult r = run_train_step({b.x, b.y, b.w}, {keep_gradients, run.dp, share});
+    // One input (output): StepData's x (y), as before; several: xs (ys).
+    StepData data;
+    data.sample_weight = b.w;
+    if (b.x.size() == 1) data.x = b.x[0];
+    else data.xs = std::move(b.x);
+    if (b.y.size() == 1) data.y = b.y[0];
+    else data.ys = std::move(b.y);
+    StepResult r = run_train_step(data, {keep_gradients, run.dp, share});
     if (keep_gradients)
       for (auto& c : run.cbs) c->on_train_batch_gradients(step, r.variables, r.gradients);
     if (rows > 0) loss_mean.update(r.loss, static_cast<double>(rows));
@@ -259,7 +277,7 @@ void Model::fit_epoch(FitRun& run, int epoch, std::int64_t first_step) {
   if (run.ds) run.ds->on_epoch_end();
   Logs& logs = run.logs;
   logs = epoch_logs(loss_mean, run.dp);
-  if ((run.vx.defined() || run.vds) && (epoch + 1) % o.validation_freq == 0) {  // Keras's _should_eval
+  if ((!run.vx.empty() || run.vds) && (epoch + 1) % o.validation_freq == 0) {  // Keras's _should_eval
     // Keras's fit evaluates with its own callbacks: their on_test_* hooks run here.
     auto val = run.vds ? evaluate_with(*run.vds, {.workers = o.workers, .max_queue_size = o.max_queue_size}, run.cbs)
                        : evaluate_with(run.vx, run.vy,
@@ -294,27 +312,34 @@ void check_fit_options(const FitOptions& o) {
 }
 }  // namespace
 
-History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
+History Model::fit(const Tensor& x, const Tensor& y, FitOptions o) { return fit(Tensors(x), Tensors(y), std::move(o)); }
+
+History Model::fit(const Tensors& x, const Tensors& y, FitOptions o) {
+  const std::vector<Tensor>& x_all = x.list();
+  const std::vector<Tensor>& y_all = y.list();
   MPT_CHECK(compiled(), "fit: model '", name_, "' is not compiled; call compile() first");
+  MPT_CHECK(o.class_weight.empty() || outputs_.size() <= 1,
+            "fit: class_weight is only supported for models with a single output; model '", name_, "' has ",
+            outputs_.size());
   check_fit_inputs("fit", x_all, y_all, o.batch_size);
-  MPT_CHECK(y_all.defined(), "fit: y is required");
+  MPT_CHECK(!y_all.empty(), "fit: y is required");
   check_fit_options(o);
   MPT_CHECK(o.validation_split >= 0.0 && o.validation_split < 1.0, "fit: validation_split must be in [0, 1), got ",
             o.validation_split);
   MPT_CHECK(!o.validation_dataset || (!o.validation_data && o.validation_split == 0),
             "fit: validation_dataset cannot be given with validation_data or validation_split");
-  if (o.validation_data) check_fit_inputs("fit (validation_data)", o.validation_data->first, o.validation_data->second,
-                                          o.batch_size);
-  check_sample_weight("fit", "sample_weight", x_all, o.sample_weight);
+  if (o.validation_data) {
+    check_fit_inputs("fit (validation_data)", o.validation_data->first.list(), o.validation_data->second.list(),
+                     o.batch_size);
+    MPT_CHECK(!o.validation_data->second.empty(), "fit (validation_data): y is required");
+  }
+  check_sample_weight("fit", "sample_weight", x_all[0], o.sample_weight);
   MPT_CHECK(!o.validation_sample_weight.defined() || o.validation_data, "fit: validation_sample_weight ",
             to_string(o.validation_sample_weight.shape()), " is given without validation_data");
   if (o.validation_data)
-    check_sample_weight("fit", "validation_sample_weight", o.validation_data->first, o.validation_sample_weight);
+    check_sample_weight("fit", "validation_sample_weight", o.validation_data->first[0], o.validation_sample_weight);
   MPT_CHECK(o.class_weight.empty() || !o.sample_weight.defined(),
             "fit: class_weight and sample_weight cannot be given together (as in Keras); got both");
-  MPT_CHECK(o.class_weight.empty() || outputs_.size() <= 1,
-            "fit: class_weight is only supported for models with a single output; model '", name_, "' has ",
-            outputs_.size());
   for (const auto& [c, w] : o.class_weight) {
     MPT_CHECK(c >= 0, "fit: class_weight has the negative class index ", c, "; classes are indices 0, 1, ...");
     MPT_CHECK(std::isfinite(w), "fit: class_weight of class ", c, " is ", w, "; weights must be finite");
@@ -323,10 +348,10 @@ History Model::fit(const Tensor& x_all, const Tensor& y_all, FitOptions o) {
   Split split = split_validation(x_all, y_all, o);
   run.x = split.x, run.y = split.y, run.w = split.w, run.vx = split.vx, run.vy = split.vy, run.vw = split.vw;
   run.vds = o.validation_dataset;
-  run.n = run.x.shape()[0];
+  run.n = run.x[0].shape()[0];
   MPT_CHECK(run.n > 0, "fit: no training samples");
   check_targets("fit", run.x, run.y);
-  if (!o.class_weight.empty()) run.w = class_sample_weights(run.y, o.class_weight);
+  if (!o.class_weight.empty()) run.w = class_sample_weights(run.y[0], o.class_weight);
   run.batches = data::batch_count(run.n, o.batch_size);
   run.steps = o.steps_per_epoch.value_or(run.batches);
   run.dp = distribution();
@@ -348,11 +373,15 @@ History Model::fit(data::Dataset& ds, FitOptions o) {
   FitRun run{o};
   run.ds = &ds, run.vds = o.validation_dataset;
   // Batch 0, read once here: builds the model and resolves the metrics (as Keras peeks).
-  data::Batch first = ds.get(0);
-  MPT_CHECK(first.y.defined(), "fit: the dataset's batch 0 has no y");
-  check_fit_inputs("fit (the dataset's batch 0)", first.x, first.y, 1);
-  check_sample_weight("fit (the dataset's batch 0)", "sample_weight", first.x, first.sample_weight);
-  run.classes = check_targets("fit (the dataset's batch 0)", first.x, first.y);
+  const data::Batch first = ds.get(0);
+  MPT_CHECK(!first.targets().empty(), "fit: the dataset's batch 0 has no y");
+  MPT_CHECK(!first.x.defined() || first.xs.empty(), "fit: the dataset's batch 0 gives both x and xs; give x (one ",
+            "input) or xs (several)");
+  MPT_CHECK(!first.y.defined() || first.ys.empty(), "fit: the dataset's batch 0 gives both y and ys; give y (one ",
+            "output) or ys (several)");
+  check_fit_inputs("fit (the dataset's batch 0)", first.inputs(), first.targets(), 1);
+  check_sample_weight("fit (the dataset's batch 0)", "sample_weight", first.inputs()[0], first.sample_weight);
+  run.classes = check_targets("fit (the dataset's batch 0)", first.inputs(), first.targets());
   run.n = size;
   run.dp = distribution();
   // Under a strategy of W ranks a (global) step takes W batches, one per rank.
@@ -368,7 +397,7 @@ History Model::run_fit(FitRun& run) {
   run.device = variables_device();
   distributed::detail::ScopedStrategy scoped(run.dp);  // BatchNormalization's sync option sees it
   const bool chief = !run.dp || run.dp->rank() == 0;
-  if (run.dp) agree_across_ranks(*this, *run.dp, run.n, run.vx.defined() ? run.vx.shape()[0] : 0, o, run.seed);
+  if (run.dp) agree_across_ranks(*this, *run.dp, run.n, run.vx.empty() ? 0 : run.vx[0].shape()[0], o, run.seed);
   run.cbs = fit_callbacks(o, chief, run.steps);
   for (auto& c : run.cbs) c->set_model(this), c->set_params({o.epochs, run.steps, o.verbose});
 

@@ -290,6 +290,50 @@ TEST_CASE("evaluate and predict share the rows and agree with one process") {
   });
 }
 
+TEST_CASE("evaluate and predict on a Dataset shard its batches (rank r: r, r + W, ...) and agree with one process") {
+  for_each_device([&](Device d) {
+    PolicyDeviceScope scope("float32", d);
+    auto [x, y] = make_data(5 * 64 + 17, 13);  // 6 batches, the last of 17 rows: unequal shares
+    auto m = mlp(14);
+    m->compile(sgd(dist::DataParallel()));
+    auto ref = mlp(14);
+    ref->compile(sgd());
+    dist::DataParallel dp;
+    for (std::optional<std::int64_t> steps : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{5},
+                                              std::optional<std::int64_t>{1}}) {
+      CAPTURE(steps.value_or(-1));
+      const std::int64_t batches = steps.value_or(6), rows = std::min<std::int64_t>(batches * 64, x.shape()[0]);
+      RecordingDataset ds(x, y, 64);
+      const auto scores = m->evaluate(ds, {.workers = 1, .steps = steps});
+      const auto ref_scores = ref->evaluate(x.slice(0, rows), y.slice(0, rows), {.batch_size = 64});
+      // Over the whole dataset, weighted by rows (not the mean of the ranks' means).
+      CHECK(scores.at("loss") == doctest::Approx(ref_scores.at("loss")).epsilon(1e-6));
+      CHECK(scores.at("accuracy") == doctest::Approx(ref_scores.at("accuracy")).epsilon(1e-12));
+      CHECK(same_on_all_ranks({scores.at("loss"), scores.at("accuracy")}));
+      // Batch 0 read up front on every rank, then this rank's positions.
+      std::vector<double> counts(static_cast<std::size_t>(batches), 0.0);
+      for (auto it = ds.asked.begin() + 1; it != ds.asked.end(); ++it) {
+        CHECK(*it % 2 == dist::rank());
+        counts[static_cast<std::size_t>(*it)] += 1;
+      }
+      for (double c : dp.all_reduce(counts)) CHECK(c == 1.0);
+      RecordingDataset pds(x, y, 64);
+      const Tensor p = m->predict(pds, {.steps = steps});
+      const Tensor pr = ref->predict(x.slice(0, rows), {.batch_size = 64});
+      CHECK(p.shape() == pr.shape());
+      CHECK(p.device() == Device::cpu());
+      CHECK(max_abs_diff(p.to_vector<double>(), pr.to_vector<double>()) <= 1e-6);  // in the dataset's order
+      std::vector<double> pcounts(static_cast<std::size_t>(batches), 0.0);
+      for (std::int64_t i : pds.asked) pcounts[static_cast<std::size_t>(i)] += 1;
+      // Each batch predicted once (with one batch, the rank without one also reads batch 0 for the
+      // outputs' shapes).
+      const auto pc = dp.all_reduce(pcounts);
+      if (batches > 1)
+        for (double c : pc) CHECK(c == 1.0);
+    }
+  });
+}
+
 TEST_CASE("sample weights and class weights shard with their rows; steps_per_epoch and weighted validation agree") {
   for_each_device([&](Device d) {
     PolicyDeviceScope scope("float32", d);

@@ -26,12 +26,22 @@
 #include <vector>
 
 #include "mpt/tensor.hpp"
+#include "mpt/tensors.hpp"
 
 namespace mpt::data {
 
-/// One batch: x, y (undefined for predict) and optional per-example weights.
+/// One batch: x, y (undefined for predict) and optional per-example weights. A model with
+/// several inputs takes them in xs (x undefined), one with several outputs its targets in ys (y
+/// undefined), in the model's order, every array with the same number of rows:
+///   Batch{x, y}, Batch{x, y, w}, Batch{.xs = {a, b}, .ys = {y1, y2}}, Batch{.y = y, .xs = {a, b}}
+/// One sample_weight weighs every output's loss (as Keras's single sample_weight array).
 struct Batch {
   Tensor x, y, sample_weight;
+  std::vector<Tensor> xs = {}, ys = {};
+  /// xs when given, else {x} ({} when x is undefined too).
+  std::vector<Tensor> inputs() const { return xs.empty() ? Tensors(x).list() : xs; }
+  /// ys when given, else {y} ({} when y is undefined too).
+  std::vector<Tensor> targets() const { return ys.empty() ? Tensors(y).list() : ys; }
 };
 
 /// Keras's PyDataset: batches by index.
@@ -44,8 +54,8 @@ class Dataset {
   virtual std::int64_t size() const = 0;
   /// Batch `index`, in [0, size()) (Keras's __getitem__). With workers > 0 it is called from
   /// worker threads, several at once, so it must be safe to call concurrently (reading files,
-  /// slicing tensors and making new ones are). x (and y for fit and evaluate) must be defined and
-  /// have the same number of rows.
+  /// slicing tensors and making new ones are). x or xs (and y or ys for fit and evaluate) must be
+  /// defined, one array per model input (output), all with the same number of rows.
   virtual Batch get(std::int64_t index) = 0;
   /// Called after each epoch of fit, and at the end of evaluate and predict, while no get() runs.
   virtual void on_epoch_end() {}
@@ -53,15 +63,18 @@ class Dataset {
 
 /// Batches of in-memory tensors, in order: rows [i·batch_size, (i+1)·batch_size) of x, y and
 /// sample_weight (views, no copies); the last batch partial. fit on it takes the steps fit on
-/// the tensors themselves takes (without shuffling).
+/// the tensors themselves takes (without shuffling). Several inputs or targets, as fit's:
+/// TensorDataset({a, b}, {y1, y2}, 32) gives batches of xs and ys (one array: x and y).
 class TensorDataset : public Dataset {
  public:
   TensorDataset(Tensor x, Tensor y, std::int64_t batch_size, Tensor sample_weight = {});
+  TensorDataset(Tensors x, Tensors y, std::int64_t batch_size, Tensor sample_weight = {});
   std::int64_t size() const override;
   Batch get(std::int64_t index) override;
 
  private:
-  Tensor x_, y_, w_;
+  std::vector<Tensor> x_, y_;
+  Tensor w_;
   std::int64_t batch_size_;
 };
 

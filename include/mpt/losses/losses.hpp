@@ -6,11 +6,13 @@
 ///   mpt::Tensor loss = loss_fn(y_true, y_pred);                   // float32 scalar
 ///   auto bce = mpt::losses::get("binary_crossentropy");
 #include <concepts>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "mpt/tensor.hpp"
 
@@ -151,6 +153,28 @@ class LossArg {
  private:
   std::string name_;
   std::shared_ptr<Loss> ptr_;
+};
+
+/// compile's loss: one loss (for every output of the model, as Keras), or a braced list of one
+/// per output, in the model's output order (Keras's loss=[...]):
+///   .loss = "mse"   .loss = losses::Huber()   .loss = {"sparse_categorical_crossentropy", "mse"}
+class LossArgs {
+ public:
+  LossArgs() = default;
+  template <class T>
+    requires std::constructible_from<LossArg, T&&> && (!std::same_as<std::decay_t<T>, LossArgs>)
+  LossArgs(T&& one) : list_{LossArg(std::forward<T>(one))} {}  // NOLINT(google-explicit-constructor)
+  LossArgs(std::initializer_list<LossArg> list) : list_(list), is_list_(true) {}
+  LossArgs(std::vector<LossArg> list) : list_(std::move(list)), is_list_(true) {}  // NOLINT
+  /// No loss given.
+  bool empty() const { return list_.empty() || (!is_list_ && list_[0].empty()); }
+  /// A list (one loss per output), even of one entry; false: one loss for every output.
+  bool is_list() const { return is_list_; }
+  const std::vector<LossArg>& list() const { return list_; }
+
+ private:
+  std::vector<LossArg> list_;
+  bool is_list_ = false;
 };
 
 }  // namespace mpt::losses
