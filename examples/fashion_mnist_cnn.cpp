@@ -10,7 +10,7 @@
 //
 //   ./fashion_mnist_cnn [--policy mixed_float16|mixed_bfloat16|float32] [--epochs 3] [--batch-size 128]
 //                       [--seed 1] [--checkpoint PATH] [--validation-split 0.1] [--tensorboard DIR]
-//                       [--csv-log PATH]
+//                       [--csv-log PATH] [--augment]
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -78,7 +78,7 @@ class ReservationLog {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool distributed = false;
+  bool distributed = false, augment = false;
   std::string policy = "mixed_float16", checkpoint = "fashion_cnn.weights.h5", tensorboard, csv_log;
   double validation_split = 0.0;
   int epochs = 3;
@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tensorboard", tensorboard, "TensorBoard log directory (none by default)");
   app.add_option("--csv-log", csv_log, "CSV file of the History (none by default)");
+  app.add_flag("--augment", augment, "augment in training: RandomTranslation(0.1, 0.1) and RandomZoom(0.1)");
   examples::add_distributed(app, distributed);
   if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
   examples::start_distributed(distributed);
@@ -105,8 +106,12 @@ int main(int argc, char** argv) {
     mpt::mixed_precision::set_global_policy(policy);
     auto data = mpt::datasets::fashion_mnist::load();
 
-    mpt::Sequential model({
-        layers::Input({28, 28, 1}),
+    std::vector<mpt::LayerRef> stack{layers::Input({28, 28, 1})};
+    if (augment) {  // training only: shifted and zoomed by up to 10 %, black (0) where uncovered
+      stack.push_back(layers::RandomTranslation(0.1, 0.1, {.fill_mode = "constant", .seed = seed + 100}));
+      stack.push_back(layers::RandomZoom(0.1, {.fill_mode = "constant", .seed = seed + 200}));
+    }
+    for (auto& l : std::vector<mpt::LayerRef>{
         layers::Conv2D(32, {3, 3}, {.activation = "relu"}),
         layers::MaxPooling2D({2, 2}),
         layers::Conv2D(64, {3, 3}, {.activation = "relu"}),
@@ -115,7 +120,9 @@ int main(int argc, char** argv) {
         layers::Dense(128, {.activation = "relu"}),
         layers::Dense(10),
         layers::Activation("softmax"),
-    });
+    })
+      stack.push_back(l);
+    mpt::Sequential model(stack);
     model.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-3}),
                    .loss = "sparse_categorical_crossentropy",
                    .metrics = {"accuracy"}});
