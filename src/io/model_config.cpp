@@ -385,20 +385,10 @@ std::vector<metrics::MetricArg> metrics_from_json(const Json* list, const std::s
   return out;
 }
 
-/// Keras's compile_config (Keras names only), for config.json.
 namespace {
-/// The compile settings of a model with several outputs (per-output losses, loss_weights and
-/// metrics) are not stored yet: such a save stops, rather than write a config that loads wrong.
-void check_one_output(const Model& m) {
-  MPT_CHECK(m.num_outputs() == 1, "save: model '", m.name(), "' has ", m.num_outputs(), " outputs; mpt does not store ",
-            "the compile settings of a multi-output model yet (per-output losses, loss_weights, metrics): save its ",
-            "weights with save_weights, and compile it again after loading");
-}
-}  // namespace
-
-Json keras_compile_config(const Model& m) {
-  check_one_output(m);
-  const losses::Loss& loss = m.loss();
+/// One loss as Keras's compile_config holds it: a name, or Keras's serialized Loss object where
+/// the loss has arguments (or a name keras.losses.get does not know).
+Json keras_loss_value(const losses::Loss& loss) {
   check_loss_is_builtin(loss);
   Json loss_value = loss.name();
   const losses::CrossentropyOptions* o = nullptr;
@@ -422,11 +412,42 @@ Json keras_compile_config(const Model& m) {
   if (auto* l = dynamic_cast<const losses::CosineSimilarity*>(&loss)) cls = "CosineSimilarity", c["axis"] = l->axis();
   if (!o && !cls.empty())
     loss_value = {{"module", "keras.losses"}, {"class_name", cls}, {"config", c}, {"registered_name", nullptr}};
+  return loss_value;
+}
+
+/// The per-output part of a compile_config (Keras's loss=[...], loss_weights=[...],
+/// metrics=[[...], [...]], weighted_metrics likewise, in output order): loss_of writes one loss,
+/// the metric lists are written by metrics_json. One output: compile's own lists, flat.
+Json compile_config_of(const Model& m, bool keras_view, const std::function<Json(const losses::Loss&)>& loss_of) {
+  const auto& ls = Access::losses(m);
+  if (ls.size() == 1)
+    return {{"loss", loss_of(*ls[0])}, {"loss_weights", nullptr}, {"metrics", metric_names(m, keras_view)},
+            {"weighted_metrics", weighted_metric_names(m, keras_view)}};
+  Json loss = Json::array();
+  for (const auto& l : ls) loss.push_back(loss_of(*l));
+  const auto& w = Access::loss_weights(m);
+  const bool weighted = std::any_of(w.begin(), w.end(), [](double x) { return x != 1.0; });
+  auto per_output = [&](const std::vector<std::vector<metrics::MetricArg>>& lists) {
+    Json out = Json::array();
+    bool any = false;
+    for (const auto& l : lists) out.push_back(metrics_json(l, keras_view)), any = any || !l.empty();
+    return any ? out : Json(nullptr);  // Keras writes null for none
+  };
+  return {{"loss", loss},
+          {"loss_weights", weighted ? Json(w) : Json(nullptr)},
+          {"metrics", per_output(Access::output_metric_args(m))},
+          {"weighted_metrics", per_output(Access::output_weighted_metric_args(m))}};
+}
+}  // namespace
+
+/// Keras's compile_config (Keras names only), for config.json.
+Json keras_compile_config(const Model& m) {
+  Json c = compile_config_of(m, true, keras_loss_value);
   return {{"optimizer", io::optimizer_to_json(m.optimizer(), true)},
-          {"loss", loss_value},
-          {"loss_weights", nullptr},
-          {"metrics", metric_names(m, true)},
-          {"weighted_metrics", weighted_metric_names(m, true)},
+          {"loss", c["loss"]},
+          {"loss_weights", c["loss_weights"]},
+          {"metrics", c["metrics"]},
+          {"weighted_metrics", c["weighted_metrics"]},
           {"run_eagerly", false},
           {"steps_per_execution", 1},
           {"jit_compile", false}};
@@ -824,20 +845,104 @@ std::unique_ptr<Model> model_from_config(const Json& v, const std::string& w) {
 }
 
 Json compile_config_json(const Model& m) {
-  check_one_output(m);
-  return {{"optimizer", io::optimizer_to_json(m.optimizer())},
-          {"loss", loss_json(m.loss())},
-          {"metrics", metric_names(m, false)},
-          {"weighted_metrics", weighted_metric_names(m, false)}};
+  Json c = compile_config_of(m, false, loss_json);
+  Json out = {{"optimizer", io::optimizer_to_json(m.optimizer())},
+              {"loss", c["loss"]},
+              {"metrics", c["metrics"]},
+              {"weighted_metrics", c["weighted_metrics"]}};
+  if (!c["loss_weights"].is_null()) out["loss_weights"] = c["loss_weights"];
+  return out;
 }
 
+namespace {
+/// A per-output entry of a compile_config (Keras's loss, loss_weights, metrics, weighted_metrics
+/// of a model with several outputs): a list in output order, or a dict by output name (Keras's
+/// other spelling). Returns each output's entry (null where a dict leaves an output out).
+std::vector<Json> per_output_entries(const Json& v, const Model& m, const std::string& where) {
+  const std::size_t outs = m.num_outputs();
+  std::vector<Json> out(outs, Json(nullptr));
+  if (v.is_array()) {
+    MPT_CHECK(v.size() == outs, where, ": model '", m.name(), "' has ", outs, " outputs but the list holds ", v.size(),
+              " entries; give one per output, in output order");
+    for (std::size_t i = 0; i < outs; ++i) out[i] = v[i];
+    return out;
+  }
+  const std::vector<std::string> names = m.output_names();
+  for (const auto& [key, value] : v.items()) {
+    auto it = std::find(names.begin(), names.end(), key);
+    std::string known;
+    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+    MPT_CHECK(it != names.end(), where, ": '", key, "' is not an output of model '", m.name(), "' (its outputs: ",
+              known, ")");
+    out[static_cast<std::size_t>(it - names.begin())] = value;
+  }
+  return out;
+}
+
+/// A loss entry: one loss (a name, or a serialized Loss object), or per output.
+bool is_per_output(const Json& v, const Model& m) {
+  if (v.is_array()) return true;
+  if (!v.is_object() || v.contains("class_name") || v.contains("config")) return false;
+  const std::vector<std::string> names = m.output_names();
+  return !v.empty() && std::all_of(v.items().begin(), v.items().end(), [&](const auto& kv) {
+    return std::find(names.begin(), names.end(), kv.key()) != names.end();
+  });
+}
+
+/// compile_config's metrics (or weighted_metrics): with several outputs Keras's per-output forms
+/// (a list with an entry per output: a metric, a list of them or null; or a dict by output name);
+/// with one, a flat list.
+std::vector<std::vector<metrics::MetricArg>> output_metrics_from(const Json* v, const Model& m, const std::string& where) {
+  const std::size_t outs = m.num_outputs();
+  if (!v || v->is_null()) return std::vector<std::vector<metrics::MetricArg>>(outs);
+  if (outs == 1) return {metrics_from_json(v, where)};
+  MPT_CHECK(v->is_array() || v->is_object(), where, ": expected a list or a dict by output name, got ", v->dump());
+  std::vector<std::vector<metrics::MetricArg>> out;
+  const std::vector<Json> entries = per_output_entries(*v, m, where);
+  for (std::size_t i = 0; i < outs; ++i) {
+    const std::string wi = where + " of output " + std::to_string(i);
+    if (entries[i].is_array() || entries[i].is_null()) out.push_back(metrics_from_json(&entries[i], wi));
+    else out.push_back({metric_from_json(entries[i], wi)});
+  }
+  return out;
+}
+}  // namespace
+
 void compile_from_config(Model& m, const Json& cc, const std::string& where, bool auto_scale_loss) {
-  std::vector<metrics::MetricArg> metrics = metrics_from_json(find(cc, "metrics"), where + ", metrics");
-  m.compile({.optimizer = optimizer_from_json(at(cc, "optimizer", where), where),
-             .loss = loss_from(at(cc, "loss", where), where),
-             .metrics = metrics,
-             .weighted_metrics = metrics_from_json(find(cc, "weighted_metrics"), where + ", weighted_metrics"),
-             .auto_scale_loss = auto_scale_loss});
+  CompileOptions o;
+  o.optimizer = optimizer_from_json(at(cc, "optimizer", where), where);
+  const Json& loss = at(cc, "loss", where);
+  if (is_per_output(loss, m)) {
+    std::vector<losses::LossArg> list;
+    const std::vector<Json> entries = per_output_entries(loss, m, where + ", loss");
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const std::string wi = where + ", loss of output " + std::to_string(i);
+      MPT_CHECK(!entries[i].is_null(), wi, ": none given; mpt trains every output with a loss");
+      list.push_back(loss_from(entries[i], wi));
+    }
+    o.loss = losses::LossArgs(std::move(list));
+  } else {
+    o.loss = loss_from(loss, where);
+  }
+  if (const Json* w = find(cc, "loss_weights"); w && !w->is_null()) {
+    const std::string ww = where + ", loss_weights";
+    if (w->is_number()) {
+      MPT_CHECK(m.num_outputs() == 1, ww, ": one number for a model of ", m.num_outputs(), " outputs");
+      o.loss_weights = {as_double(*w, ww)};
+    } else {
+      MPT_CHECK(w->is_array() || w->is_object(), ww, ": expected a list or a dict by output name, got ", w->dump());
+      for (const Json& e : per_output_entries(*w, m, ww)) o.loss_weights.push_back(e.is_null() ? 1.0 : as_double(e, ww));
+    }
+  }
+  auto ms = output_metrics_from(find(cc, "metrics"), m, where + ", metrics");
+  auto ws = output_metrics_from(find(cc, "weighted_metrics"), m, where + ", weighted_metrics");
+  if (m.num_outputs() == 1) {
+    o.metrics = std::move(ms[0]), o.weighted_metrics = std::move(ws[0]);
+  } else {
+    o.output_metrics = std::move(ms), o.output_weighted_metrics = std::move(ws);
+  }
+  o.auto_scale_loss = auto_scale_loss;
+  m.compile(std::move(o));
 }
 
 }  // namespace mpt::io

@@ -233,6 +233,42 @@ def main():
         report("Keras predict after load_model(mpt_depthwise.keras)", kd.predict(xdw, verbose=0),
                read_f32(os.path.join(d, "preds_dw.f32"), (N, 5)))
 
+        # Two outputs compiled with a loss, a loss weight and metrics each (Keras's loss=[...],
+        # loss_weights=[...], metrics=[[...], [...]]): Keras evaluates mpt's .keras under the
+        # compile settings it stored, to mpt's logs, names included.
+        subprocess.run([helper, "multi_output_export", d], check=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kt = keras.saving.load_model(os.path.join(d, "mpt_two_heads.keras"))
+        xt2 = read_f32(os.path.join(d, "two_heads_x.f32"), (N, IN))
+        y1 = read_f32(os.path.join(d, "two_heads_y1.f32"), (N,)).astype("int32")
+        y2 = read_f32(os.path.join(d, "two_heads_y2.f32"), (N, 1))
+        got = kt.evaluate(xt2, [y1, y2], batch_size=N, verbose=0, return_dict=True)
+        with open(os.path.join(d, "two_heads_logs.txt")) as f:
+            want_logs = {k: float(v) for k, v in (line.split() for line in f)}
+        print(f"  Keras load_model(mpt_two_heads.keras): loss {kt.loss}, loss_weights {kt.loss_weights}")
+        assert set(got) == set(want_logs), (sorted(got), sorted(want_logs))
+        for k in sorted(want_logs):
+            report(f"Keras evaluate '{k}' vs mpt's", np.float32(got[k]), np.float32(want_logs[k]), tol=1e-4)
+
+        # The augmentation layers with their arguments: Keras rebuilds them from mpt's config, and
+        # in inference (the random layers the identity) predicts what mpt predicts.
+        subprocess.run([helper, "augment_export", d], check=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ka = keras.saving.load_model(os.path.join(d, "mpt_augment.keras"))
+        by_type = {type(l).__name__: l.get_config() for l in ka.layers}
+        print("  Keras load_model(mpt_augment.keras): " + ", ".join(type(l).__name__ for l in ka.layers))
+        tr, zo = by_type["RandomTranslation"], by_type["RandomZoom"]
+        assert list(tr["height_factor"]) == [-0.2, 0.1] and tr["width_factor"] == 0.15, tr
+        assert (tr["fill_mode"], tr["interpolation"], tr["fill_value"], tr["seed"]) == ("constant", "nearest", 0.5, 4), tr
+        assert zo["height_factor"] == 0.2 and list(zo["width_factor"]) == [-0.1, 0.3] and zo["fill_mode"] == "wrap", zo
+        assert by_type["RandomFlip"]["mode"] == "horizontal" and by_type["Rescaling"]["offset"] == -1.0, by_type
+        assert (by_type["RandomCrop"]["height"], by_type["RandomCrop"]["width"]) == (8, 8), by_type["RandomCrop"]
+        xaug = read_f32(os.path.join(d, "inputs_aug.f32"), (N, 8, 8, 3))
+        report("Keras predict after load_model(mpt_augment.keras)", ka.predict(xaug, verbose=0),
+               read_f32(os.path.join(d, "preds_aug.f32"), (N, 5)))
+
         # ---- Keras writes, mpt reads -------------------------------------------------------
         print("Keras -> mpt")
         # Keras's optimizers with their state: mpt's load_model rebuilds each and one more
@@ -321,6 +357,19 @@ def main():
         subprocess.run([helper, "crossed_import", os.path.join(d, "keras_crossed.weights.h5"),
                         os.path.join(d, "inputs4.f32"), out], check=True)
         report("mpt predict after load_weights(keras_crossed.weights.h5), mpt's names", read_f32(out, (N, 4)), want4)
+        # Keras's augmentation layers with their arguments: mpt rebuilds them and predicts as
+        # Keras in inference.
+        L = keras.layers
+        kaug = keras.Sequential([keras.Input((8, 8, 3)), L.Rescaling(2.0, offset=0.5), L.RandomFlip("vertical", seed=1),
+                                 L.RandomTranslation(0.1, (-0.3, 0.2), fill_mode="nearest", seed=2),
+                                 L.RandomZoom((-0.2, 0.1), fill_mode="reflect", interpolation="nearest", seed=3),
+                                 L.RandomCrop(8, 8, seed=4), L.Conv2D(4, 3, activation="relu"), L.Flatten(),
+                                 L.Dense(5)])
+        kaug.save(os.path.join(d, "keras_augment.keras"))
+        subprocess.run([helper, "import_model", os.path.join(d, "keras_augment.keras"), os.path.join(d, "inputs_aug.f32"),
+                        out, "8", "8", "3"], check=True)
+        report("mpt predict after load_model(keras_augment.keras)", read_f32(out, (N, 5)),
+               kaug.predict(xaug, verbose=0))
         # ReLU's options (MobileNet's ReLU6 and the rest): loaded as what they are, not as a plain
         # ReLU (issue 27: a plain ReLU predicted up to 74 apart). Weights large enough to cap.
         for relu_options in ({"max_value": 6.0}, {"max_value": 2.5, "negative_slope": 0.1, "threshold": 0.5}):

@@ -352,6 +352,53 @@ int run(int argc, char** argv) {
     write_f32(dir + "/preds_dw.f32", m->predict(inputs));
     return 0;
   }
+  if (mode == "multi_output_export" && argc == 3) {
+    // Two outputs compiled with a loss, a weight and metrics each: Keras evaluates mpt's .keras
+    // under the same compile settings (multi_output.txt: mpt's evaluate logs, "name value").
+    const std::string dir = argv[2];
+    mpt::set_random_seed(41);
+    auto x = mpt::Input({kIn}, {.name = "x"});
+    auto h = layers::Dense(12, {.activation = "relu", .name = "hid"})(x);
+    auto cls = layers::Dense(3, {.activation = "softmax", .name = "cls"})(h);
+    auto reg = layers::Dense(1, {.name = "reg"})(h);
+    mpt::Model m({x}, {cls, reg}, "two_heads");
+    m.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-2}),
+               .loss = {"sparse_categorical_crossentropy", "mse"},
+               .loss_weights = {0.5, 2.0},
+               .output_metrics = {{"accuracy"}, {"mae", "mse"}},
+               .output_weighted_metrics = {{}, {"mae"}}});
+    const mpt::Tensor inputs = mpt::Tensor::random_normal({kSamples, kIn}, 0, 1, 42);
+    const mpt::Tensor y1 = mpt::Tensor::from_vector(labels_of(inputs), {kSamples}).to(mpt::int32);
+    const mpt::Tensor y2 = mpt::Tensor::random_normal({kSamples, 1}, 0, 1, 43);
+    m.fit(inputs, {y1, y2}, {.batch_size = 16, .epochs = 2, .verbose = 0});
+    m.save(dir + "/mpt_two_heads.keras");
+    write_f32(dir + "/two_heads_x.f32", inputs);
+    write_f32(dir + "/two_heads_y1.f32", y1);
+    write_f32(dir + "/two_heads_y2.f32", y2);
+    std::ofstream logs(dir + "/two_heads_logs.txt");
+    logs.precision(9);
+    for (const auto& [k, v] : m.evaluate(inputs, {y1, y2}, {.batch_size = kSamples})) logs << k << " " << v << "\n";
+    return 0;
+  }
+  if (mode == "augment_export" && argc == 3) {
+    // The augmentation layers with non-default arguments in front of a small CNN: Keras rebuilds
+    // them from the config and, in inference (the random layers the identity), predicts the same.
+    const std::string dir = argv[2];
+    mpt::set_random_seed(51);
+    mpt::Sequential m({mpt::Input({8, 8, 3}), layers::Rescaling(0.5, {.offset = -1.0}),
+                       layers::RandomFlip("horizontal", {.seed = 3}),
+                       layers::RandomTranslation({-0.2, 0.1}, 0.15, {.fill_mode = "constant", .interpolation = "nearest",
+                                                                     .seed = 4, .fill_value = 0.5}),
+                       layers::RandomZoom(0.2, {.width_factor = mpt::layers::FactorRange(-0.1, 0.3), .fill_mode = "wrap",
+                                                .seed = 5}),
+                       layers::RandomCrop(8, 8, {.seed = 6}), layers::Conv2D(4, 3, {.activation = "relu"}),
+                       layers::Flatten(), layers::Dense(5)});
+    m.save(dir + "/mpt_augment.keras");
+    const mpt::Tensor inputs = mpt::Tensor::random_uniform({kSamples, 8, 8, 3}, 0, 4, 52);
+    write_f32(dir + "/inputs_aug.f32", inputs);
+    write_f32(dir + "/preds_aug.f32", m.predict(inputs));
+    return 0;
+  }
   if (mode == "nested_export" && argc == 3) {
     const std::string dir = argv[2];
     mpt::set_random_seed(31);

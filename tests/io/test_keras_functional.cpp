@@ -2,6 +2,9 @@
 // input_layers, output_layers) in config.json, and the same graph rebuilt by load_model;
 // Keras's object paths and layer order in weights files, load_model(compile = false), and
 // configs that load nothing silently (every field honoured or refused naming it).
+#include <map>
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint_util.hpp"
@@ -520,4 +523,110 @@ TEST_CASE("Huber, KLDivergence, LogCosh and CosineSimilarity survive save and lo
   CHECK(contains(load(keras_loss("Huber", {{"delta", "big"}}), none), "delta"));
   CHECK(contains(load(keras_loss("CosineSimilarity", {{"axis", io::Json::array({0, 1})}}), none), "axis"));
   CHECK(contains(load(keras_loss("KLDivergence", {{"axis", 0}}), none), "axis = 0"));
+}
+
+namespace {
+std::set<std::string> keys_of(const std::map<std::string, double>& logs) {
+  std::set<std::string> out;
+  for (const auto& kv : logs) out.insert(kv.first);
+  return out;
+}
+
+/// One input, two outputs: "cls" (softmax over 3 classes) and "reg" (one value).
+std::unique_ptr<Model> cls_reg_model() {
+  auto x = mpt::Input({4}, {.name = "x"});
+  auto h = layers::Dense(6, {.activation = "relu", .name = "hid"})(x);
+  auto cls = layers::Dense(3, {.activation = "softmax", .name = "cls"})(h);
+  auto reg = layers::Dense(1, {.name = "reg"})(h);
+  return std::make_unique<Model>(std::vector<KerasTensor>{x}, std::vector<KerasTensor>{cls, reg}, "cls_reg");
+}
+
+/// A .keras archive as Keras writes it: its config.json with compile_config replaced by `cc`, and
+/// a plain weights file (mpt's .keras checkpoint also holds its own compile settings, which
+/// load_model reads first).
+std::string with_compile_config(const std::string& keras, const std::string& weights, const nlohmann::json& cc,
+                                const std::string& out) {
+  const auto zip = read_bytes(keras);
+  auto cfg = nlohmann::json::parse(io::zip_entry(zip, "config.json", keras));
+  cfg["compile_config"] = cc;
+  const std::string text = cfg.dump();
+  write_bytes(out, io::make_zip({{"metadata.json", io::zip_entry(zip, "metadata.json", keras)},
+                                 {"config.json", std::vector<char>(text.begin(), text.end())},
+                                 {"model.weights.h5", read_bytes(weights)}},
+                                out));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a compiled two-output model keeps its per-output losses, loss_weights and metrics through save") {
+  for_each_device([](Device dev) {
+    ScratchDir dir("keras-two-outputs");
+    set_random_seed(31);
+    auto m = cls_reg_model();
+    m->compile({.optimizer = "sgd",
+                .loss = {"sparse_categorical_crossentropy", "mse"},
+                .loss_weights = {0.5, 2.0},
+                .output_metrics = {{"accuracy"}, {"mae", "mse"}},
+                .output_weighted_metrics = {{}, {"mae"}}});
+    const Tensor x = Tensor::random_normal({20, 4}, 0, 1, 3, float32, dev);
+    std::vector<std::int32_t> labels;
+    for (int i = 0; i < 20; ++i) labels.push_back(i % 3);
+    const Tensor y1 = Tensor::from_vector(labels, {20}, dev), y2 = Tensor::random_normal({20, 1}, 0, 1, 4, float32, dev);
+    m->fit(x, {y1, y2}, {.batch_size = 5, .epochs = 1, .verbose = 0});
+    const auto want = m->evaluate(x, {y1, y2});
+    CHECK(want.size() == 7);  // loss, cls_loss, reg_loss, cls_accuracy, reg_mae, reg_mse, reg_weighted_mae
+    auto same_logs = [&](Model& r) {
+      const auto got = r.evaluate(x, {y1, y2});
+      REQUIRE(got.size() == want.size());
+      for (const auto& [k, v] : want) {
+        CAPTURE(k);
+        REQUIRE(got.count(k) == 1);
+        CHECK(got.at(k) == doctest::Approx(v).epsilon(1e-6));
+      }
+    };
+    // mpt's own checkpoint (.h5): the settings as compiled.
+    m->save(dir / "two.h5");
+    same_logs(*load_model(dir / "two.h5"));
+    const std::string keras = dir / "two.keras";
+    if (!save_keras(*m, keras)) return;
+    // Keras's compile_config: lists in output order, as Keras's compile(loss=[...], ...) takes them.
+    const nlohmann::json cc = config_json(keras)["compile_config"];
+    CHECK(cc["loss"] == nlohmann::json::parse(R"(["sparse_categorical_crossentropy", "mean_squared_error"])"));
+    CHECK(cc["loss_weights"] == nlohmann::json::parse("[0.5, 2.0]"));
+    CHECK(cc["metrics"] == nlohmann::json::parse(R"([["accuracy"], ["mae", "mse"]])"));
+    CHECK(cc["weighted_metrics"] == nlohmann::json::parse(R"([[], ["mae"]])"));
+    same_logs(*load_model(keras));
+    const std::string weights = dir / "plain.weights.h5";
+    m->save_weights(weights);
+    same_logs(*load_model(with_compile_config(keras, weights, cc, dir / "as_keras.keras")));  // config.json's settings
+
+    // Keras's other spellings: dicts by output name, a flat metric list (one per output), no
+    // weighted metrics.
+    nlohmann::json by_name = cc;
+    by_name["loss"] = {{"reg", "mse"}, {"cls", "sparse_categorical_crossentropy"}};
+    by_name["loss_weights"] = {{"reg", 2.0}, {"cls", 0.5}};
+    by_name["metrics"] = nlohmann::json::parse(R"(["accuracy", "mae"])");
+    by_name["weighted_metrics"] = nullptr;
+    auto r = load_model(with_compile_config(keras, weights, by_name, dir / "by_name.keras"));
+    const auto e = r->evaluate(x, {y1, y2});
+    CHECK(keys_of(e) == std::set<std::string>{"loss", "cls_loss", "reg_loss", "cls_accuracy", "reg_mae"});
+    CHECK(e.at("loss") == doctest::Approx(want.at("loss")).epsilon(1e-6));
+    CHECK(e.at("reg_mae") == doctest::Approx(want.at("reg_mae")).epsilon(1e-6));
+    by_name["metrics"] = {{"reg", nlohmann::json::array({"mse"})}};  // cls: none
+    CHECK(keys_of(load_model(with_compile_config(keras, weights, by_name, dir / "reg_only.keras"))->evaluate(x, {y1, y2})) ==
+          std::set<std::string>{"loss", "cls_loss", "reg_loss", "reg_mse"});
+
+    // Per-output entries that do not fit the model: mpt::Errors naming the entry.
+    auto error_with = [&](const char* key, const nlohmann::json& value) {
+      nlohmann::json bad = cc;
+      bad[key] = value;
+      return error_of([&] { load_model(with_compile_config(keras, weights, bad, dir / "bad.keras")); });
+    };
+    auto check_error = [](const std::string& e, const char* want) { CHECK_MESSAGE(contains(e, want), e); };
+    check_error(error_with("loss", nlohmann::json::array({"mse", "mse", "mse"})), "has 2 outputs but the list holds 3");
+    check_error(error_with("loss", {{"cls", "mse"}}), "loss of output 1: none given");
+    check_error(error_with("loss_weights", {{"box", 1.0}}), "'box' is not an output of model 'cls_reg' (its outputs: cls, reg)");
+    check_error(error_with("metrics", nlohmann::json::array({"mae"})), "has 2 outputs but the list holds 1");
+    check_error(error_with("loss_weights", 2.0), "one number for a model of 2 outputs");
+  });
 }
