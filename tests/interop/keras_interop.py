@@ -9,7 +9,9 @@
    a bfloat16 export; Keras loads each into the same MLP and predicts on the same inputs, and
    takes one more Adam step from mpt's optimizer state, which must match mpt's own step.
    Keras also rebuilds whole models from mpt's .keras archives (load_model): the MLP, every core
-   layer under mixed_bfloat16, and a functional residual CNN (Keras 3's functional config).
+   layer under mixed_bfloat16, a functional residual CNN (Keras 3's functional config), a
+   two-output model compiled with per-output losses, loss_weights and metrics (Keras evaluates
+   it to mpt's logs), and the augmentation layers with their arguments.
 2. Keras writes .weights.h5 (float32 and bfloat16), a legacy .h5 and .keras archives (the MLP
    and a functional residual CNN); mpt loads each (load_weights, load_model) and predicts. Both
    ways also a CNN with DepthwiseConv2D and a grouped Conv2D. Every comparison prints its max abs
@@ -246,7 +248,7 @@ def main():
         got = kt.evaluate(xt2, [y1, y2], batch_size=N, verbose=0, return_dict=True)
         with open(os.path.join(d, "two_heads_logs.txt")) as f:
             want_logs = {k: float(v) for k, v in (line.split() for line in f)}
-        print(f"  Keras load_model(mpt_two_heads.keras): loss {kt.loss}, loss_weights {kt.loss_weights}")
+        print(f"  Keras load_model(mpt_two_heads.keras): loss {kt.loss}, loss_weights {kt.get_compile_config()['loss_weights']}")
         assert set(got) == set(want_logs), (sorted(got), sorted(want_logs))
         for k in sorted(want_logs):
             report(f"Keras evaluate '{k}' vs mpt's", np.float32(got[k]), np.float32(want_logs[k]), tol=1e-4)

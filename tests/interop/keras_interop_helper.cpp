@@ -359,7 +359,7 @@ int run(int argc, char** argv) {
     mpt::set_random_seed(41);
     auto x = mpt::Input({kIn}, {.name = "x"});
     auto h = layers::Dense(12, {.activation = "relu", .name = "hid"})(x);
-    auto cls = layers::Dense(3, {.activation = "softmax", .name = "cls"})(h);
+    auto cls = layers::Dense(4, {.activation = "softmax", .name = "cls"})(h);
     auto reg = layers::Dense(1, {.name = "reg"})(h);
     mpt::Model m({x}, {cls, reg}, "two_heads");
     m.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-2}),
@@ -385,7 +385,7 @@ int run(int argc, char** argv) {
     // them from the config and, in inference (the random layers the identity), predicts the same.
     const std::string dir = argv[2];
     mpt::set_random_seed(51);
-    mpt::Sequential m({mpt::Input({8, 8, 3}), layers::Rescaling(0.5, {.offset = -1.0}),
+    mpt::Sequential m({layers::Input({8, 8, 3}), layers::Rescaling(0.5, {.offset = -1.0}),
                        layers::RandomFlip("horizontal", {.seed = 3}),
                        layers::RandomTranslation({-0.2, 0.1}, 0.15, {.fill_mode = "constant", .interpolation = "nearest",
                                                                      .seed = 4, .fill_value = 0.5}),
