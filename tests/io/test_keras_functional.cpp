@@ -578,10 +578,11 @@ TEST_CASE("a compiled two-output model keeps its per-output losses, loss_weights
     auto same_logs = [&](Model& r) {
       const auto got = r.evaluate(x, {y1, y2});
       REQUIRE(got.size() == want.size());
-      for (const auto& [k, v] : want) {
+      for (const auto& kv : want) {  // (clang: no structured binding inside CAPTURE's lambda)
+        const std::string& k = kv.first;
         CAPTURE(k);
         REQUIRE(got.count(k) == 1);
-        CHECK(got.at(k) == doctest::Approx(v).epsilon(1e-6));
+        CHECK(got.at(k) == doctest::Approx(kv.second).epsilon(1e-6));
       }
     };
     // mpt's own checkpoint (.h5): the settings as compiled.
