@@ -10,7 +10,8 @@
 //
 //   ./fashion_mnist_cnn [--policy mixed_float16|mixed_bfloat16|float32] [--epochs 3] [--batch-size 128]
 //                       [--seed 1] [--checkpoint PATH] [--validation-split 0.1] [--tensorboard DIR]
-//                       [--csv-log PATH] [--augment]
+//                       [--csv-log PATH] [--augment none|crop|shift|shift_zoom]
+//                       [--validate-on-test] [--cosine-decay]
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -78,7 +79,8 @@ class ReservationLog {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool distributed = false, augment = false;
+  bool distributed = false, validate_on_test = false, cosine_decay = false;
+  std::string augment = "none";
   std::string policy = "mixed_float16", checkpoint = "fashion_cnn.weights.h5", tensorboard, csv_log;
   double validation_split = 0.0;
   int epochs = 3;
@@ -94,9 +96,18 @@ int main(int argc, char** argv) {
   app.add_option("--validation-split", validation_split, "fraction of the training data held out")
       ->check(examples::kFraction)
       ->capture_default_str();
+  app.add_flag("--cosine-decay", cosine_decay,
+               "Adam's learning rate 1e-3 decayed to 0 along a cosine over the run's steps (Keras's CosineDecay)");
+  app.add_flag("--validate-on-test", validate_on_test,
+               "evaluate on the test set after every epoch (Keras's validation_data=(x_test, y_test)): logged as val_*");
   app.add_option("--tensorboard", tensorboard, "TensorBoard log directory (none by default)");
   app.add_option("--csv-log", csv_log, "CSV file of the History (none by default)");
-  app.add_flag("--augment", augment, "augment in training: RandomTranslation(0.1, 0.1) and RandomZoom(0.1)");
+  app.add_option("--augment", augment,
+                 "augmentation layers, active in training only: none; crop (RandomCrop(28, 28) of the image padded by "
+                 "2 pixels: shifts of up to 2 pixels); shift (RandomTranslation(0.1, 0.1), nearest pixel); "
+                 "shift_zoom (RandomTranslation(0.1, 0.1) and RandomZoom(0.1), bilinear)")
+      ->check(CLI::IsMember({"none", "crop", "shift", "shift_zoom"}))
+      ->capture_default_str();
   examples::add_distributed(app, distributed);
   if (int rc = examples::parse(app, argc, argv); rc >= 0) return rc;
   examples::start_distributed(distributed);
@@ -107,7 +118,12 @@ int main(int argc, char** argv) {
     auto data = mpt::datasets::fashion_mnist::load();
 
     std::vector<mpt::LayerRef> stack{layers::Input({28, 28, 1})};
-    if (augment) {  // training only: shifted and zoomed by up to 10 %, black (0) where uncovered
+    // Augmentation, training only; black (0, the images' background) where a shift uncovers.
+    if (augment == "crop") stack.push_back(layers::RandomCrop(28, 28, {.seed = seed + 100, .padding = 2}));
+    if (augment == "shift")
+      stack.push_back(layers::RandomTranslation(
+          0.1, 0.1, {.fill_mode = "constant", .interpolation = "nearest", .seed = seed + 100}));
+    if (augment == "shift_zoom") {
       stack.push_back(layers::RandomTranslation(0.1, 0.1, {.fill_mode = "constant", .seed = seed + 100}));
       stack.push_back(layers::RandomZoom(0.1, {.fill_mode = "constant", .seed = seed + 200}));
     }
@@ -123,7 +139,16 @@ int main(int argc, char** argv) {
     })
       stack.push_back(l);
     mpt::Sequential model(stack);
-    model.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = 1e-3}),
+    mpt::optimizers::LearningRate learning_rate = 1e-3;
+    if (cosine_decay) {  // over the run's steps of the global batch
+      namespace schedules = mpt::optimizers::schedules;
+      const auto rows = static_cast<std::int64_t>(static_cast<double>(data.x_train.shape()[0]) * (1.0 - validation_split));
+      std::shared_ptr<schedules::LearningRateSchedule> cosine = std::make_shared<schedules::CosineDecay>(
+          schedules::CosineDecayOptions{.initial_learning_rate = 1e-3,
+                                        .decay_steps = epochs * ((rows + batch_size - 1) / batch_size)});
+      learning_rate = cosine;
+    }
+    model.compile({.optimizer = mpt::optimizers::Adam({.learning_rate = learning_rate}),
                    .loss = "sparse_categorical_crossentropy",
                    .metrics = {"accuracy"}});
     if (chief) model.summary();
@@ -139,7 +164,10 @@ int main(int argc, char** argv) {
     }
     mpt::History h = model.fit(data.x_train, data.y_train,
                                {.batch_size = batch_size, .epochs = epochs, .callbacks = callbacks,
-                                .validation_split = validation_split});
+                                .validation_split = validation_split,
+                                .validation_data = validate_on_test ? std::optional<std::pair<mpt::Tensors, mpt::Tensors>>(
+                                                                          std::pair{data.x_test, data.y_test})
+                                                                    : std::nullopt});
     if (chief) std::printf("trained on %s\n", device.str().c_str());
     if (chief) reservations.report();
     auto scores = model.evaluate(data.x_test, data.y_test, {.batch_size = 512});
