@@ -248,6 +248,34 @@ TEST_CASE("op table: float32 GELU (common/float_math.hpp) is close to float64 ov
   CHECK(std::isnan(odd[2]));
 }
 
+TEST_CASE("op table: bfloat16 GELU and its gradient are the float32 arithmetic on the widened values, rounded") {
+  // Every bfloat16 value in [-16, 16] and some odd ones, in a length that leaves a scalar tail;
+  // against the float32 op on the widened inputs, rounded once (the bits of every lane and tail).
+  std::vector<float> xs;
+  for (int i = -16384; i <= 16384; ++i) xs.push_back(static_cast<float>(i) / 1024.f);
+  for (float v : {INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 1e-30f}) xs.push_back(v);
+  const auto n = static_cast<std::int64_t>(xs.size());
+  const Tensor x16 = ops::cast(Tensor::from_vector(xs, {n}), bfloat16);
+  const Tensor x32 = ops::cast(x16, float32);
+  const Tensor d16 = ops::cast(Tensor::random_uniform({n}, -3, 3, 7), bfloat16);
+  auto bits = [](const Tensor& t) {
+    REQUIRE(t.dtype() == bfloat16);
+    const Tensor c = t.to(Device::cpu());
+    std::vector<std::uint16_t> out(static_cast<std::size_t>(c.numel()));
+    std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(std::uint16_t));
+    return out;
+  };
+  CHECK(bits(ops::gelu(x16)) == bits(ops::cast(ops::gelu(x32), bfloat16)));
+  // The gradient through sum(gelu(x) · d): gelu's backward gets dy = d exactly.
+  auto grad = [&](const Tensor& x, const Tensor& d) {
+    GradientTape tape;
+    Tensor xw = x;
+    tape.watch(xw);
+    return tape.gradient(ops::sum(ops::cast(ops::mul(ops::gelu(xw), d), float32)), {xw})[0];
+  };
+  CHECK(bits(grad(x16, d16)) == bits(ops::cast(grad(x32, ops::cast(d16, float32)), bfloat16)));
+}
+
 TEST_CASE("op table: backward against finite differences and the CPU's float64, every op, dtype and device") {
   for_each_device([](Device dev) {
     for (const UnaryRow& r : rows()) {

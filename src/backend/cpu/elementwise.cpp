@@ -99,6 +99,65 @@ MPT_KERNEL void gelu_grad_block(const float* __restrict x, const float* __restri
   for (; i < n; ++i) dx[i] = common::unary_grad<UnaryOp::Gelu>(x[i], 0.f, dy[i], 0.f);
 }
 
+// bfloat16 GELU: the same float32 arithmetic on lanes widened as they are loaded and rounded
+// (nearest even, as narrow<bf16_bits>) as they are stored: no float32 copies of the blocks.
+template <int B> struct Bf16Bits;  // (each width spelled out, as Lanes: GCC 12 and dependent vector_size)
+#define MPT_BF16_BITS(B)                                              \
+  template <> struct Bf16Bits<B> {                                    \
+    using U32 = std::uint32_t __attribute__((vector_size(B)));        \
+    using U16 = std::uint16_t __attribute__((vector_size(B / 2)));    \
+  };
+MPT_BF16_BITS(16)
+MPT_BF16_BITS(32)
+MPT_BF16_BITS(64)
+#undef MPT_BF16_BITS
+
+template <int B>
+struct Bf16Lanes {
+  using F = typename Lanes<float, B>::V;
+  using U32 = typename Bf16Bits<B>::U32;
+  using U16 = typename Bf16Bits<B>::U16;
+  [[gnu::always_inline]] static F load(const bf16_bits* p) {
+    U16 h;
+    std::memcpy(&h, p, sizeof h);
+    const U32 bits = __builtin_convertvector(h, U32) << 16;  // bfloat16 is float32's high half
+    F v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+  }
+  [[gnu::always_inline]] static void store(bf16_bits* p, F v) {
+    U32 u;
+    std::memcpy(&u, &v, sizeof u);
+    const U32 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const U32 nan = (u >> 16) | 0x40u;  // a NaN stays a quiet NaN
+    const U32 out = (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+    const U16 h = __builtin_convertvector(out, U16);
+    std::memcpy(p, &h, sizeof h);
+  }
+};
+
+template <int B>
+MPT_KERNEL void gelu_block_bf16(const bf16_bits* __restrict x, bf16_bits* __restrict y, std::int64_t n) {
+  using L = LaneOpsN<B>;
+  using H = Bf16Lanes<B>;
+  constexpr std::int64_t W = Lanes<float, B>::W;
+  std::int64_t i = 0;
+  for (; i + W <= n; i += W) H::store(y + i, common::gelu_f32<L>(H::load(x + i)));
+  for (; i < n; ++i) y[i] = narrow<bf16_bits>(common::unary_apply<UnaryOp::Gelu>(widen(x[i]), 0.f));
+}
+
+template <int B>
+MPT_KERNEL void gelu_grad_block_bf16(const bf16_bits* __restrict x, const bf16_bits* __restrict dy,
+                                     bf16_bits* __restrict dx, std::int64_t n) {
+  using L = LaneOpsN<B>;
+  using H = Bf16Lanes<B>;
+  constexpr std::int64_t W = Lanes<float, B>::W;
+  std::int64_t i = 0;
+  for (; i + W <= n; i += W) H::store(dx + i, H::load(dy + i) * common::gelu_grad_f32<L>(H::load(x + i)));
+  for (; i < n; ++i)
+    dx[i] = narrow<bf16_bits>(common::unary_grad<UnaryOp::Gelu>(widen(x[i]), 0.f, widen(dy[i]), 0.f));
+}
+
 /// Broadcasting map over K operands; f(const C* ptrs[K], strides, m, C* out).
 template <class C, int K, class F>
 void map_broadcast(const std::array<const Tensor*, K>& in, Tensor& out, F f) {
@@ -218,9 +277,17 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double param) {
     constexpr UnaryOp Op = OpT::value;
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
-      if constexpr (Op == UnaryOp::Gelu && std::is_same_v<C, float>)
+      if constexpr (Op == UnaryOp::Gelu && std::is_same_v<C, float>) {
+        if (x.dtype() == bfloat16 && out.dtype() == bfloat16) {
+          const auto* px = static_cast<const bf16_bits*>(x.data_ptr());
+          auto* po = static_cast<bf16_bits*>(out.data_ptr());
+          parallel_for(out.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
+            isa_call_native<gelu_block_bf16<64>, gelu_block_bf16<32>, gelu_block_bf16<16>>(px + b, po + b, e - b);
+          });
+          return;
+        }
         map1_blocks<C>(x, out, [](const float* a, float* o, std::int64_t m) { isa_call_native<gelu_block<64>, gelu_block<32>, gelu_block<16>>(a, o, m); });
-      else if constexpr (std::is_floating_point_v<C> || common::unary_on_integers(Op))
+      } else if constexpr (std::is_floating_point_v<C> || common::unary_on_integers(Op))
         if constexpr (common::unary_takes_param(Op))
           map1<C>(x, out, [p = C(param)](C v) { return common::unary_apply<OpT::value>(v, p); });
         else  // no capture: the loop keeps nothing but the values in registers
@@ -248,11 +315,21 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
     using OpT = decltype(o);
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
-      if constexpr (OpT::value == UnaryOp::Gelu && std::is_same_v<C, float>)
+      if constexpr (OpT::value == UnaryOp::Gelu && std::is_same_v<C, float>) {
+        if (x.dtype() == bfloat16 && dy.dtype() == bfloat16 && dx.dtype() == bfloat16) {
+          const auto* px = static_cast<const bf16_bits*>(x.data_ptr());
+          const auto* pd = static_cast<const bf16_bits*>(dy.data_ptr());
+          auto* po = static_cast<bf16_bits*>(dx.data_ptr());
+          parallel_for(dx.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
+            isa_call_native<gelu_grad_block_bf16<64>, gelu_grad_block_bf16<32>, gelu_grad_block_bf16<16>>(
+                px + b, pd + b, po + b, e - b);
+          });
+          return;
+        }
         map3_blocks<C>(x, y, dy, dx, [](const C* a, const C*, const C* d, C* o, std::int64_t m) {
           isa_call_native<gelu_grad_block<64>, gelu_grad_block<32>, gelu_grad_block<16>>(a, d, o, m);
         });
-      else if constexpr (std::is_floating_point_v<C>)
+      } else if constexpr (std::is_floating_point_v<C>)
         if constexpr (common::unary_takes_param(OpT::value))
           map3<C>(x, y, dy, dx, [p = C(param)](C a, C out, C d) { return common::unary_grad<OpT::value>(a, out, d, p); });
         else
