@@ -443,14 +443,11 @@ Json compile_config_of(const Model& m, bool keras_view, const std::function<Json
 /// Keras's compile_config (Keras names only), for config.json.
 Json keras_compile_config(const Model& m) {
   Json c = compile_config_of(m, true, keras_loss_value);
-  return {{"optimizer", io::optimizer_to_json(m.optimizer(), true)},
-          {"loss", c["loss"]},
-          {"loss_weights", c["loss_weights"]},
-          {"metrics", c["metrics"]},
-          {"weighted_metrics", c["weighted_metrics"]},
-          {"run_eagerly", false},
-          {"steps_per_execution", 1},
-          {"jit_compile", false}};
+  c["optimizer"] = io::optimizer_to_json(m.optimizer(), true);
+  c["run_eagerly"] = false;
+  c["steps_per_execution"] = 1;
+  c["jit_compile"] = false;
+  return c;
 }
 
 Json sequential_config(const Sequential& s, bool keras_view) {
@@ -846,12 +843,9 @@ std::unique_ptr<Model> model_from_config(const Json& v, const std::string& w) {
 
 Json compile_config_json(const Model& m) {
   Json c = compile_config_of(m, false, loss_json);
-  Json out = {{"optimizer", io::optimizer_to_json(m.optimizer())},
-              {"loss", c["loss"]},
-              {"metrics", c["metrics"]},
-              {"weighted_metrics", c["weighted_metrics"]}};
-  if (!c["loss_weights"].is_null()) out["loss_weights"] = c["loss_weights"];
-  return out;
+  c["optimizer"] = io::optimizer_to_json(m.optimizer());
+  if (c["loss_weights"].is_null()) c.erase("loss_weights");  // mpt's own config: written only when set
+  return c;
 }
 
 namespace {
@@ -870,10 +864,11 @@ std::vector<Json> per_output_entries(const Json& v, const Model& m, const std::s
   const std::vector<std::string> names = m.output_names();
   for (const auto& [key, value] : v.items()) {
     auto it = std::find(names.begin(), names.end(), key);
-    std::string known;
-    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    MPT_CHECK(it != names.end(), where, ": '", key, "' is not an output of model '", m.name(), "' (its outputs: ",
-              known, ")");
+    if (it == names.end()) {
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      fail(where, ": '", key, "' is not an output of model '", m.name(), "' (its outputs: ", known, ")");
+    }
     out[static_cast<std::size_t>(it - names.begin())] = value;
   }
   return out;

@@ -101,41 +101,6 @@ MPT_KERNEL void gelu_grad_block(const float* __restrict x, const float* __restri
 
 // bfloat16 GELU: the same float32 arithmetic on lanes widened as they are loaded and rounded
 // (nearest even, as narrow<bf16_bits>) as they are stored: no float32 copies of the blocks.
-template <int B> struct Bf16Bits;  // (each width spelled out, as Lanes: GCC 12 and dependent vector_size)
-#define MPT_BF16_BITS(B)                                              \
-  template <> struct Bf16Bits<B> {                                    \
-    using U32 = std::uint32_t __attribute__((vector_size(B)));        \
-    using U16 = std::uint16_t __attribute__((vector_size(B / 2)));    \
-  };
-MPT_BF16_BITS(16)
-MPT_BF16_BITS(32)
-MPT_BF16_BITS(64)
-#undef MPT_BF16_BITS
-
-template <int B>
-struct Bf16Lanes {
-  using F = typename Lanes<float, B>::V;
-  using U32 = typename Bf16Bits<B>::U32;
-  using U16 = typename Bf16Bits<B>::U16;
-  [[gnu::always_inline]] static F load(const bf16_bits* p) {
-    U16 h;
-    std::memcpy(&h, p, sizeof h);
-    const U32 bits = __builtin_convertvector(h, U32) << 16;  // bfloat16 is float32's high half
-    F v;
-    std::memcpy(&v, &bits, sizeof v);
-    return v;
-  }
-  [[gnu::always_inline]] static void store(bf16_bits* p, F v) {
-    U32 u;
-    std::memcpy(&u, &v, sizeof u);
-    const U32 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const U32 nan = (u >> 16) | 0x40u;  // a NaN stays a quiet NaN
-    const U32 out = (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
-    const U16 h = __builtin_convertvector(out, U16);
-    std::memcpy(p, &h, sizeof h);
-  }
-};
-
 template <int B>
 MPT_KERNEL void gelu_block_bf16(const bf16_bits* __restrict x, bf16_bits* __restrict y, std::int64_t n) {
   using L = LaneOpsN<B>;
