@@ -147,29 +147,59 @@ template <class C, int B, bool Acc, bool TransA>
 struct Bf16 { std::uint16_t bits; };
 struct F16 { std::uint16_t bits; };
 
-/// How n values of T become compute values C (times mul) and back: float32 and float64 as they
-/// are; 16-bit through the library's bulk conversions (half.hpp: round to nearest even).
+/// How n values of T become compute values C (times mul) and back, inside a kernel of B-byte
+/// lanes: float32 and float64 as they are; bfloat16 widened and rounded on the kernel's own lanes
+/// (Bf16Lanes: the bulk conversions' bits, without a call per packed row: they had been 7 % of a
+/// bfloat16 transformer step); float16 through the library's bulk conversions (half.hpp), which
+/// use F16C.
 template <class T> struct Io {
   using C = T;
-  static void in(const T* s, C* d, std::int64_t n, C mul) {
+  template <int B>
+  [[gnu::always_inline]] static void in(const T* s, C* d, std::int64_t n, C mul) {
     for (std::int64_t i = 0; i < n; ++i) d[i] = s[i] * mul;
   }
-  static void out(const C* s, T* d, std::int64_t n) { std::copy_n(s, n, d); }
+  template <int B>
+  [[gnu::always_inline]] static void out(const C* s, T* d, std::int64_t n) { std::copy_n(s, n, d); }
 };
 template <class H, void (*ToFloat)(const std::uint16_t*, float*, std::size_t),
           void (*FromFloat)(const float*, std::uint16_t*, std::size_t)>
 struct Io16 {
   using C = float;
+  template <int B>
   static void in(const H* s, C* d, std::int64_t n, C mul) {
     ToFloat(reinterpret_cast<const std::uint16_t*>(s), d, static_cast<std::size_t>(n));
     if (mul != C(1))
       for (std::int64_t i = 0; i < n; ++i) d[i] *= mul;
   }
+  template <int B>
   static void out(const C* s, H* d, std::int64_t n) {
     FromFloat(s, reinterpret_cast<std::uint16_t*>(d), static_cast<std::size_t>(n));
   }
 };
-template <> struct Io<Bf16> : Io16<Bf16, bfloat16_to_float, float_to_bfloat16> {};
+template <> struct Io<Bf16> {
+  using C = float;
+  // The product by mul (1 where there is no scale) also quiets a signalling NaN, as the bulk
+  // conversion does: the same bits.
+  template <int B>
+  [[gnu::always_inline]] static void in(const Bf16* s, C* d, std::int64_t n, C mul) {
+    using F = typename Lanes<float, B>::V;
+    constexpr std::int64_t W = Lanes<float, B>::W;
+    const auto* p = reinterpret_cast<const bf16_bits*>(s);
+    const F mv = LaneOpsN<B>::splat(mul);
+    std::int64_t i = 0;
+    for (; i + W <= n; i += W) store_lanes(d + i, Bf16Lanes<B>::load(p + i) * mv);
+    for (; i < n; ++i) d[i] = widen(p[i]) * mul;
+  }
+  template <int B>
+  [[gnu::always_inline]] static void out(const C* s, Bf16* d, std::int64_t n) {
+    using F = typename Lanes<float, B>::V;
+    constexpr std::int64_t W = Lanes<float, B>::W;
+    auto* p = reinterpret_cast<bf16_bits*>(d);
+    std::int64_t i = 0;
+    for (; i + W <= n; i += W) Bf16Lanes<B>::store(p + i, load_lanes<F>(s + i));
+    for (; i < n; ++i) p[i] = narrow<bf16_bits>(s[i]);
+  }
+};
 template <> struct Io<F16> : Io16<F16, half_to_float, float_to_half> {};
 template <class T> using Compute = typename Io<T>::C;
 
@@ -219,14 +249,14 @@ struct Layout {
 
   /// n rows of `width` values (row r at src + at(r) · width) as C times mul into rows of ld
   /// (dst), zero beyond width; rows [n, rows) zero.
-  template <class T, class At>
-  static void pack_rows(const T* src, At at, std::int64_t n, std::int64_t width, std::int64_t rows, std::int64_t ld,
+  template <int B, class T, class At>
+  [[gnu::always_inline]] static void pack_rows(const T* src, At at, std::int64_t n, std::int64_t width, std::int64_t rows, std::int64_t ld,
                         Compute<T>* dst, Compute<T> mul = 1) {
     using C = Compute<T>;
     for (std::int64_t r = 0; r < rows; ++r) {
       C* d = dst + r * ld;
       if (r < n) {
-        Io<T>::in(src + at(r) * width, d, width, mul);
+        Io<T>::template in<B>(src + at(r) * width, d, width, mul);
         std::fill(d + width, d + ld, C(0));
       } else {
         std::fill(d, d + ld, C(0));
@@ -266,12 +296,12 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
   const std::int64_t bh = b * g.heads + h;
   if (w.bh != bh) {  // pack this (batch, head)'s keys (transposed) and values once
     auto key = [&](std::int64_t j) { return t.k_at(b, h, j); };
-    Layout::pack_rows(k, key, g.kv_len, D, t.tkp, t.dp, w.k.data());
+    Layout::pack_rows<B>(k, key, g.kv_len, D, t.tkp, t.dp, w.k.data());
     Layout::transpose(w.k.data(), g.kv_len, D, t.dp, t.tkp, w.kt.data());
-    Layout::pack_rows(v, key, g.kv_len, Dv, t.tkp, t.dvp, w.v.data());
+    Layout::pack_rows<B>(v, key, g.kv_len, Dv, t.tkp, t.dvp, w.v.data());
     w.bh = bh;
   }
-  Layout::pack_rows(q, [&](std::int64_t r) { return t.q_at(b, h, i0 + r); }, nq, D, kBq, t.dp, w.q.data(),
+  Layout::pack_rows<B>(q, [&](std::int64_t r) { return t.q_at(b, h, i0 + r); }, nq, D, kBq, t.dp, w.q.data(),
                     C(g.scale));
   std::fill(w.o.begin(), w.o.end(), C(0));
   std::fill(w.m.begin(), w.m.end(), -inf);
@@ -324,7 +354,7 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
       for (std::int64_t d = 0; d < Dv; ++d) row[d] = w.o[r * t.dvp + d] * inv;
       l = w.m[r] + std::log(w.l[r]);
     }
-    Io<T>::out(row, o, Dv);
+    Io<T>::template out<B>(row, o, Dv);
   }
 }
 
@@ -342,16 +372,16 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
   auto query = [&](std::int64_t i) { return t.q_at(b, h, i); };
   auto key = [&](std::int64_t j) { return t.k_at(b, h, j); };
   // This (batch, head)'s operands, packed once: q·scale, do, k, kᵀ, vᵀ; dq's float sums.
-  Layout::pack_rows(q, query, g.q_len, D, t.tqp, dp, w.q.data(), scale);
-  Layout::pack_rows(dout, query, g.q_len, Dv, t.tqp, dvp, w.dout.data());
-  Layout::pack_rows(k, key, g.kv_len, D, t.tkp, dp, w.k.data());
+  Layout::pack_rows<B>(q, query, g.q_len, D, t.tqp, dp, w.q.data(), scale);
+  Layout::pack_rows<B>(dout, query, g.q_len, Dv, t.tqp, dvp, w.dout.data());
+  Layout::pack_rows<B>(k, key, g.kv_len, D, t.tkp, dp, w.k.data());
   Layout::transpose(w.k.data(), g.kv_len, D, dp, t.tkp, w.kt.data());
-  Layout::pack_rows(v, key, g.kv_len, Dv, t.tkp, dvp, w.v.data());
+  Layout::pack_rows<B>(v, key, g.kv_len, Dv, t.tkp, dvp, w.v.data());
   Layout::transpose(w.v.data(), g.kv_len, Dv, dvp, t.tkp, w.vt.data());
   std::fill(w.dq.begin(), w.dq.end(), C(0));
   for (std::int64_t i = 0; i < g.q_len; ++i) {  // δ_i = do_i · o_i
     C* o = w.row.data();
-    Io<T>::in(out + query(i) * Dv, o, Dv, C(1));
+    Io<T>::template in<B>(out + query(i) * Dv, o, Dv, C(1));
     const C* d = w.dout.data() + i * dvp;
     C s = C(0);
     for (std::int64_t c = 0; c < Dv; ++c) s += d[c] * o[c];
@@ -389,14 +419,14 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
       gemm<C, B, true, false>(nq, dp, nk, dpr, kBk, w.k.data() + j0 * dp, dp, w.dq.data() + i0 * dp, dp);  // Σ ds k
     }
     for (std::int64_t c = 0; c < nk; ++c) {
-      Io<T>::out(&w.dk[c * dp], dk + key(j0 + c) * D, D);
-      Io<T>::out(&w.dv[c * dvp], dv + key(j0 + c) * Dv, Dv);
+      Io<T>::template out<B>(&w.dk[c * dp], dk + key(j0 + c) * D, D);
+      Io<T>::template out<B>(&w.dv[c * dvp], dv + key(j0 + c) * Dv, Dv);
     }
   }
   for (std::int64_t i = 0; i < g.q_len; ++i) {  // dq = scale · Σ_j ds_ij k_j
     C* row = w.row.data();
     for (std::int64_t c = 0; c < D; ++c) row[c] = w.dq[i * dp + c] * scale;
-    Io<T>::out(row, dq + query(i) * D, D);
+    Io<T>::template out<B>(row, dq + query(i) * D, D);
   }
 }
 

@@ -3,6 +3,7 @@
 // float32 in registers (and rounded back to nearest even); kernels written on these run at the
 // process's ISA tier through isa_call (isa_dispatch.hpp).
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <cstdint>
 #include <type_traits>
@@ -28,8 +29,8 @@ template <class V, class T>
 
 /// float32 lanes (and int32 masks of their width) as common/float_math.hpp's operations policy: that file's formulas
 /// (exp, GELU) on lanes give the scalar formulas' bits, lane by lane, in files compiled without
-/// contraction. LaneOps: 16 lanes (one AVX-512 register at the avx512 tier, two AVX2 ones at
-/// avx2); bodies called through isa_call_native use their tier's own width (isa_native_bytes).
+/// contraction. Bodies written on them run through isa_call_native, each width at its own tier
+/// (isa_native_bytes).
 // Vector arguments and returns: always inlined into their caller's tier wrapper, so the warning that a
 // baseline call would pass them differently from an AVX-512 one never applies.
 #pragma GCC diagnostic push
@@ -47,6 +48,26 @@ struct LaneOpsOf {
     T out;
     __builtin_memcpy(&out, &r, sizeof out);
     return out;
+  }
+  /// a·b + c rounded once, lane by lane: one vfmadd where the tier's registers hold T (this file's
+  /// bodies run at the tier of their width: isa_call_native), fmaf per lane otherwise (the baseline
+  /// tier, and builds without the tiers). Written as an instruction, not left to contraction: the
+  /// files of these bodies compile without it, and an intrinsic cannot be inlined through the
+  /// target-less policy into its tier's wrapper. The register of a is overwritten (Horner's p:
+  /// dead after the step); c may come from memory (the polynomial's constants).
+  [[gnu::always_inline]] static T fma(T a, T b, T c) {
+#ifdef MPT_ISA_DISPATCH
+    if constexpr (sizeof(T) == 64) {
+      asm("vfmadd213ps %[c], %[b], %[a]" : [a] "+v"(a) : [b] "v"(b), [c] "vm"(c));
+      return a;
+    } else if constexpr (sizeof(T) == 32) {
+      asm("vfmadd213ps %[c], %[b], %[a]" : [a] "+x"(a) : [b] "x"(b), [c] "xm"(c));
+      return a;
+    }
+#endif
+    T r;
+    for (std::size_t i = 0; i < sizeof(T) / sizeof(float); ++i) r[i] = std::fma(a[i], b[i], c[i]);
+    return r;
   }
   [[gnu::always_inline]] static T from_bits_shifted(T t) {
     M bits;
@@ -78,7 +99,6 @@ MPT_LANES(double, std::int64_t, 64)
 
 /// float_math's operations policy on B bytes of float32 lanes.
 template <int B> using LaneOpsN = LaneOpsOf<typename Lanes<float, B>::V, typename Lanes<float, B>::M>;
-using LaneOps = LaneOpsN<64>;
 #pragma GCC diagnostic pop
 
 /// The bits of a bfloat16 value.
