@@ -276,6 +276,40 @@ TEST_CASE("op table: bfloat16 GELU and its gradient are the float32 arithmetic o
   CHECK(bits(grad(x16, d16)) == bits(ops::cast(grad(x32, ops::cast(d16, float32)), bfloat16)));
 }
 
+TEST_CASE("op table: bfloat16 add, subtract, multiply and column sums are the float32 arithmetic on the widened values, rounded") {
+  // The CPU runs these on lanes that widen and round in registers (same-shape operands; sums down
+  // a column): the bits of the float32 op on the widened inputs, rounded once, with infinities,
+  // NaNs, overflow and a scalar tail (37 columns) in them.
+  const std::int64_t rows = 129, cols = 37;
+  std::vector<float> av(static_cast<std::size_t>(rows * cols)), bv(av.size());
+  for (std::size_t i = 0; i < av.size(); ++i) {
+    av[i] = std::ldexp(static_cast<float>(static_cast<int>(i * 7919 % 2001) - 1000), static_cast<int>(i % 23) - 14);
+    bv[i] = std::ldexp(static_cast<float>(static_cast<int>(i * 104729 % 1999) - 999), static_cast<int>(i % 19) - 10);
+  }
+  av[5] = INFINITY, bv[6] = -INFINITY, av[7] = NAN, bv[8] = NAN, av[9] = 3e38f, bv[9] = 3e38f, av[10] = INFINITY,
+  bv[10] = -INFINITY;
+  auto bits = [](const Tensor& t) {
+    REQUIRE(t.dtype() == bfloat16);
+    const Tensor c = t.to(Device::cpu());
+    std::vector<std::uint16_t> out(static_cast<std::size_t>(c.numel()));
+    std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(std::uint16_t));
+    return out;
+  };
+  for_each_device([&](Device dev) {
+    const Tensor a16 = ops::cast(Tensor::from_vector(av, {rows, cols}), bfloat16).to(dev);
+    const Tensor b16 = ops::cast(Tensor::from_vector(bv, {rows, cols}), bfloat16).to(dev);
+    const Tensor a32 = ops::cast(a16, float32), b32 = ops::cast(b16, float32);
+    CHECK(bits(ops::add(a16, b16)) == bits(ops::cast(ops::add(a32, b32), bfloat16)));
+    CHECK(bits(ops::sub(a16, b16)) == bits(ops::cast(ops::sub(a32, b32), bfloat16)));
+    CHECK(bits(ops::mul(a16, b16)) == bits(ops::cast(ops::mul(a32, b32), bfloat16)));
+    // Finite columns (a sum with an infinity and a NaN in it is NaN either way) and every column.
+    const Tensor f16 = ops::cast(ops::mul(ops::cast(a16, float32), Tensor::scalar(1e-3, float32, dev)), bfloat16);
+    CHECK(bits(ops::sum(f16, {0})) == bits(ops::cast(ops::sum(ops::cast(f16, float32), {0}), bfloat16)));
+    CHECK(bits(ops::sum(a16, {0})) == bits(ops::cast(ops::sum(a32, {0}), bfloat16)));
+    CHECK(bits(ops::mean(b16, {0})) == bits(ops::cast(ops::mean(b32, {0}), bfloat16)));
+  });
+}
+
 TEST_CASE("op table: backward against finite differences and the CPU's float64, every op, dtype and device") {
   for_each_device([](Device dev) {
     for (const UnaryRow& r : rows()) {

@@ -168,6 +168,19 @@ MPT_KERNEL void binary_loop(const std::array<const C*, 2>& p, const std::array<s
   }
 }
 
+/// bfloat16 a op b for same-shape operands (add, subtract, multiply: the residual adds and
+/// gradient sums of a transformer): binary_apply's float32 formula on lanes widened as they are
+/// loaded and rounded as they are stored, the bits of the staged path (whose float32 blocks cost
+/// three conversion passes per block). out may be a or b.
+template <BinaryOp Op, int B>
+MPT_KERNEL void binary_bf16(const bf16_bits* a, const bf16_bits* b, bf16_bits* o, std::int64_t n) {
+  using H = Bf16Lanes<B>;
+  constexpr std::int64_t W = Lanes<float, B>::W;
+  std::int64_t i = 0;
+  for (; i + W <= n; i += W) H::store(o + i, common::binary_apply<Op>(H::load(a + i), H::load(b + i)));
+  for (; i < n; ++i) o[i] = narrow<bf16_bits>(common::binary_apply<Op>(widen(a[i]), widen(b[i])));
+}
+
 /// ReLU backward on float16/bfloat16 bit patterns (kInf: +inf; kQuiet: the quiet-NaN bit):
 /// x > 0 means 0 < x <= +inf as unsigned bits (sign clear, nonzero, not NaN), and a NaN
 /// gradient passed through comes out quiet, as the float32 round trip of map3 made it. Staying
@@ -306,6 +319,21 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (a.dtype() == bfloat16 && b.dtype() == bfloat16 && out.dtype() == bfloat16 && a.shape() == out.shape() &&
+      b.shape() == out.shape() && (op == BinaryOp::Add || op == BinaryOp::Sub || op == BinaryOp::Mul)) {
+    const auto* pa = static_cast<const bf16_bits*>(a.data_ptr());
+    const auto* pb = static_cast<const bf16_bits*>(b.data_ptr());
+    auto* po = static_cast<bf16_bits*>(out.data_ptr());
+    common::with_binary_op(op, [&](auto o) {
+      using OpT = decltype(o);
+      if constexpr (OpT::value == BinaryOp::Add || OpT::value == BinaryOp::Sub || OpT::value == BinaryOp::Mul)
+        parallel_for(out.numel(), kGrain, [&](std::int64_t s, std::int64_t e) {
+          isa_call_native<binary_bf16<OpT::value, 64>, binary_bf16<OpT::value, 32>, binary_bf16<OpT::value, 16>>(
+              pa + s, pb + s, po + s, e - s);
+        });
+    });
+    return;
+  }
   with_compute_type(a.dtype(), [&](auto c) {
     using C = decltype(c);
     auto run = [&](auto f) {

@@ -6,6 +6,10 @@
 #include "backend/cpu/vector_types.hpp"
 #include "backend/common/unary_ops.hpp"  // exact::add: integer sums wrap around
 
+// sum_rows_bf16's vectors are inlined into its tier's wrapper (isa_call_native): the ABI warning
+// about passing them to a baseline function never applies.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace mpt::cpu {
 namespace {
 
@@ -22,6 +26,22 @@ MPT_KERNEL void combine_row(C* __restrict acc, const C* __restrict p, std::int64
       return;
     default:
       for (std::int64_t j = 0; j < m; ++j) acc[j] = common::exact::add(acc[j], p[j]);  // integers wrap
+  }
+}
+
+/// acc[j] += x[r · stride + j] over rows r < rows, j < m, for bfloat16 x: widened on the lanes
+/// as they are loaded (no float32 copy of each row), each acc[j] adding its rows in order: the
+/// bits of combine_row on the converted rows.
+template <int B>
+MPT_KERNEL void sum_rows_bf16(float* __restrict acc, const bf16_bits* __restrict x, std::int64_t stride,
+                              std::int64_t rows, std::int64_t m) {
+  using F = typename Lanes<float, B>::V;
+  constexpr std::int64_t W = Lanes<float, B>::W;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const bf16_bits* p = x + r * stride;
+    std::int64_t j = 0;
+    for (; j + W <= m; j += W) store_lanes(acc + j, load_lanes<F>(acc + j) + Bf16Lanes<B>::load(p + j));
+    for (; j < m; ++j) acc[j] = acc[j] + widen(p[j]);
   }
 }
 
@@ -79,7 +99,15 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor&
         std::int64_t o = u / iblocks, j0 = (u % iblocks) * width;
         std::int64_t m = std::min(width, inner - j0);
         std::fill(acc, acc + m, init);
-        for (std::int64_t i = 0; i < n; ++i) isa_call<combine_row<C>>(acc, load<C>(x, (o * n + i) * inner + j0, m, s), m, op);
+        bool summed = false;
+        if constexpr (std::is_same_v<C, float>)
+          if (x.dtype() == bfloat16 && (op == ReduceOp::Sum || op == ReduceOp::Mean)) {
+            isa_call_native<sum_rows_bf16<64>, sum_rows_bf16<32>, sum_rows_bf16<16>>(
+                acc, static_cast<const bf16_bits*>(x.data_ptr()) + o * n * inner + j0, inner, n, m);
+            summed = true;
+          }
+        if (!summed)
+          for (std::int64_t i = 0; i < n; ++i) isa_call<combine_row<C>>(acc, load<C>(x, (o * n + i) * inner + j0, m, s), m, op);
         for (std::int64_t j = 0; j < m; ++j) acc[j] = finish(acc[j]);
         detail::convert(acc, compute_dtype_of<C>(),
                         static_cast<char*>(out.data_ptr()) + (o * inner + j0) * itemsize(out.dtype()),

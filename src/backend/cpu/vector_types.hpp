@@ -12,6 +12,11 @@
 #include "mpt/dtype.hpp"
 
 
+// Vector arguments and returns: always inlined into their caller's tier wrapper, so the warning that a
+// baseline call would pass them differently from an AVX-512 one never applies.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace mpt::cpu {
 
 /// A vector V of lanes read from p (unaligned), and written back: always inlined into the
@@ -31,10 +36,6 @@ template <class V, class T>
 /// (exp, GELU) on lanes give the scalar formulas' bits, lane by lane, in files compiled without
 /// contraction. Bodies written on them run through isa_call_native, each width at its own tier
 /// (isa_native_bytes).
-// Vector arguments and returns: always inlined into their caller's tier wrapper, so the warning that a
-// baseline call would pass them differently from an AVX-512 one never applies.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
 template <class Lanes, class Mask>
 struct LaneOpsOf {
   using T = Lanes;
@@ -99,7 +100,6 @@ MPT_LANES(double, std::int64_t, 64)
 
 /// float_math's operations policy on B bytes of float32 lanes.
 template <int B> using LaneOpsN = LaneOpsOf<typename Lanes<float, B>::V, typename Lanes<float, B>::M>;
-#pragma GCC diagnostic pop
 
 /// The bits of a bfloat16 value.
 using bf16_bits = std::uint16_t;
@@ -174,3 +174,5 @@ void with_vector_types(DType d, F&& f) {
 }
 
 }  // namespace mpt::cpu
+
+#pragma GCC diagnostic pop
