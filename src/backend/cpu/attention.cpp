@@ -33,6 +33,12 @@ namespace {
 
 constexpr std::int64_t kBq = 64;  // query rows per tile
 constexpr std::int64_t kBk = 64;  // keys per tile
+// A causal tile on the diagonal (keys j0.. = queries i0..) is computed in groups of kDiag query
+// rows (keys likewise), each only as far as its last row attends: 10 of 16 column blocks instead
+// of all, the rest being masked to -inf (probability exactly 0) either way. The sums skip only
+// zero terms, in the same order.
+constexpr std::int64_t kDiag = 16;
+static_assert(kBq == kBk && kBq % kDiag == 0, "diagonal tiles need square tiles of whole groups");
 
 // ---- lanes ------------------------------------------------------------------------------------
 
@@ -310,7 +316,13 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
   for (std::int64_t j0 = 0; j0 < end; j0 += kBk) {
     const std::int64_t nk = std::min(kBk, end - j0);
     C* s = w.s.data();
-    gemm<C, B, false, false>(nq, kBk, D, w.q.data(), t.dp, w.kt.data() + j0, t.tkp, s, kBk);
+    const bool diagonal = g.causal && j0 == i0;
+    if (diagonal)  // row group r0 attends keys < r0 + kDiag at most
+      for (std::int64_t r0 = 0; r0 < nq; r0 += kDiag)
+        gemm<C, B, false, false>(std::min(kDiag, nq - r0), std::min(kBk, r0 + kDiag), D, w.q.data() + r0 * t.dp, t.dp,
+                                 w.kt.data() + j0, t.tkp, s + r0 * kBk, kBk);
+    else
+      gemm<C, B, false, false>(nq, kBk, D, w.q.data(), t.dp, w.kt.data() + j0, t.tkp, s, kBk);
     if (nk < kBk || t.partly_masked(i0, j0, nk)) t.mask_tile(b, h, i0, nq, j0, nk, s);
     for (std::int64_t r = 0; r < nq; ++r) {
       C* sr = s + r * kBk;
@@ -340,7 +352,12 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
       }
       w.l[r] += hsum<C, B>(sum);
     }
-    gemm<C, B, true, false>(nq, t.dvp, nk, s, kBk, w.v.data() + j0 * t.dvp, t.dvp, w.o.data(), t.dvp);
+    if (diagonal)
+      for (std::int64_t r0 = 0; r0 < nq; r0 += kDiag)
+        gemm<C, B, true, false>(std::min(kDiag, nq - r0), t.dvp, std::min(nk, r0 + kDiag), s + r0 * kBk, kBk,
+                                w.v.data() + j0 * t.dvp, t.dvp, w.o.data() + r0 * t.dvp, t.dvp);
+    else
+      gemm<C, B, true, false>(nq, t.dvp, nk, s, kBk, w.v.data() + j0 * t.dvp, t.dvp, w.o.data(), t.dvp);
   }
   for (std::int64_t r = 0; r < nq; ++r) {
     T* o = out + t.q_at(b, h, i0 + r) * Dv;
@@ -396,8 +413,18 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
       const std::int64_t nq = std::min(kBq, g.q_len - i0);
       const C *qs = w.q.data() + i0 * dp, *dob = w.dout.data() + i0 * dvp;
       C *s = w.s.data(), *dpr = w.dp.data();
-      gemm<C, B, false, false>(nq, kBk, D, qs, dp, w.kt.data() + j0, t.tkp, s, kBk);      // s = (scale q) kᵀ
-      gemm<C, B, false, false>(nq, kBk, Dv, dob, dvp, w.vt.data() + j0, t.tkp, dpr, kBk);  // dp = do vᵀ
+      const bool diagonal = g.causal && j0 == i0;
+      if (diagonal) {  // as the forward: row group r0 only as far as key r0 + kDiag; dp 0 beyond
+        for (std::int64_t r0 = 0; r0 < nq; r0 += kDiag) {
+          const std::int64_t m = std::min(kDiag, nq - r0), n = std::min(kBk, r0 + kDiag);
+          gemm<C, B, false, false>(m, n, D, qs + r0 * dp, dp, w.kt.data() + j0, t.tkp, s + r0 * kBk, kBk);
+          gemm<C, B, false, false>(m, n, Dv, dob + r0 * dvp, dvp, w.vt.data() + j0, t.tkp, dpr + r0 * kBk, kBk);
+          for (std::int64_t r = r0; r < r0 + m; ++r) std::fill(dpr + r * kBk + n, dpr + (r + 1) * kBk, C(0));
+        }
+      } else {
+        gemm<C, B, false, false>(nq, kBk, D, qs, dp, w.kt.data() + j0, t.tkp, s, kBk);      // s = (scale q) kᵀ
+        gemm<C, B, false, false>(nq, kBk, Dv, dob, dvp, w.vt.data() + j0, t.tkp, dpr, kBk);  // dp = do vᵀ
+      }
       if (nk < kBk || t.partly_masked(i0, j0, nk)) t.mask_tile(b, h, i0, nq, j0, nk, s);
       for (std::int64_t r = 0; r < nq; ++r) {
         C *sr = s + r * kBk, *dr = dpr + r * kBk;
@@ -414,9 +441,20 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
           vstore<B>(dr + c, p * (vload<B>(dr + c) - dv_));  // ds
         }
       }
-      gemm<C, B, true, true>(nk, dvp, nq, s, kBk, dob, dvp, w.dv.data(), dvp);    // dv += pᵀ do
-      gemm<C, B, true, true>(nk, dp, nq, dpr, kBk, qs, dp, w.dk.data(), dp);      // dk += dsᵀ (scale q)
-      gemm<C, B, true, false>(nq, dp, nk, dpr, kBk, w.k.data() + j0 * dp, dp, w.dq.data() + i0 * dp, dp);  // Σ ds k
+      if (diagonal) {  // key group c0 has queries from c0 on; query group r0 keys up to r0 + kDiag
+        for (std::int64_t c0 = 0; c0 < std::min(nk, nq); c0 += kDiag) {
+          const std::int64_t m = std::min(kDiag, nk - c0);
+          gemm<C, B, true, true>(m, dvp, nq - c0, s + c0 * kBk + c0, kBk, dob + c0 * dvp, dvp, w.dv.data() + c0 * dvp, dvp);
+          gemm<C, B, true, true>(m, dp, nq - c0, dpr + c0 * kBk + c0, kBk, qs + c0 * dp, dp, w.dk.data() + c0 * dp, dp);
+        }
+        for (std::int64_t r0 = 0; r0 < nq; r0 += kDiag)
+          gemm<C, B, true, false>(std::min(kDiag, nq - r0), dp, std::min(nk, r0 + kDiag), dpr + r0 * kBk, kBk,
+                                  w.k.data() + j0 * dp, dp, w.dq.data() + (i0 + r0) * dp, dp);
+      } else {
+        gemm<C, B, true, true>(nk, dvp, nq, s, kBk, dob, dvp, w.dv.data(), dvp);    // dv += pᵀ do
+        gemm<C, B, true, true>(nk, dp, nq, dpr, kBk, qs, dp, w.dk.data(), dp);      // dk += dsᵀ (scale q)
+        gemm<C, B, true, false>(nq, dp, nk, dpr, kBk, w.k.data() + j0 * dp, dp, w.dq.data() + i0 * dp, dp);  // Σ ds k
+      }
     }
     for (std::int64_t c = 0; c < nk; ++c) {
       Io<T>::template out<B>(&w.dk[c * dp], dk + key(j0 + c) * D, D);
