@@ -274,6 +274,15 @@ TEST_CASE("op table: bfloat16 GELU and its gradient are the float32 arithmetic o
     return tape.gradient(ops::sum(ops::cast(ops::mul(ops::gelu(xw), d), float32)), {xw})[0];
   };
   CHECK(bits(grad(x16, d16)) == bits(ops::cast(grad(x32, ops::cast(d16, float32)), bfloat16)));
+  // Every one of the 65,536 bit patterns (NaNs, infinities, subnormals, both zeros): the CPU's
+  // bfloat16 GELU looks its results up in tables built from the lanes.
+  Tensor all = Tensor::empty({65536}, bfloat16, Device::cpu());
+  auto* pb = static_cast<std::uint16_t*>(all.data_ptr());
+  for (std::uint32_t b = 0; b < 65536; ++b) pb[b] = static_cast<std::uint16_t>(b);
+  const Tensor all32 = ops::cast(all, float32);
+  CHECK(bits(ops::gelu(all)) == bits(ops::cast(ops::gelu(all32), bfloat16)));
+  const Tensor dall = ops::cast(Tensor::random_uniform({65536}, -3, 3, 8), bfloat16);
+  CHECK(bits(grad(all, dall)) == bits(ops::cast(grad(all32, ops::cast(dall, float32)), bfloat16)));
 }
 
 TEST_CASE("op table: bfloat16 add, subtract, multiply and column sums are the float32 arithmetic on the widened values, rounded") {
