@@ -248,7 +248,7 @@ TEST_CASE("op table: float32 GELU (common/float_math.hpp) is close to float64 ov
   CHECK(std::isnan(odd[2]));
 }
 
-TEST_CASE("op table: bfloat16 GELU and its gradient are the float32 arithmetic on the widened values, rounded") {
+TEST_CASE("op table: 16-bit GELU and its gradient are the float32 arithmetic on the widened values, rounded") {
   // Every bfloat16 value in [-16, 16] and some odd ones, in a length that leaves a scalar tail;
   // against the float32 op on the widened inputs, rounded once (the bits of every lane and tail).
   std::vector<float> xs;
@@ -274,15 +274,28 @@ TEST_CASE("op table: bfloat16 GELU and its gradient are the float32 arithmetic o
     return tape.gradient(ops::sum(ops::cast(ops::mul(ops::gelu(xw), d), float32)), {xw})[0];
   };
   CHECK(bits(grad(x16, d16)) == bits(ops::cast(grad(x32, ops::cast(d16, float32)), bfloat16)));
-  // Every one of the 65,536 bit patterns (NaNs, infinities, subnormals, both zeros): the CPU's
-  // bfloat16 GELU looks its results up in tables built from the lanes.
-  Tensor all = Tensor::empty({65536}, bfloat16, Device::cpu());
-  auto* pb = static_cast<std::uint16_t*>(all.data_ptr());
-  for (std::uint32_t b = 0; b < 65536; ++b) pb[b] = static_cast<std::uint16_t>(b);
-  const Tensor all32 = ops::cast(all, float32);
-  CHECK(bits(ops::gelu(all)) == bits(ops::cast(ops::gelu(all32), bfloat16)));
-  const Tensor dall = ops::cast(Tensor::random_uniform({65536}, -3, 3, 8), bfloat16);
-  CHECK(bits(grad(all, dall)) == bits(ops::cast(grad(all32, ops::cast(dall, float32)), bfloat16)));
+  // Every one of the 65,536 bit patterns (NaNs, infinities, subnormals, both zeros), bfloat16 and
+  // float16: the CPU's 16-bit GELU looks its results up in tables built from the lanes.
+  auto bits16 = [](const Tensor& t) {
+    const Tensor c = t.to(Device::cpu());
+    std::vector<std::uint16_t> out(static_cast<std::size_t>(c.numel()));
+    std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(std::uint16_t));
+    return out;
+  };
+  for (DType dt : {bfloat16, float16}) {
+    CAPTURE(to_string(dt));
+    Tensor all = Tensor::empty({65536}, dt, Device::cpu());
+    auto* pb = static_cast<std::uint16_t*>(all.data_ptr());
+    for (std::uint32_t b = 0; b < 65536; ++b) pb[b] = static_cast<std::uint16_t>(b);
+    const Tensor all32 = ops::cast(all, float32);
+    const Tensor y = ops::gelu(all);
+    REQUIRE(y.dtype() == dt);
+    CHECK(bits16(y) == bits16(ops::cast(ops::gelu(all32), dt)));
+    const Tensor dall = ops::cast(Tensor::random_uniform({65536}, -3, 3, 8), dt);
+    const Tensor dx = grad(all, dall);
+    REQUIRE(dx.dtype() == dt);
+    CHECK(bits16(dx) == bits16(ops::cast(grad(all32, ops::cast(dall, float32)), dt)));
+  }
 }
 
 TEST_CASE("op table: bfloat16 add, subtract, multiply and column sums are the float32 arithmetic on the widened values, rounded") {

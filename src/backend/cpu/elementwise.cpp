@@ -99,63 +99,62 @@ MPT_KERNEL void gelu_grad_block(const float* __restrict x, const float* __restri
   for (; i < n; ++i) dx[i] = common::unary_grad<UnaryOp::Gelu>(x[i], 0.f, dy[i], 0.f);
 }
 
-// bfloat16 GELU: the same float32 arithmetic on lanes widened as they are loaded and rounded
-// (nearest even, as narrow<bf16_bits>) as they are stored: no float32 copies of the blocks.
-template <int B>
-MPT_KERNEL void gelu_block_bf16(const bf16_bits* __restrict x, bf16_bits* __restrict y, std::int64_t n) {
-  using L = LaneOpsN<B>;
-  using H = Bf16Lanes<B>;
-  constexpr std::int64_t W = Lanes<float, B>::W;
-  std::int64_t i = 0;
-  for (; i + W <= n; i += W) H::store(y + i, common::gelu_f32<L>(H::load(x + i)));
-  for (; i < n; ++i) y[i] = narrow<bf16_bits>(common::unary_apply<UnaryOp::Gelu>(widen(x[i]), 0.f));
-}
-
-template <int B>
-MPT_KERNEL void gelu_grad_block_bf16(const bf16_bits* __restrict x, const bf16_bits* __restrict dy,
-                                     bf16_bits* __restrict dx, std::int64_t n) {
-  using L = LaneOpsN<B>;
-  using H = Bf16Lanes<B>;
-  constexpr std::int64_t W = Lanes<float, B>::W;
-  std::int64_t i = 0;
-  for (; i + W <= n; i += W) H::store(dx + i, H::load(dy + i) * common::gelu_grad_f32<L>(H::load(x + i)));
-  for (; i < n; ++i)
-    dx[i] = narrow<bf16_bits>(common::unary_grad<UnaryOp::Gelu>(widen(x[i]), 0.f, widen(dy[i]), 0.f));
-}
-
-/// bfloat16 GELU by table. A bfloat16 input has 65,536 values, so the forward's results
-/// (gelu_block_bf16's bits) and the gradient's float32 factors gelu'(x) (gelu_grad_block with
-/// dy = 1: exactly gelu_grad_f32) are computed once per process, on the lanes, for all of them
-/// (128 + 256 KiB: they stay in L2); a call is then a lookup per element, and for the gradient
-/// one float32 product with dy rounded once, as the lanes do: the same bits, without the erf's
-/// 20-odd operations and its division per element (which had kept GELU at a tenth of a bfloat16
-/// transformer step).
-struct GeluBf16Table {
-  std::vector<bf16_bits> y;
+/// 16-bit GELU by table. A bfloat16 or float16 input has 65,536 values, so the forward's results
+/// (the float32 lanes' bits on the widened value, rounded) and the gradient's float32 factors
+/// gelu'(x) (gelu_grad_block with dy = 1: exactly gelu_grad_f32) are computed once per process
+/// and dtype, on the lanes, for all of them (128 + 256 KiB: they stay in L2); a call is then a
+/// lookup per element, and for the gradient one float32 product with dy rounded once, as the
+/// staged and lane paths do: the same bits, without the erf's 20-odd operations and its division
+/// per element (which had kept GELU at a tenth of a bfloat16 transformer step).
+struct Gelu16Table {
+  std::vector<std::uint16_t> y;
   std::vector<float> dydx;
 };
-GeluBf16Table build_gelu_bf16_table(std::int64_t n) {
+Gelu16Table build_gelu16_table(DType dt, std::int64_t n) {
   const auto un = static_cast<std::size_t>(n);
-  GeluBf16Table t{std::vector<bf16_bits>(un), std::vector<float>(un)};
-  std::vector<bf16_bits> bits(un);
-  std::vector<float> x(un), one(un, 1.0f);
-  for (std::size_t i = 0; i < un; ++i) {
-    bits[i] = static_cast<bf16_bits>(i);
-    x[i] = widen(bits[i]);
-  }
-  isa_call_native<gelu_block_bf16<64>, gelu_block_bf16<32>, gelu_block_bf16<16>>(bits.data(), t.y.data(), n);
+  Gelu16Table t{std::vector<std::uint16_t>(un), std::vector<float>(un)};
+  std::vector<std::uint16_t> bits(un);
+  std::vector<float> x(un), y(un), one(un, 1.0f);
+  for (std::size_t i = 0; i < un; ++i) bits[i] = static_cast<std::uint16_t>(i);
+  detail::convert(bits.data(), dt, x.data(), float32, un);
+  isa_call_native<gelu_block<64>, gelu_block<32>, gelu_block<16>>(x.data(), y.data(), n);
+  detail::convert(y.data(), float32, t.y.data(), dt, un);
   isa_call_native<gelu_grad_block<64>, gelu_grad_block<32>, gelu_grad_block<16>>(x.data(), one.data(), t.dydx.data(), n);
   return t;
 }
-const GeluBf16Table& gelu_bf16_table() {
-  static const GeluBf16Table table = [] {
-    // n hidden from the optimizer: as a known constant, GCC 12 warns of undefined behaviour in
-    // the lane bodies' unreached scalar tails.
+const Gelu16Table& gelu16_table(DType dt) {
+  // n hidden from the optimizer: as a known constant, GCC 12 warns of undefined behaviour in the
+  // lane bodies' unreached scalar tails.
+  auto build = [](DType d) {
     std::int64_t n = std::int64_t{1} << 16;
     asm("" : "+r"(n));
-    return build_gelu_bf16_table(n);
-  }();
-  return table;
+    return build_gelu16_table(d, n);
+  };
+  if (dt == bfloat16) {
+    static const Gelu16Table bf = build(bfloat16);
+    return bf;
+  }
+  static const Gelu16Table f16 = build(float16);
+  return f16;
+}
+
+/// dx = dy · gelu'(x) for 16-bit x, dy, dx (dtype dt), the factors from gelu16_table: bfloat16
+/// widened and rounded in place; float16 through the bulk (F16C) conversions, a block at a time.
+void gelu16_backward(DType dt, const std::uint16_t* x, const std::uint16_t* dy, std::uint16_t* dx, std::int64_t n) {
+  const float* g = gelu16_table(dt).dydx.data();
+  parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
+    if (dt == bfloat16) {
+      for (std::int64_t i = b; i < e; ++i) dx[i] = narrow<bf16_bits>(widen(dy[i]) * g[x[i]]);
+      return;
+    }
+    float d[kBlock];
+    for (std::int64_t i = b; i < e; i += kBlock) {
+      const std::int64_t m = std::min(kBlock, e - i);
+      half_to_float(dy + i, d, static_cast<std::size_t>(m));
+      for (std::int64_t j = 0; j < m; ++j) d[j] *= g[x[i + j]];
+      float_to_half(d, dx + i, static_cast<std::size_t>(m));
+    }
+  });
 }
 
 /// Broadcasting map over K operands; f(const C* ptrs[K], strides, m, C* out).
@@ -291,10 +290,10 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double param) {
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
       if constexpr (Op == UnaryOp::Gelu && std::is_same_v<C, float>) {
-        if (x.dtype() == bfloat16 && out.dtype() == bfloat16) {
-          const auto* px = static_cast<const bf16_bits*>(x.data_ptr());
-          auto* po = static_cast<bf16_bits*>(out.data_ptr());
-          const bf16_bits* table = gelu_bf16_table().y.data();
+        if (is_half(x.dtype()) && out.dtype() == x.dtype()) {
+          const auto* px = static_cast<const std::uint16_t*>(x.data_ptr());
+          auto* po = static_cast<std::uint16_t*>(out.data_ptr());
+          const std::uint16_t* table = gelu16_table(x.dtype()).y.data();
           parallel_for(out.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
             for (std::int64_t i = b; i < e; ++i) po[i] = table[px[i]];
           });
@@ -330,14 +329,10 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
     with_compute_type(x.dtype(), [&](auto c) {
       using C = decltype(c);
       if constexpr (OpT::value == UnaryOp::Gelu && std::is_same_v<C, float>) {
-        if (x.dtype() == bfloat16 && dy.dtype() == bfloat16 && dx.dtype() == bfloat16) {
-          const auto* px = static_cast<const bf16_bits*>(x.data_ptr());
-          const auto* pd = static_cast<const bf16_bits*>(dy.data_ptr());
-          auto* po = static_cast<bf16_bits*>(dx.data_ptr());
-          const float* dydx = gelu_bf16_table().dydx.data();
-          parallel_for(dx.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
-            for (std::int64_t i = b; i < e; ++i) po[i] = narrow<bf16_bits>(widen(pd[i]) * dydx[px[i]]);
-          });
+        if (is_half(x.dtype()) && dy.dtype() == x.dtype() && dx.dtype() == x.dtype()) {
+          gelu16_backward(x.dtype(), static_cast<const std::uint16_t*>(x.data_ptr()),
+                          static_cast<const std::uint16_t*>(dy.data_ptr()), static_cast<std::uint16_t*>(dx.data_ptr()),
+                          dx.numel());
           return;
         }
         map3_blocks<C>(x, y, dy, dx, [](const C* a, const C*, const C* d, C* o, std::int64_t m) {
