@@ -25,6 +25,15 @@ using namespace mpt::test;  // check_close, for_each_device, random, tolerance, 
 
 namespace {
 
+/// The raw patterns of a bfloat16 or float16 tensor (on the CPU), for bit-for-bit comparisons.
+std::vector<std::uint16_t> bits16(const Tensor& t) {
+  REQUIRE((t.dtype() == bfloat16 || t.dtype() == float16));
+  const Tensor c = t.to(Device::cpu());
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(c.numel()));
+  std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(std::uint16_t));
+  return out;
+}
+
 using Vec = std::vector<double>;
 
 struct UnaryRow {
@@ -258,14 +267,7 @@ TEST_CASE("op table: 16-bit GELU and its gradient are the float32 arithmetic on 
   const Tensor x16 = ops::cast(Tensor::from_vector(xs, {n}), bfloat16);
   const Tensor x32 = ops::cast(x16, float32);
   const Tensor d16 = ops::cast(Tensor::random_uniform({n}, -3, 3, 7), bfloat16);
-  auto bits = [](const Tensor& t) {
-    REQUIRE(t.dtype() == bfloat16);
-    const Tensor c = t.to(Device::cpu());
-    std::vector<std::uint16_t> out(static_cast<std::size_t>(c.numel()));
-    std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(std::uint16_t));
-    return out;
-  };
-  CHECK(bits(ops::gelu(x16)) == bits(ops::cast(ops::gelu(x32), bfloat16)));
+  CHECK(bits16(ops::gelu(x16)) == bits16(ops::cast(ops::gelu(x32), bfloat16)));
   // The gradient through sum(gelu(x) · d): gelu's backward gets dy = d exactly.
   auto grad = [&](const Tensor& x, const Tensor& d) {
     GradientTape tape;
@@ -273,15 +275,9 @@ TEST_CASE("op table: 16-bit GELU and its gradient are the float32 arithmetic on 
     tape.watch(xw);
     return tape.gradient(ops::sum(ops::cast(ops::mul(ops::gelu(xw), d), float32)), {xw})[0];
   };
-  CHECK(bits(grad(x16, d16)) == bits(ops::cast(grad(x32, ops::cast(d16, float32)), bfloat16)));
+  CHECK(bits16(grad(x16, d16)) == bits16(ops::cast(grad(x32, ops::cast(d16, float32)), bfloat16)));
   // Every one of the 65,536 bit patterns (NaNs, infinities, subnormals, both zeros), bfloat16 and
   // float16: the CPU's 16-bit GELU looks its results up in tables built from the lanes.
-  auto bits16 = [](const Tensor& t) {
-    const Tensor c = t.to(Device::cpu());
-    std::vector<std::uint16_t> out(static_cast<std::size_t>(c.numel()));
-    std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(std::uint16_t));
-    return out;
-  };
   for (DType dt : {bfloat16, float16}) {
     CAPTURE(to_string(dt));
     Tensor all = Tensor::empty({65536}, dt, Device::cpu());
@@ -310,25 +306,18 @@ TEST_CASE("op table: bfloat16 add, subtract, multiply and column sums are the fl
   }
   av[5] = INFINITY, bv[6] = -INFINITY, av[7] = NAN, bv[8] = NAN, av[9] = 3e38f, bv[9] = 3e38f, av[10] = INFINITY,
   bv[10] = -INFINITY;
-  auto bits = [](const Tensor& t) {
-    REQUIRE(t.dtype() == bfloat16);
-    const Tensor c = t.to(Device::cpu());
-    std::vector<std::uint16_t> out(static_cast<std::size_t>(c.numel()));
-    std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(std::uint16_t));
-    return out;
-  };
   for_each_device([&](Device dev) {
     const Tensor a16 = ops::cast(Tensor::from_vector(av, {rows, cols}), bfloat16).to(dev);
     const Tensor b16 = ops::cast(Tensor::from_vector(bv, {rows, cols}), bfloat16).to(dev);
     const Tensor a32 = ops::cast(a16, float32), b32 = ops::cast(b16, float32);
-    CHECK(bits(ops::add(a16, b16)) == bits(ops::cast(ops::add(a32, b32), bfloat16)));
-    CHECK(bits(ops::sub(a16, b16)) == bits(ops::cast(ops::sub(a32, b32), bfloat16)));
-    CHECK(bits(ops::mul(a16, b16)) == bits(ops::cast(ops::mul(a32, b32), bfloat16)));
+    CHECK(bits16(ops::add(a16, b16)) == bits16(ops::cast(ops::add(a32, b32), bfloat16)));
+    CHECK(bits16(ops::sub(a16, b16)) == bits16(ops::cast(ops::sub(a32, b32), bfloat16)));
+    CHECK(bits16(ops::mul(a16, b16)) == bits16(ops::cast(ops::mul(a32, b32), bfloat16)));
     // Finite columns (a sum with an infinity and a NaN in it is NaN either way) and every column.
     const Tensor f16 = ops::cast(ops::mul(ops::cast(a16, float32), Tensor::scalar(1e-3, float32, dev)), bfloat16);
-    CHECK(bits(ops::sum(f16, {0})) == bits(ops::cast(ops::sum(ops::cast(f16, float32), {0}), bfloat16)));
-    CHECK(bits(ops::sum(a16, {0})) == bits(ops::cast(ops::sum(a32, {0}), bfloat16)));
-    CHECK(bits(ops::mean(b16, {0})) == bits(ops::cast(ops::mean(b32, {0}), bfloat16)));
+    CHECK(bits16(ops::sum(f16, {0})) == bits16(ops::cast(ops::sum(ops::cast(f16, float32), {0}), bfloat16)));
+    CHECK(bits16(ops::sum(a16, {0})) == bits16(ops::cast(ops::sum(a32, {0}), bfloat16)));
+    CHECK(bits16(ops::mean(b16, {0})) == bits16(ops::cast(ops::mean(b32, {0}), bfloat16)));
   });
 }
 
