@@ -40,6 +40,23 @@ constexpr std::int64_t kBk = 64;  // keys per tile
 constexpr std::int64_t kDiag = 16;
 static_assert(kBq == kBk && kBq % kDiag == 0, "diagonal tiles need square tiles of whole groups");
 
+/// Calls f(r0, m, reach) for the nq query rows of a tile: rows [r0, r0 + m) attend at most its
+/// keys [0, reach). A causal tile on the diagonal gives groups of kDiag rows reaching r0 + kDiag;
+/// any other tile one group of all its rows, reaching the whole tile.
+template <class F>
+[[gnu::always_inline]] inline void row_groups(bool diagonal, std::int64_t nq, F&& f) {
+  if (!diagonal) return f(std::int64_t{0}, nq, kBk);
+  for (std::int64_t r0 = 0; r0 < nq; r0 += kDiag) f(r0, std::min(kDiag, nq - r0), std::min(kBk, r0 + kDiag));
+}
+/// Calls f(c0, m) for the nk keys of a tile with nq query rows: keys [c0, c0 + m) are attended
+/// by queries c0 and after only on a causal diagonal tile (groups of kDiag keys, none past the
+/// last query); any other tile gives one group of all its keys, from query 0.
+template <class F>
+[[gnu::always_inline]] inline void key_groups(bool diagonal, std::int64_t nk, std::int64_t nq, F&& f) {
+  if (!diagonal) return f(std::int64_t{0}, nk);
+  for (std::int64_t c0 = 0; c0 < std::min(nk, nq); c0 += kDiag) f(c0, std::min(kDiag, nk - c0));
+}
+
 // ---- lanes ------------------------------------------------------------------------------------
 
 /// B bytes of lanes of C: vector_types.hpp's Lanes.
@@ -167,21 +184,6 @@ template <class T> struct Io {
   template <int B>
   [[gnu::always_inline]] static void out(const C* s, T* d, std::int64_t n) { std::copy_n(s, n, d); }
 };
-template <class H, void (*ToFloat)(const std::uint16_t*, float*, std::size_t),
-          void (*FromFloat)(const float*, std::uint16_t*, std::size_t)>
-struct Io16 {
-  using C = float;
-  template <int B>
-  static void in(const H* s, C* d, std::int64_t n, C mul) {
-    ToFloat(reinterpret_cast<const std::uint16_t*>(s), d, static_cast<std::size_t>(n));
-    if (mul != C(1))
-      for (std::int64_t i = 0; i < n; ++i) d[i] *= mul;
-  }
-  template <int B>
-  static void out(const C* s, H* d, std::int64_t n) {
-    FromFloat(s, reinterpret_cast<std::uint16_t*>(d), static_cast<std::size_t>(n));
-  }
-};
 template <> struct Io<Bf16> {
   using C = float;
   // The product by mul (1 where there is no scale) also quiets a signalling NaN, as the bulk
@@ -206,7 +208,19 @@ template <> struct Io<Bf16> {
     for (; i < n; ++i) p[i] = narrow<bf16_bits>(s[i]);
   }
 };
-template <> struct Io<F16> : Io16<F16, half_to_float, float_to_half> {};
+template <> struct Io<F16> {
+  using C = float;
+  template <int B>
+  static void in(const F16* s, C* d, std::int64_t n, C mul) {
+    half_to_float(reinterpret_cast<const std::uint16_t*>(s), d, static_cast<std::size_t>(n));
+    if (mul != C(1))
+      for (std::int64_t i = 0; i < n; ++i) d[i] *= mul;
+  }
+  template <int B>
+  static void out(const C* s, F16* d, std::int64_t n) {
+    float_to_half(s, reinterpret_cast<std::uint16_t*>(d), static_cast<std::size_t>(n));
+  }
+};
 template <class T> using Compute = typename Io<T>::C;
 
 // ---- packing ----------------------------------------------------------------------------------
@@ -317,12 +331,9 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
     const std::int64_t nk = std::min(kBk, end - j0);
     C* s = w.s.data();
     const bool diagonal = g.causal && j0 == i0;
-    if (diagonal)  // row group r0 attends keys < r0 + kDiag at most
-      for (std::int64_t r0 = 0; r0 < nq; r0 += kDiag)
-        gemm<C, B, false, false>(std::min(kDiag, nq - r0), std::min(kBk, r0 + kDiag), D, w.q.data() + r0 * t.dp, t.dp,
-                                 w.kt.data() + j0, t.tkp, s + r0 * kBk, kBk);
-    else
-      gemm<C, B, false, false>(nq, kBk, D, w.q.data(), t.dp, w.kt.data() + j0, t.tkp, s, kBk);
+    row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) {
+      gemm<C, B, false, false>(m, reach, D, w.q.data() + r0 * t.dp, t.dp, w.kt.data() + j0, t.tkp, s + r0 * kBk, kBk);
+    });
     if (nk < kBk || t.partly_masked(i0, j0, nk)) t.mask_tile(b, h, i0, nq, j0, nk, s);
     for (std::int64_t r = 0; r < nq; ++r) {
       C* sr = s + r * kBk;
@@ -352,12 +363,10 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
       }
       w.l[r] += hsum<C, B>(sum);
     }
-    if (diagonal)
-      for (std::int64_t r0 = 0; r0 < nq; r0 += kDiag)
-        gemm<C, B, true, false>(std::min(kDiag, nq - r0), t.dvp, std::min(nk, r0 + kDiag), s + r0 * kBk, kBk,
-                                w.v.data() + j0 * t.dvp, t.dvp, w.o.data() + r0 * t.dvp, t.dvp);
-    else
-      gemm<C, B, true, false>(nq, t.dvp, nk, s, kBk, w.v.data() + j0 * t.dvp, t.dvp, w.o.data(), t.dvp);
+    row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) {
+      gemm<C, B, true, false>(m, t.dvp, std::min(nk, reach), s + r0 * kBk, kBk, w.v.data() + j0 * t.dvp, t.dvp,
+                              w.o.data() + r0 * t.dvp, t.dvp);
+    });
   }
   for (std::int64_t r = 0; r < nq; ++r) {
     T* o = out + t.q_at(b, h, i0 + r) * Dv;
@@ -414,17 +423,12 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
       const C *qs = w.q.data() + i0 * dp, *dob = w.dout.data() + i0 * dvp;
       C *s = w.s.data(), *dpr = w.dp.data();
       const bool diagonal = g.causal && j0 == i0;
-      if (diagonal) {  // as the forward: row group r0 only as far as key r0 + kDiag; dp 0 beyond
-        for (std::int64_t r0 = 0; r0 < nq; r0 += kDiag) {
-          const std::int64_t m = std::min(kDiag, nq - r0), n = std::min(kBk, r0 + kDiag);
-          gemm<C, B, false, false>(m, n, D, qs + r0 * dp, dp, w.kt.data() + j0, t.tkp, s + r0 * kBk, kBk);
-          gemm<C, B, false, false>(m, n, Dv, dob + r0 * dvp, dvp, w.vt.data() + j0, t.tkp, dpr + r0 * kBk, kBk);
-          for (std::int64_t r = r0; r < r0 + m; ++r) std::fill(dpr + r * kBk + n, dpr + (r + 1) * kBk, C(0));
-        }
-      } else {
-        gemm<C, B, false, false>(nq, kBk, D, qs, dp, w.kt.data() + j0, t.tkp, s, kBk);      // s = (scale q) kᵀ
-        gemm<C, B, false, false>(nq, kBk, Dv, dob, dvp, w.vt.data() + j0, t.tkp, dpr, kBk);  // dp = do vᵀ
-      }
+      row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) {
+        gemm<C, B, false, false>(m, reach, D, qs + r0 * dp, dp, w.kt.data() + j0, t.tkp, s + r0 * kBk, kBk);  // s = (scale q) kᵀ
+        gemm<C, B, false, false>(m, reach, Dv, dob + r0 * dvp, dvp, w.vt.data() + j0, t.tkp, dpr + r0 * kBk, kBk);  // dp = do vᵀ
+        if (reach < kBk)  // ds = p (dp - δ) is 0 there: dp must not be stale
+          for (std::int64_t r = r0; r < r0 + m; ++r) std::fill(dpr + r * kBk + reach, dpr + (r + 1) * kBk, C(0));
+      });
       if (nk < kBk || t.partly_masked(i0, j0, nk)) t.mask_tile(b, h, i0, nq, j0, nk, s);
       for (std::int64_t r = 0; r < nq; ++r) {
         C *sr = s + r * kBk, *dr = dpr + r * kBk;
@@ -441,20 +445,16 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
           vstore<B>(dr + c, p * (vload<B>(dr + c) - dv_));  // ds
         }
       }
-      if (diagonal) {  // key group c0 has queries from c0 on; query group r0 keys up to r0 + kDiag
-        for (std::int64_t c0 = 0; c0 < std::min(nk, nq); c0 += kDiag) {
-          const std::int64_t m = std::min(kDiag, nk - c0);
-          gemm<C, B, true, true>(m, dvp, nq - c0, s + c0 * kBk + c0, kBk, dob + c0 * dvp, dvp, w.dv.data() + c0 * dvp, dvp);
-          gemm<C, B, true, true>(m, dp, nq - c0, dpr + c0 * kBk + c0, kBk, qs + c0 * dp, dp, w.dk.data() + c0 * dp, dp);
-        }
-        for (std::int64_t r0 = 0; r0 < nq; r0 += kDiag)
-          gemm<C, B, true, false>(std::min(kDiag, nq - r0), dp, std::min(nk, r0 + kDiag), dpr + r0 * kBk, kBk,
-                                  w.k.data() + j0 * dp, dp, w.dq.data() + (i0 + r0) * dp, dp);
-      } else {
-        gemm<C, B, true, true>(nk, dvp, nq, s, kBk, dob, dvp, w.dv.data(), dvp);    // dv += pᵀ do
-        gemm<C, B, true, true>(nk, dp, nq, dpr, kBk, qs, dp, w.dk.data(), dp);      // dk += dsᵀ (scale q)
-        gemm<C, B, true, false>(nq, dp, nk, dpr, kBk, w.k.data() + j0 * dp, dp, w.dq.data() + i0 * dp, dp);  // Σ ds k
-      }
+      key_groups(diagonal, nk, nq, [&](std::int64_t c0, std::int64_t m) {
+        gemm<C, B, true, true>(m, dvp, nq - c0, s + c0 * kBk + c0, kBk, dob + c0 * dvp, dvp, w.dv.data() + c0 * dvp,
+                               dvp);  // dv += pᵀ do
+        gemm<C, B, true, true>(m, dp, nq - c0, dpr + c0 * kBk + c0, kBk, qs + c0 * dp, dp, w.dk.data() + c0 * dp,
+                               dp);  // dk += dsᵀ (scale q)
+      });
+      row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) {  // Σ ds k
+        gemm<C, B, true, false>(m, dp, std::min(nk, reach), dpr + r0 * kBk, kBk, w.k.data() + j0 * dp, dp,
+                                w.dq.data() + (i0 + r0) * dp, dp);
+      });
     }
     for (std::int64_t c = 0; c < nk; ++c) {
       Io<T>::template out<B>(&w.dk[c * dp], dk + key(j0 + c) * D, D);
