@@ -40,6 +40,11 @@ constexpr std::int64_t kBk = 64;  // keys per tile
 constexpr std::int64_t kDiag = 16;
 static_assert(kBq == kBk && kBq % kDiag == 0, "diagonal tiles need square tiles of whole groups");
 
+/// The GEMM bodies handed to row_groups and key_groups: inlined into their kernel's tier wrapper
+/// (a lambda not inlined is compiled for the baseline, its 64-byte vectors through the stack:
+/// measured 20x slower).
+#define MPT_INLINE_LAMBDA __attribute__((always_inline))
+
 /// Calls f(r0, m, reach) for the nq query rows of a tile: rows [r0, r0 + m) attend at most its
 /// keys [0, reach). A causal tile on the diagonal gives groups of kDiag rows reaching r0 + kDiag;
 /// any other tile one group of all its rows, reaching the whole tile.
@@ -331,7 +336,7 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
     const std::int64_t nk = std::min(kBk, end - j0);
     C* s = w.s.data();
     const bool diagonal = g.causal && j0 == i0;
-    row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) {
+    row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) MPT_INLINE_LAMBDA {
       gemm<C, B, false, false>(m, reach, D, w.q.data() + r0 * t.dp, t.dp, w.kt.data() + j0, t.tkp, s + r0 * kBk, kBk);
     });
     if (nk < kBk || t.partly_masked(i0, j0, nk)) t.mask_tile(b, h, i0, nq, j0, nk, s);
@@ -363,7 +368,7 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
       }
       w.l[r] += hsum<C, B>(sum);
     }
-    row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) {
+    row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) MPT_INLINE_LAMBDA {
       gemm<C, B, true, false>(m, t.dvp, std::min(nk, reach), s + r0 * kBk, kBk, w.v.data() + j0 * t.dvp, t.dvp,
                               w.o.data() + r0 * t.dvp, t.dvp);
     });
@@ -423,7 +428,7 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
       const C *qs = w.q.data() + i0 * dp, *dob = w.dout.data() + i0 * dvp;
       C *s = w.s.data(), *dpr = w.dp.data();
       const bool diagonal = g.causal && j0 == i0;
-      row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) {
+      row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) MPT_INLINE_LAMBDA {
         gemm<C, B, false, false>(m, reach, D, qs + r0 * dp, dp, w.kt.data() + j0, t.tkp, s + r0 * kBk, kBk);  // s = (scale q) kᵀ
         gemm<C, B, false, false>(m, reach, Dv, dob + r0 * dvp, dvp, w.vt.data() + j0, t.tkp, dpr + r0 * kBk, kBk);  // dp = do vᵀ
         if (reach < kBk)  // ds = p (dp - δ) is 0 there: dp must not be stale
@@ -445,13 +450,13 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
           vstore<B>(dr + c, p * (vload<B>(dr + c) - dv_));  // ds
         }
       }
-      key_groups(diagonal, nk, nq, [&](std::int64_t c0, std::int64_t m) {
+      key_groups(diagonal, nk, nq, [&](std::int64_t c0, std::int64_t m) MPT_INLINE_LAMBDA {
         gemm<C, B, true, true>(m, dvp, nq - c0, s + c0 * kBk + c0, kBk, dob + c0 * dvp, dvp, w.dv.data() + c0 * dvp,
                                dvp);  // dv += pᵀ do
         gemm<C, B, true, true>(m, dp, nq - c0, dpr + c0 * kBk + c0, kBk, qs + c0 * dp, dp, w.dk.data() + c0 * dp,
                                dp);  // dk += dsᵀ (scale q)
       });
-      row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) {  // Σ ds k
+      row_groups(diagonal, nq, [&](std::int64_t r0, std::int64_t m, std::int64_t reach) MPT_INLINE_LAMBDA {  // Σ ds k
         gemm<C, B, true, false>(m, dp, std::min(nk, reach), dpr + r0 * kBk, kBk, w.k.data() + j0 * dp, dp,
                                 w.dq.data() + (i0 + r0) * dp, dp);
       });
