@@ -25,6 +25,7 @@
 #include "backend/common/attention.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
+#include "backend/cpu/micro_gemm.hpp"
 #include "backend/cpu/vector_types.hpp"
 #include "mpt/half.hpp"
 
@@ -119,31 +120,7 @@ template <int B>
   return r;
 }
 
-// ---- small GEMMs ------------------------------------------------------------------------------
-
-/// R rows by NV vectors of c (= or +=) a · b over k: a(r, p) = a[r·lda + p] (TransA: a[p·lda + r]),
-/// b rows of ldb, c rows of ldc.
-template <class C, int B, bool Acc, bool TransA, int R, int NV>
-[[gnu::always_inline]] inline void micro(std::int64_t k, const C* __restrict a, std::int64_t lda,
-                                         const C* __restrict b, std::int64_t ldb, C* __restrict c, std::int64_t ldc) {
-  constexpr std::int64_t W = Simd<C, B>::W;
-  V<C, B> acc[R][NV];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = Acc ? vload<B>(c + r * ldc + v * W) : V<C, B>{};
-  for (std::int64_t p = 0; p < k; ++p) {
-    V<C, B> bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = vload<B>(b + p * ldb + v * W);
-    for (int r = 0; r < R; ++r) {
-      // scalar · vector: one broadcast load. (A V<C, B> made of the scalar first, as vsplat does,
-      // costs a scalar add per use, and the spellings that avoid the add make GCC 12 build the
-      // vector lane by lane inside target-attribute functions.)
-      const C av = TransA ? a[p * lda + r] : a[r * lda + p];
-      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) vstore<B>(c + r * ldc + v * W, acc[r][v]);
-}
+// ---- small GEMMs (micro_gemm.hpp's tiles) ----------------------------------------------------
 
 /// Rows [i, i + R) of gemm's c (every helper is inlined into its caller's clone).
 template <class C, int B, bool Acc, bool TransA, int R>
@@ -152,8 +129,8 @@ template <class C, int B, bool Acc, bool TransA, int R>
   constexpr std::int64_t W = Simd<C, B>::W;
   const C* ai = TransA ? a + i : a + i * lda;
   std::int64_t j = 0;
-  for (; j + 2 * W <= n; j += 2 * W) micro<C, B, Acc, TransA, R, 2>(k, ai, lda, b + j, ldb, c + i * ldc + j, ldc);
-  for (; j < n; j += W) micro<C, B, Acc, TransA, R, 1>(k, ai, lda, b + j, ldb, c + i * ldc + j, ldc);
+  for (; j + 2 * W <= n; j += 2 * W) micro_tile<C, B, Acc, TransA, R, 2>(k, ai, lda, b + j, ldb, c + i * ldc + j, ldc);
+  for (; j < n; j += W) micro_tile<C, B, Acc, TransA, R, 1>(k, ai, lda, b + j, ldb, c + i * ldc + j, ldc);
 }
 
 /// c[m × n] (= or +=) a[m × k] · b[k × n] (a transposed: TransA), n a multiple of the lanes.

@@ -1,6 +1,7 @@
 // GEMM through oneDNN's matmul primitive (bias and activation fused as post-ops).
 // float32 runs natively, bfloat16 where bf16_gemm_native (AMX, or AVX512-BF16 at the FMA rate);
-// float16 and other bfloat16 compute in float32 copies and round back; float64 (gradient checks only) uses a plain loop.
+// float16 and other bfloat16 take packed_gemm.cpp where it is faster (the avx2 tier: widened while
+// packed) and else compute in float32 copies and round back; float64 (gradient checks only) uses a plain loop.
 #include <omp.h>
 
 #include <cmath>
@@ -10,28 +11,13 @@
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/dnnl_util.hpp"
+#include "backend/cpu/packed_gemm.hpp"
 
 namespace mpt::cpu {
 namespace {
 
 /// B operands transposed up front when tb and K*N is at most this (elements).
 constexpr std::int64_t kSmallTransposed = 1 << 16;
-
-struct GemmShape {
-  std::int64_t batch_a, batch_b, m, n, k;
-};
-
-GemmShape gemm_shape(const Tensor& a, const Tensor& b, bool ta, bool tb) {
-  const Shape& sa = a.shape();
-  const Shape& sb = b.shape();
-  GemmShape g{1, 1, 0, 0, 0};
-  for (std::size_t i = 0; i + 2 < sa.size(); ++i) g.batch_a *= sa[i];
-  for (std::size_t i = 0; i + 2 < sb.size(); ++i) g.batch_b *= sb[i];
-  g.m = ta ? sa[sa.size() - 1] : sa[sa.size() - 2];
-  g.k = ta ? sa[sa.size() - 2] : sa[sa.size() - 1];
-  g.n = tb ? sb[sb.size() - 2] : sb[sb.size() - 1];
-  return g;
-}
 
 PrimitiveCache<dnnl::matmul>& matmul_cache() {
   static PrimitiveCache<dnnl::matmul> cache;
@@ -118,13 +104,15 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
   // times slower on it than on B laid out [K, N], and the copy is tiny (g stays the shape:
   // the copy is 2-D like b, so the batch counts do not change either).
   const GemmShape g = gemm_shape(a, b, ta, tb);
+  const bool staged = a.dtype() == float16 || (a.dtype() == bfloat16 && !bf16_gemm_native());
+  if (staged && packed_gemm16_applies(g)) return packed_gemm(g, a, b, ta, tb, bias, act, out);
   Tensor bt = b;
   if (tb && b.dim() == 2 && g.k * g.n > 0 && g.k * g.n <= kSmallTransposed) {
     bt = Tensor::empty({g.k, g.n}, b.dtype(), b.device());
     transpose(b, {1, 0}, bt);
     tb = false;
   }
-  if (a.dtype() == float16 || (a.dtype() == bfloat16 && !bf16_gemm_native())) {
+  if (staged) {
     Tensor c = Tensor::empty(out.shape(), float32, out.device());
     dnnl_matmul(g, to_float32(a), to_float32(bt), ta, tb, to_float32(bias), act, c);
     cast(c, out);

@@ -1,0 +1,237 @@
+// mpt's own GEMM for 16-bit operands (packed_gemm.hpp), in the layout of BLIS/GotoBLAS:
+//   - each thread owns a range of output columns (or of rows, when there are more rows than
+//     columns: the side not split is the one every thread reads whole) and packs its columns of
+//     op(b), all of k, once: slabs of NR columns, each [k][NR] float32, zero-padded past the end;
+//   - for each block of kMc rows and kKc values of k, the block of op(a) is widened into a float32
+//     buffer (rows of a, or rows of aᵀ, as they lie: contiguous conversions, no scatter), and
+//     micro_gemm.hpp's tiles of R rows by NR columns sum it against each slab into a float32
+//     block of the output (accumulating from the second block of k on);
+//   - when a block of rows is done, its rows get bias and activation and are rounded into out.
+// The widening is the library's bulk conversion (core/convert.hpp: F16C for float16), the
+// rounding too, so the only difference from the staged path is the order of the float32 sums.
+#include "backend/cpu/packed_gemm.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_common.hpp"
+#include "backend/cpu/micro_gemm.hpp"
+#include "core/convert.hpp"
+#include "core/cpu_isa.hpp"
+#include "mpt/error.hpp"
+
+namespace mpt::cpu {
+namespace {
+
+constexpr std::int64_t kKc = 512;  // values of k per block (measured best of 256, 384, 512 at avx2)
+constexpr std::int64_t kMc = 144;  // rows per block: a multiple of every tile's R
+constexpr std::int64_t kNc = 256;  // columns per packed panel of op(b) (measured best of 128, 256, 512, 1024)
+
+/// The register tile of each width: R rows by NV vectors (R·NV accumulators, NV vectors of b and
+/// one broadcast of a within the tier's registers: 15 of 16 at avx2 and sse, 27 of 32 at avx512).
+template <int B> struct Tile;
+template <> struct Tile<64> { static constexpr int R = 12, NV = 2; };
+template <> struct Tile<32> { static constexpr int R = 6, NV = 2; };
+template <> struct Tile<16> { static constexpr int R = 6, NV = 2; };
+
+// Threads split columns in multiples of 32 and rows in multiples of 12 (whole tiles at every width).
+constexpr std::int64_t kColUnit = 32, kRowUnit = 12;
+
+struct Job {
+  std::int64_t m, n, k;
+  const char* a;  // [m, k], or [k, m] when ta
+  const char* b;  // [k, n], or [n, k] when tb
+  bool ta, tb;
+  DType in;            // a's and b's dtype
+  const float* bias;   // n values, or null
+  Activation act;
+  char* out;           // [m, n]
+  DType out_dt;
+};
+
+/// n values of dtype dt at src, as float32 at dst.
+void widen(const char* src, DType dt, float* dst, std::int64_t n) {
+  if (n <= 0) return;
+  if (dt == float32) std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+  else detail::convert(src, dt, dst, float32, static_cast<std::size_t>(n));
+}
+
+/// A thread's buffer of at least n floats, 64-byte aligned (tiles load whole cache lines: from a
+/// 16-byte aligned buffer every other load of a packed slab was split across two lines).
+float* buffer(std::vector<float>& v, std::int64_t n) {
+  if (static_cast<std::int64_t>(v.size()) < n + 16) v.resize(static_cast<std::size_t>(n + 16));
+  const auto at = reinterpret_cast<std::uintptr_t>(v.data());
+  return v.data() + ((64 - at % 64) % 64) / sizeof(float);
+}
+
+std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / to * to; }
+
+/// Rows [m0, m1) by columns [n0, n1) of the job's output, on this thread, at width B.
+template <int B>
+MPT_KERNEL void gemm_part(const Job& j, std::int64_t m0, std::int64_t m1, std::int64_t n0, std::int64_t n1) {
+  constexpr int R = Tile<B>::R, NV = Tile<B>::NV;
+  constexpr std::int64_t NR = NV * Lanes<float, B>::W;
+  const std::int64_t k = j.k, isz = static_cast<std::int64_t>(itemsize(j.in));
+  const std::int64_t osz = static_cast<std::int64_t>(itemsize(j.out_dt));
+  const std::int64_t rows = round_up(m1 - m0, R);
+  static thread_local std::vector<float> bp_store, ab_store, cb_store, row_store;
+  float* const bp = buffer(bp_store, kKc * kNc);
+  float* const ab = buffer(ab_store, kMc * (kKc + 16));
+  float* const cb = buffer(cb_store, rows * kNc);
+  float* const row = buffer(row_store, std::max({kNc, kKc, kMc}));
+
+  for (std::int64_t jc = n0; jc < n1; jc += kNc) {
+    const std::int64_t nt = std::min(kNc, n1 - jc), slabs = (nt + NR - 1) / NR, ntp = slabs * NR;
+    if (k == 0) std::fill_n(cb, rows * ntp, 0.f);
+    for (std::int64_t pc = 0; pc < k; pc += kKc) {
+      const std::int64_t kc = std::min(kKc, k - pc);
+      // op(b)[pc.., jc..] packed: slab s holds columns s·NR.. as [kc][NR], zeros past nt.
+      if (!j.tb) {
+        std::fill(row + nt, row + ntp, 0.f);
+        for (std::int64_t p = 0; p < kc; ++p) {
+          widen(j.b + ((pc + p) * j.n + jc) * isz, j.in, row, nt);
+          for (std::int64_t s = 0; s < slabs; ++s)
+            std::memcpy(&bp[(s * kc + p) * NR], &row[s * NR], NR * sizeof(float));
+        }
+      } else {
+        for (std::int64_t c = 0; c < ntp; ++c) {
+          float* d = &bp[(c / NR) * kc * NR + c % NR];
+          if (c < nt) {
+            widen(j.b + ((jc + c) * k + pc) * isz, j.in, row, kc);
+            for (std::int64_t p = 0; p < kc; ++p) d[p * NR] = row[p];
+          } else {
+            for (std::int64_t p = 0; p < kc; ++p) d[p * NR] = 0.f;
+          }
+        }
+      }
+      for (std::int64_t ic = m0; ic < m1; ic += kMc) {
+        const std::int64_t mc = std::min(kMc, m1 - ic), mcp = round_up(mc, R);
+        // The block of op(a), widened: rows of a as they lie (lda = kc + 16: rows 2 KiB apart
+        // would share cache sets); aᵀ's rows (R values of each p) packed tile by tile as [kc][R],
+        // so the tile reads them in order. The rows past mc are zeros.
+        std::int64_t lda;
+        if (!j.ta) {
+          lda = kc + 16;
+          for (std::int64_t r = 0; r < mc; ++r) widen(j.a + ((ic + r) * k + pc) * isz, j.in, &ab[r * lda], kc);
+          for (std::int64_t r = mc; r < mcp; ++r) std::fill_n(&ab[r * lda], kc, 0.f);
+        } else {
+          lda = R;
+          std::fill(row + mc, row + mcp, 0.f);
+          for (std::int64_t p = 0; p < kc; ++p) {
+            widen(j.a + ((pc + p) * j.m + ic) * isz, j.in, row, mc);
+            for (std::int64_t i = 0; i < mcp; i += R) std::memcpy(&ab[i * kc + p * R], &row[i], R * sizeof(float));
+          }
+        }
+        float* cblock = &cb[(ic - m0) * ntp];
+        for (std::int64_t s = 0; s < slabs; ++s) {
+          const float* bs = &bp[s * kc * NR];
+          for (std::int64_t i = 0; i < mcp; i += R) {
+            float* c = cblock + i * ntp + s * NR;
+            if (j.ta) {
+              if (pc == 0) micro_tile<float, B, false, true, R, NV>(kc, &ab[i * kc], lda, bs, NR, c, ntp);
+              else micro_tile<float, B, true, true, R, NV>(kc, &ab[i * kc], lda, bs, NR, c, ntp);
+            } else {
+              if (pc == 0) micro_tile<float, B, false, false, R, NV>(kc, &ab[i * lda], lda, bs, NR, c, ntp);
+              else micro_tile<float, B, true, false, R, NV>(kc, &ab[i * lda], lda, bs, NR, c, ntp);
+            }
+          }
+        }
+      }
+    }
+    // The finished columns: + bias, activation (float32, as oneDNN's epilogue in the staged
+    // path), rounded into out.
+    for (std::int64_t r = 0; r < m1 - m0; ++r) {
+      float* c = &cb[r * ntp];
+      if (j.bias)
+        for (std::int64_t q = 0; q < nt; ++q) c[q] += j.bias[jc + q];
+      common::with_unary_op(j.act, [&](auto o) {
+        constexpr UnaryOp op = decltype(o)::value;
+        if constexpr (op != UnaryOp::Linear) {
+          const float prm = static_cast<float>(common::unary_default_param(op));
+          for (std::int64_t q = 0; q < nt; ++q) c[q] = common::unary_apply<op>(c[q], prm);
+        }
+      });
+      char* dst = j.out + ((m0 + r) * j.n + jc) * osz;
+      if (j.out_dt == float32) std::memcpy(dst, c, static_cast<std::size_t>(nt) * sizeof(float));
+      else detail::convert(c, float32, dst, j.out_dt, static_cast<std::size_t>(nt));
+    }
+  }
+}
+
+/// The whole job on the threads: each takes a range of columns (or rows), whole tiles apart.
+void run(const Job& j) {
+  const bool by_cols = j.m <= j.n;
+  const std::int64_t units = by_cols ? (j.n + kColUnit - 1) / kColUnit : (j.m + kRowUnit - 1) / kRowUnit;
+  const int threads = omp_in_parallel() ? 1 : static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), units));
+  auto part = [&](int t, int nthr) {
+    const std::int64_t u0 = units * t / nthr, u1 = units * (t + 1) / nthr;
+    if (u0 == u1) return;
+    if (by_cols)
+      isa_call_native<gemm_part<64>, gemm_part<32>, gemm_part<16>>(j, std::int64_t{0}, j.m, u0 * kColUnit,
+                                                                   std::min(j.n, u1 * kColUnit));
+    else
+      isa_call_native<gemm_part<64>, gemm_part<32>, gemm_part<16>>(j, u0 * kRowUnit, std::min(j.m, u1 * kRowUnit),
+                                                                   std::int64_t{0}, j.n);
+  };
+  if (threads <= 1) return part(0, 1);
+#pragma omp parallel num_threads(threads)
+  part(omp_get_thread_num(), omp_get_num_threads());
+}
+
+}  // namespace
+
+GemmShape gemm_shape(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  GemmShape g{1, 1, 0, 0, 0};
+  for (std::size_t i = 0; i + 2 < sa.size(); ++i) g.batch_a *= sa[i];
+  for (std::size_t i = 0; i + 2 < sb.size(); ++i) g.batch_b *= sb[i];
+  g.m = ta ? sa[sa.size() - 1] : sa[sa.size() - 2];
+  g.k = ta ? sa[sa.size() - 2] : sa[sa.size() - 1];
+  g.n = tb ? sb[sb.size() - 2] : sb[sb.size() - 1];
+  return g;
+}
+
+bool packed_gemm16_applies(const GemmShape& g) {
+  static const int forced = [] {
+    const char* e = std::getenv("MPT_CPU_GEMM16");
+    if (e && !std::strcmp(e, "packed")) return 1;
+    if (e && !std::strcmp(e, "staged")) return 0;
+    return -1;
+  }();
+  if (forced >= 0) return forced == 1;
+  if (detail::cpu_isa() != detail::CpuIsa::avx2 || g.m <= 0 || g.n <= 0 || g.k <= 0) return false;
+  // The staged copies cost about 1/m + 1/n + 1/k of the GEMM's time; past 1/200 they cost more
+  // than this kernel loses to oneDNN's float32 one (docs/design.md, "CPU GEMMs").
+  return 200.0 * (1.0 / g.m + 1.0 / g.n + 1.0 / g.k) > 1.0;
+}
+
+void packed_gemm(const GemmShape& g, const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,
+                 Activation act, Tensor& out) {
+  const DType in = a.dtype();
+  if (b.dtype() != in || (in != float32 && in != bfloat16 && in != float16) || out.dtype() == float64 ||
+      !is_floating(out.dtype()))
+    fail("packed_gemm: operands ", to_string(in), " and ", to_string(b.dtype()), " into ", to_string(out.dtype()),
+         " (expected float32, bfloat16 or float16 operands of one dtype)");
+  std::vector<float> bias32;
+  if (bias.defined()) {
+    bias32.resize(static_cast<std::size_t>(g.n));
+    widen(static_cast<const char*>(bias.data_ptr()), bias.dtype(), bias32.data(), g.n);
+  }
+  const std::int64_t isz = static_cast<std::int64_t>(itemsize(in)), osz = static_cast<std::int64_t>(itemsize(out.dtype()));
+  const std::int64_t batches = std::max(g.batch_a, g.batch_b);
+  for (std::int64_t i = 0; i < batches; ++i) {
+    Job j{g.m, g.n, g.k,
+          static_cast<const char*>(a.data_ptr()) + (g.batch_a == 1 ? 0 : i) * g.m * g.k * isz,
+          static_cast<const char*>(b.data_ptr()) + (g.batch_b == 1 ? 0 : i) * g.k * g.n * isz,
+          ta, tb, in, bias.defined() ? bias32.data() : nullptr, act,
+          static_cast<char*>(out.data_ptr()) + i * g.m * g.n * osz, out.dtype()};
+    run(j);
+  }
+}
+
+}  // namespace mpt::cpu

@@ -1,0 +1,33 @@
+#pragma once
+// mpt's own GEMM for 16-bit operands on CPUs without native 16-bit GEMMs (docs/design.md, "CPU
+// GEMMs"): bfloat16 or float16 a and b widened to float32 while they are packed, summed in float32
+// on micro_gemm.hpp's register tiles, and bias, activation and the rounding to the output's dtype
+// applied as each block of rows is done. It replaces the staged path (whole float32 copies of a
+// and b, oneDNN's float32 GEMM into a float32 temporary, a cast of that) where it is faster.
+#include "mpt/tensor.hpp"
+#include "backend/common/unary_ops.hpp"
+
+namespace mpt::cpu {
+
+/// A GEMM's sizes: op(a) [batch_a, m, k] times op(b) [batch_b, k, n] (a batch count of 1: shared).
+struct GemmShape {
+  std::int64_t batch_a, batch_b, m, n, k;
+};
+/// The sizes of op(a) · op(b) for ops::matmul's operands.
+GemmShape gemm_shape(const Tensor& a, const Tensor& b, bool ta, bool tb);
+
+/// Whether a 16-bit GEMM that oneDNN cannot run natively takes packed_gemm: at the avx2 tier, for
+/// shapes where the staged float32 copies cost more than this kernel loses to oneDNN's (a rule of
+/// the shape alone, measured: docs/design.md); MPT_CPU_GEMM16=packed|staged forces one path for
+/// every shape and tier (tests and benchmarks).
+bool packed_gemm16_applies(const GemmShape& g);
+
+/// out = act(op(a) · op(b) + bias), g = gemm_shape(a, b, ta, tb): a [.., m, k] (ta: [.., k, m]), b [.., k, n] (tb: [.., n, k]),
+/// batch dimensions as ops::matmul's (one side may be unbatched); a and b of one dtype (float32,
+/// bfloat16 or float16); bias [n] of any floating dtype, or undefined; out [.., m, n] of any
+/// floating dtype but float64. Each output element is summed over k in order in float32 by one
+/// thread, so the bits do not depend on the thread count.
+void packed_gemm(const GemmShape& g, const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,
+                 Activation act, Tensor& out);
+
+}  // namespace mpt::cpu

@@ -1,0 +1,184 @@
+// The CPU backend's packed 16-bit GEMM (src/backend/cpu/packed_gemm.cpp) against float64 sums of
+// the same (rounded) inputs: bfloat16, float16 and float32 operands, every transpose, sizes that
+// leave partial tiles, cross its row, column and k blocks (144, 256, 512) and fill none of them,
+// batches on either side, bias of either width, fused activations, outputs of another dtype, k = 0;
+// the bits independent of the thread count; and ops::matmul, which routes 16-bit GEMMs to it at the
+// avx2 tier, on every device. Run at every ISA tier (the _avx2 and _baseline CTest entries).
+
+#include <cmath>
+#include <string>
+
+#include "backend/common/unary_ops.hpp"
+#include "backend/cpu/packed_gemm.hpp"
+#include "core/cpu_isa.hpp"
+#include "test_util.hpp"
+
+using namespace mpt;
+using mpt::test::for_each_device;
+using mpt::test::random;
+
+namespace {
+
+struct Case {
+  std::int64_t ba, bb, m, n, k;
+  bool ta, tb;
+};
+
+/// The unit roundoff of a dtype's values (what one rounding into it may lose, relatively).
+double unit(DType d) {
+  if (d == bfloat16) return std::ldexp(1.0, -8);
+  if (d == float16) return std::ldexp(1.0, -11);
+  return std::ldexp(1.0, -24);
+}
+
+/// act(op(a)·op(b) + bias) in float64 on the values as stored, with |terms| summed beside it.
+void reference(const Case& c, const Tensor& a, const Tensor& b, const Tensor& bias, Activation act,
+               std::vector<double>& out, std::vector<double>& mag) {
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  const auto biasv = bias.defined() ? bias.to_vector<double>() : std::vector<double>{};
+  const std::int64_t bo = std::max(c.ba, c.bb);
+  out.assign(static_cast<std::size_t>(bo * c.m * c.n), 0.0);
+  mag = out;
+  for (std::int64_t t = 0; t < bo; ++t) {
+    const double* A = av.data() + (c.ba == 1 ? 0 : t) * c.m * c.k;
+    const double* B = bv.data() + (c.bb == 1 ? 0 : t) * c.k * c.n;
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        double s = biasv.empty() ? 0.0 : biasv[j], g = std::abs(s);
+        for (std::int64_t p = 0; p < c.k; ++p) {
+          const double x = (c.ta ? A[p * c.m + i] : A[i * c.k + p]) * (c.tb ? B[j * c.k + p] : B[p * c.n + j]);
+          s += x, g += std::abs(x);
+        }
+        const std::size_t o = static_cast<std::size_t>((t * c.m + i) * c.n + j);
+        out[o] = common::activate(act, s);
+        mag[o] = g;
+      }
+  }
+}
+
+Shape operand(std::int64_t batch, std::int64_t rows, std::int64_t cols, bool transposed) {
+  Shape s = transposed ? Shape{cols, rows} : Shape{rows, cols};
+  if (batch > 1) s.insert(s.begin(), batch);
+  return s;
+}
+
+std::string describe(const Case& c, DType in, DType out, DType bias, Activation act) {
+  return "batch " + std::to_string(c.ba) + "x" + std::to_string(c.bb) + " m" + std::to_string(c.m) + " n" +
+         std::to_string(c.n) + " k" + std::to_string(c.k) + (c.ta ? " ta" : "") + (c.tb ? " tb" : "") + " " +
+         to_string(in) + " -> " + to_string(out) + " bias " + (bias == float64 ? "none" : to_string(bias)) + " " +
+         common::unary_name(act);
+}
+
+/// One GEMM through packed_gemm, checked against the float64 reference.
+void check_case(const Case& c, DType in, DType out_dt, DType bias_dt, Activation act, std::uint64_t seed) {
+  const std::string what = describe(c, in, out_dt, bias_dt, act);
+  CAPTURE(what);
+  const Tensor a = random(operand(c.ba, c.m, c.k, c.ta), in, Device::cpu(), seed);
+  const Tensor b = random(operand(c.bb, c.k, c.n, c.tb), in, Device::cpu(), seed + 1);
+  const Tensor bias = bias_dt == float64 ? Tensor() : random({c.n}, bias_dt, Device::cpu(), seed + 2);
+  Shape os{c.m, c.n};
+  if (std::max(c.ba, c.bb) > 1) os.insert(os.begin(), std::max(c.ba, c.bb));
+  Tensor out = Tensor::full(os, 12345.0, out_dt, Device::cpu());  // every element must be written
+  const cpu::GemmShape g = cpu::gemm_shape(a, b, c.ta, c.tb);
+  cpu::packed_gemm(g, a, b, c.ta, c.tb, bias, act, out);
+  std::vector<double> ref, mag;
+  reference(c, a, b, bias, act, ref, mag);
+  const auto got = out.to_vector<double>();
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    // float32 sums over k (each step may round: k·2⁻²⁴ of the terms' magnitudes), the activation in
+    // float32 (a few ulp of the result), then one rounding into the output's dtype.
+    const double tol = (static_cast<double>(c.k) + 4) * unit(float32) * (mag[i] + 1) +
+                       unit(out_dt) * std::abs(ref[i]) + 1e-30;
+    if (!(std::abs(got[i] - ref[i]) <= tol) && bad++ == 0) first = i;
+  }
+  CHECK_MESSAGE(bad == 0, bad, " of ", got.size(), " elements wrong; first at ", first, ": got ",
+                bad ? got[first] : 0.0, ", float64 reference ", bad ? ref[first] : 0.0);
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c{
+      {1, 1, 1, 1, 1, false, false},        {1, 1, 7, 33, 5, false, false},
+      {1, 1, 13, 17, 513, false, true},     {1, 1, 150, 290, 40, true, false},
+      {1, 1, 6, 16, 1030, true, true},      {1, 1, 145, 257, 3, false, false},
+      {1, 1, 40, 300, 600, false, false},   {1, 1, 300, 40, 70, true, true},
+      {2, 2, 9, 21, 30, false, true},       {3, 1, 20, 35, 17, true, false},
+      {1, 2, 5, 40, 9, false, false}};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("packed GEMM: bfloat16, float16 and float32 operands against float64 sums, every layout") {
+  std::uint64_t seed = 100;
+  for (const DType in : {bfloat16, float16, float32})
+    for (const Case& c : cases()) check_case(c, in, in, float64, UnaryOp::Linear, seed += 3);
+}
+
+TEST_CASE("packed GEMM: bias of either width, fused activations, another output dtype, k = 0") {
+  std::uint64_t seed = 500;
+  const Case c{1, 1, 31, 45, 70, false, true};
+  for (const DType in : {bfloat16, float16})
+    for (const Activation act : {UnaryOp::Linear, UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Sigmoid}) {
+      check_case(c, in, in, float32, act, seed += 3);
+      check_case(c, in, in, in, act, seed += 3);
+      check_case(c, in, float32, in, act, seed += 3);
+    }
+  // k = 0: an empty sum, so out = act(bias) exactly rounded.
+  check_case({1, 1, 8, 20, 0, false, false}, bfloat16, bfloat16, float32, UnaryOp::Relu, seed += 3);
+  check_case({1, 1, 8, 20, 0, true, true}, float16, float32, float16, UnaryOp::Linear, seed += 3);
+}
+
+TEST_CASE("packed GEMM: the bits do not depend on the thread count") {
+  const int saved = num_threads();
+  for (const DType in : {bfloat16, float16}) {
+    CAPTURE(to_string(in));
+    const Tensor a = random({300, 600}, in, Device::cpu(), 7), b = random({600, 290}, in, Device::cpu(), 8);
+    const cpu::GemmShape g = cpu::gemm_shape(a, b, false, false);
+    Tensor one = Tensor::empty({300, 290}, in, Device::cpu()), two = Tensor::empty({300, 290}, in, Device::cpu());
+    set_num_threads(1);
+    cpu::packed_gemm(g, a, b, false, false, Tensor(), UnaryOp::Linear, one);
+    set_num_threads(2);
+    cpu::packed_gemm(g, a, b, false, false, Tensor(), UnaryOp::Linear, two);
+    CHECK(one.to_vector<double>() == two.to_vector<double>());
+  }
+  set_num_threads(saved);
+}
+
+TEST_CASE("packed GEMM: operands of different dtypes are an error naming it") {
+  const Tensor a = Tensor::ones({4, 5}, bfloat16, Device::cpu()), b = Tensor::ones({5, 6}, float16, Device::cpu());
+  Tensor out = Tensor::empty({4, 6}, bfloat16, Device::cpu());
+  const std::string e = test::error_of([&] {
+    cpu::packed_gemm(cpu::gemm_shape(a, b, false, false), a, b, false, false, Tensor(), UnaryOp::Linear, out);
+  });
+  CHECK(test::contains(e, "packed_gemm"));
+  CHECK(test::contains(e, "bfloat16"));
+  CHECK(test::contains(e, "float16"));
+}
+
+TEST_CASE("ops::matmul in 16 bits (packed at the avx2 tier for small shapes) matches float64 sums on every device") {
+  // At avx2 these shapes take the packed kernel (its rule), elsewhere the native or staged GEMM:
+  // the same results to the output's rounding.
+  const bool packed_here = detail::cpu_isa() == detail::CpuIsa::avx2;
+  CAPTURE(packed_here);
+  for_each_device([](Device d) {
+    for (const DType in : {bfloat16, float16}) {
+      CAPTURE(to_string(in));
+      const Tensor a = random({37, 70}, in, d, 41), b = random({45, 70}, in, d, 42);
+      const Tensor y = ops::matmul(a, b, false, true);
+      const auto av = a.to_vector<double>(), bv = b.to_vector<double>(), yv = y.to_vector<double>();
+      REQUIRE(yv.size() == 37u * 45u);
+      for (std::int64_t i = 0; i < 37; ++i)
+        for (std::int64_t j = 0; j < 45; ++j) {
+          double s = 0, g = 0;
+          for (std::int64_t p = 0; p < 70; ++p) {
+            s += av[i * 70 + p] * bv[j * 70 + p];
+            g += std::abs(av[i * 70 + p] * bv[j * 70 + p]);
+          }
+          const double got = yv[static_cast<std::size_t>(i * 45 + j)];
+          REQUIRE_MESSAGE(std::abs(got - s) <= 74 * unit(float32) * g + unit(in) * std::abs(s), "at ", i, ",", j,
+                          ": got ", got, ", float64 ", s);
+        }
+    }
+  });
+}
