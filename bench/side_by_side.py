@@ -71,7 +71,9 @@ def main():
                          "MKL_ENABLE_INSTRUCTIONS, oneDNN (both) by ONEDNN_MAX_CPU_ISA; an AVX-512 machine then "
                          "makes the AVX2 table")
     ap.add_argument("--fp16-limit", type=float, default=8.0,
-                    help="drop PyTorch fp16 for a model after a round slower than this many times its fp32")
+                    help="drop PyTorch fp16 for a model after a probe slower than this many times its fp32")
+    ap.add_argument("--bf16-limit", type=float, default=40.0,
+                    help="drop PyTorch bf16 for a model after a probe slower than this many times its fp32")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
     for m in models:
@@ -99,7 +101,7 @@ def main():
 
     runs = {}  # (impl, model, dtype) -> list of results
     skip = set()
-    skipped_fp16 = {}  # model -> the probe's ms/step (None: it did not finish)
+    skipped16 = {}  # (model, dtype) -> PyTorch's 16-bit probe ms/step (None: it did not finish)
     for r in range(args.rounds):
         for m in models:
             configs = [("mpt", mode, dt) for mode, dt in MPT_MODES] + [("pytorch", mode, dt) for mode, dt in TORCH_MODES]
@@ -114,21 +116,23 @@ def main():
                 else:
                     cmd = [args.python, os.path.join(here, "torch_cpu.py"), "--model", m, "--mode", mode, "--steps", steps,
                            "--threads", str(args.threads)]
-                if impl == "pytorch" and dt == "float16" and (impl, m, dt) not in runs:
-                    # PyTorch's fp16 on CPUs without AVX512-FP16/AMX-FP16 can be 100x slower than fp32:
-                    # a 3-step probe first, kept only when fp16 finishes in reasonable time.
+                if impl == "pytorch" and dt in ("float16", "bfloat16") and (impl, m, dt) not in runs:
+                    # PyTorch's fp16 on CPUs without AVX512-FP16/AMX-FP16 can be 100x slower than fp32, and
+                    # its bf16 below AVX-512 (model D: tens of seconds a step at AVX2): a 3-step probe first,
+                    # kept only when the mode finishes in reasonable time.
                     probe_cmd = cmd[:cmd.index("--steps")] + ["--steps", "3", "--warmup", "1", "--adam", "fused",
                                                               "--threads", str(args.threads)]
                     fp32 = runs.get(("pytorch", m, "float32"))
-                    limit_s = max(60.0, 3 * 5 * args.fp16_limit * (fp32[-1]["median_ms"] / 1e3 if fp32 else 1.0))
+                    limit = args.fp16_limit if dt == "float16" else args.bf16_limit
+                    limit_s = max(60.0, 3 * 5 * limit * (fp32[-1]["median_ms"] / 1e3 if fp32 else 1.0))
                     try:
                         trial = run_json(probe_cmd, env, timeout=limit_s)[-1]
                     except subprocess.TimeoutExpired:
                         trial = None
-                    if trial is None or (fp32 and trial["median_ms"] > args.fp16_limit * fp32[-1]["median_ms"]):
-                        skipped_fp16[m] = trial["median_ms"] if trial else None
+                    if trial is None or (fp32 and trial["median_ms"] > limit * fp32[-1]["median_ms"]):
+                        skipped16[(m, dt)] = trial["median_ms"] if trial else None
                         skip.add((impl, m, dt))
-                        print(f"round {r + 1} pytorch {m} fp16           dropped: " +
+                        print(f"round {r + 1} pytorch {m} {mode:14s} dropped: " +
                               (f"{trial['median_ms']:.0f} ms/step in a 3-step probe" if trial else f"no 3 steps in {limit_s:.0f} s"),
                               flush=True)
                         continue
@@ -164,15 +168,15 @@ def main():
         for impl, dt in [("mpt", "float32"), ("pytorch", "float32"), ("mpt", "bfloat16"), ("pytorch", "bfloat16"),
                          ("mpt", "float16"), ("pytorch", "float16")]:
             v = med(impl, m, dt)
-            if impl == "pytorch" and dt == "float16" and m in skipped_fp16:
-                p = skipped_fp16[m]
+            if impl == "pytorch" and (m, dt) in skipped16:
+                p = skipped16[(m, dt)]
                 cells.append(f"dropped ({p:.0f} in a probe)" if p else "dropped (too slow)")
             else:
                 cells.append(f"{fmt(v)} ({fmt(mn(impl, m, dt))})" if v is not None else "-")
         print(f"| {m} | " + " | ".join(cells) + " |")
     print()
-    print("| model | bf16: mpt / PyTorch (target <= 0.8) | fp32: mpt / PyTorch (<= 0.8) | mpt fp16 / mpt fp32 (<= 1.05) | worst run median/min (<= 1.15): all / mpt's / PyTorch's | samples/s mpt bf16 | peak RSS MB mpt bf16 / PyTorch bf16 |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | bf16: mpt / PyTorch (target <= 0.8) | fp32: mpt / PyTorch (<= 0.8) | mpt fp16 / mpt fp32 (<= 1.05) | mpt bf16 / mpt fp32 (<= 1.05) | worst run median/min (<= 1.15): all / mpt's / PyTorch's | samples/s mpt bf16 | peak RSS MB mpt bf16 / PyTorch bf16 |")
+    print("|---|---|---|---|---|---|---|---|")
     for m in models:
         def ratio(a, b):
             return f"{a / b:.2f}" if a and b else "-"
@@ -185,8 +189,10 @@ def main():
         print(f"| {m} | {ratio(med('mpt', m, 'bfloat16'), med('pytorch', m, 'bfloat16'))} | "
               f"{ratio(med('mpt', m, 'float32'), med('pytorch', m, 'float32'))} | "
               f"{ratio(med('mpt', m, 'float16'), med('mpt', m, 'float32'))} | "
+              f"{ratio(med('mpt', m, 'bfloat16'), med('mpt', m, 'float32'))} | "
               f"{spread(('mpt', 'pytorch')):.2f} / {spread(('mpt',)):.2f} / {spread(('pytorch',)):.2f} | {sps:.0f} | "
-              f"{max(x['peak_rss_mb'] for x in rs_mpt if x):.0f} / {max(x['peak_rss_mb'] for x in rs_pt if x):.0f} |")
+              f"{max((x['peak_rss_mb'] for x in rs_mpt if x), default=0):.0f} / "
+              f"{max((x['peak_rss_mb'] for x in rs_pt if x), default=0):.0f} |")
     print()
     for p in run_json([probe, "--threads", str(args.threads)], env):
         if p["probe"] == "model_d_bf16_gemms":
