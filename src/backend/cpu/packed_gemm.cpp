@@ -1,12 +1,15 @@
 // mpt's own GEMM for 16-bit operands (packed_gemm.hpp), in the layout of BLIS/GotoBLAS:
 //   - each thread owns a range of output columns (or of rows, when there are more rows than
-//     columns: the side not split is the one every thread reads whole) and packs its columns of
-//     op(b), all of k, once: slabs of NR columns, each [k][NR] float32, zero-padded past the end;
-//   - for each block of kMc rows and kKc values of k, the block of op(a) is widened into a float32
-//     buffer (rows of a, or rows of aᵀ, as they lie: contiguous conversions, no scatter), and
-//     micro_gemm.hpp's tiles of R rows by NR columns sum it against each slab into a float32
-//     block of the output (accumulating from the second block of k on);
-//   - when a block of rows is done, its rows get bias and activation and are rounded into out.
+//     columns: the side not split is the one every thread reads whole);
+//   - for each panel of kNc of its columns and each block of kKc values of k, it packs op(b)'s
+//     block once, widened to float32: slabs of NR columns, each [kc][NR], zero-padded past the end;
+//   - for each block of kMc rows, op(a)'s block is widened into a float32 buffer as it lies (rows
+//     of a: contiguous conversions; float32 rows are read in place) or, for aᵀ, tile by tile as
+//     [kc][R]; micro_gemm.hpp's tiles of R rows by NR columns sum it against each slab, into out
+//     itself when out is float32, else into a float32 block (accumulating from the second block
+//     of k on);
+//   - when a block of rows has its last block of k, its rows get bias and activation and are
+//     rounded into out.
 // The widening is the library's bulk conversion (core/convert.hpp: F16C for float16), the
 // rounding too, so the only difference from the staged path is the order of the float32 sums.
 #include "backend/cpu/packed_gemm.hpp"
@@ -24,12 +27,15 @@
 #include "core/cpu_isa.hpp"
 #include "mpt/error.hpp"
 
+/// The lambdas of gemm_part: inlined into its tier wrapper (isa_dispatch.hpp), as the body is.
+#define MPT_INLINE_LAMBDA __attribute__((always_inline))
+
 namespace mpt::cpu {
 namespace {
 
-constexpr std::int64_t kKc = 512;  // values of k per block (measured best of 256, 384, 512 at avx2)
-constexpr std::int64_t kMc = 144;  // rows per block: a multiple of every tile's R
-constexpr std::int64_t kNc = 256;  // columns per packed panel of op(b) (measured best of 128, 256, 512, 1024)
+constexpr std::int64_t kKc = 512;  // values of k per block (measured best of 128, 256, 384, 512, 1024 at avx2)
+constexpr std::int64_t kMc = 144;  // rows per block: a multiple of every tile's R (best of 24 to 288)
+constexpr std::int64_t kNc = 512;  // columns per packed panel of op(b) (best of 256 to 2048)
 
 /// The register tile of each width: R rows by NV vectors (R·NV accumulators, NV vectors of b and
 /// one broadcast of a within the tier's registers: 15 of 16 at avx2 and sse, 27 of 32 at avx512).
@@ -78,15 +84,51 @@ MPT_KERNEL void gemm_part(const Job& j, std::int64_t m0, std::int64_t m1, std::i
   const std::int64_t k = j.k, isz = static_cast<std::int64_t>(itemsize(j.in));
   const std::int64_t osz = static_cast<std::int64_t>(itemsize(j.out_dt));
   const std::int64_t rows = round_up(m1 - m0, R);
+  // float32 results are summed in out itself (rows n apart; tiles that would cross its edge go
+  // through `edge`); others in cb, float32 blocks of ntp columns: one block of rows at a time, or
+  // all the thread's rows when k has several blocks.
+  const bool direct = j.out_dt == float32;
   static thread_local std::vector<float> bp_store, ab_store, cb_store, row_store;
   float* const bp = buffer(bp_store, kKc * kNc);
   float* const ab = buffer(ab_store, kMc * (kKc + 16));
-  float* const cb = buffer(cb_store, rows * kNc);
+  float* const cb =
+      direct ? nullptr : buffer(cb_store, (k > kKc ? rows : kMc) * std::min(kNc, round_up(n1 - n0, NR)));
   float* const row = buffer(row_store, std::max({kNc, kKc, kMc}));
+  alignas(64) float edge[R * NR];
 
   for (std::int64_t jc = n0; jc < n1; jc += kNc) {
     const std::int64_t nt = std::min(kNc, n1 - jc), slabs = (nt + NR - 1) / NR, ntp = slabs * NR;
-    if (k == 0) std::fill_n(cb, rows * ntp, 0.f);
+    const std::int64_t ldc = direct ? j.n : ntp;
+    auto block_of = [&](std::int64_t ic) MPT_INLINE_LAMBDA -> float* {
+      if (direct) return reinterpret_cast<float*>(j.out) + ic * j.n + jc;
+      return cb + (k > kKc ? (ic - m0) * ntp : 0);
+    };
+    // The finished rows [ic, ic + mc) of cblock: + bias, activation (float32, as oneDNN's
+    // epilogue in the staged path), rounded into out.
+    auto finish = [&](std::int64_t ic, std::int64_t mc, float* cblock) MPT_INLINE_LAMBDA {
+      for (std::int64_t r = 0; r < mc; ++r) {
+        float* c = cblock + r * ldc;
+        if (j.bias)
+          for (std::int64_t q = 0; q < nt; ++q) c[q] += j.bias[jc + q];
+        common::with_unary_op(j.act, [&](auto o) {
+          constexpr UnaryOp op = decltype(o)::value;
+          if constexpr (op != UnaryOp::Linear) {
+            const float prm = static_cast<float>(common::unary_default_param(op));
+            for (std::int64_t q = 0; q < nt; ++q) c[q] = common::unary_apply<op>(c[q], prm);
+          }
+        });
+        if (!direct)
+          detail::convert(c, float32, j.out + ((ic + r) * j.n + jc) * osz, j.out_dt, static_cast<std::size_t>(nt));
+      }
+    };
+    if (k == 0) {
+      for (std::int64_t ic = m0; ic < m1; ic += kMc) {
+        const std::int64_t mc = std::min(kMc, m1 - ic);
+        float* cblock = block_of(ic);
+        for (std::int64_t r = 0; r < mc; ++r) std::fill_n(cblock + r * ldc, nt, 0.f);
+        finish(ic, mc, cblock);
+      }
+    }
     for (std::int64_t pc = 0; pc < k; pc += kKc) {
       const std::int64_t kc = std::min(kKc, k - pc);
       // op(b)[pc.., jc..] packed: slab s holds columns s·NR.. as [kc][NR], zeros past nt.
@@ -94,8 +136,7 @@ MPT_KERNEL void gemm_part(const Job& j, std::int64_t m0, std::int64_t m1, std::i
         std::fill(row + nt, row + ntp, 0.f);
         for (std::int64_t p = 0; p < kc; ++p) {
           widen(j.b + ((pc + p) * j.n + jc) * isz, j.in, row, nt);
-          for (std::int64_t s = 0; s < slabs; ++s)
-            std::memcpy(&bp[(s * kc + p) * NR], &row[s * NR], NR * sizeof(float));
+          for (std::int64_t s = 0; s < slabs; ++s) std::memcpy(&bp[(s * kc + p) * NR], &row[s * NR], NR * sizeof(float));
         }
       } else {
         for (std::int64_t c = 0; c < ntp; ++c) {
@@ -113,8 +154,14 @@ MPT_KERNEL void gemm_part(const Job& j, std::int64_t m0, std::int64_t m1, std::i
         // The block of op(a), widened: rows of a as they lie (lda = kc + 16: rows 2 KiB apart
         // would share cache sets); aᵀ's rows (R values of each p) packed tile by tile as [kc][R],
         // so the tile reads them in order. The rows past mc are zeros.
+        const float* ablock = ab;
         std::int64_t lda;
-        if (!j.ta) {
+        if (!j.ta && j.in == float32 && mc == mcp && (k * 4) % 4096 != 0) {
+          // float32 rows of whole tiles, read where they lie (rows a multiple of 4 KiB apart would
+          // all share cache sets: those are copied as the others).
+          ablock = reinterpret_cast<const float*>(j.a) + ic * k + pc;
+          lda = k;
+        } else if (!j.ta) {
           lda = kc + 16;
           for (std::int64_t r = 0; r < mc; ++r) widen(j.a + ((ic + r) * k + pc) * isz, j.in, &ab[r * lda], kc);
           for (std::int64_t r = mc; r < mcp; ++r) std::fill_n(&ab[r * lda], kc, 0.f);
@@ -126,38 +173,31 @@ MPT_KERNEL void gemm_part(const Job& j, std::int64_t m0, std::int64_t m1, std::i
             for (std::int64_t i = 0; i < mcp; i += R) std::memcpy(&ab[i * kc + p * R], &row[i], R * sizeof(float));
           }
         }
-        float* cblock = &cb[(ic - m0) * ntp];
+        float* cblock = block_of(ic);
         for (std::int64_t s = 0; s < slabs; ++s) {
           const float* bs = &bp[s * kc * NR];
           for (std::int64_t i = 0; i < mcp; i += R) {
-            float* c = cblock + i * ntp + s * NR;
+            const float* ai = j.ta ? ablock + i * kc : ablock + i * lda;
+            float* c = cblock + i * ldc + s * NR;
+            const std::int64_t rows_here = std::min<std::int64_t>(R, mc - i), cols_here = std::min(NR, nt - s * NR);
+            const bool cut = direct && (rows_here < R || cols_here < NR);
+            float* t = cut ? edge : c;
+            const std::int64_t ldt = cut ? NR : ldc;
+            if (cut && pc > 0)
+              for (std::int64_t r = 0; r < rows_here; ++r) std::memcpy(edge + r * NR, c + r * ldc, cols_here * sizeof(float));
             if (j.ta) {
-              if (pc == 0) micro_tile<float, B, false, true, R, NV>(kc, &ab[i * kc], lda, bs, NR, c, ntp);
-              else micro_tile<float, B, true, true, R, NV>(kc, &ab[i * kc], lda, bs, NR, c, ntp);
+              if (pc == 0) micro_tile<float, B, false, true, R, NV>(kc, ai, lda, bs, NR, t, ldt);
+              else micro_tile<float, B, true, true, R, NV>(kc, ai, lda, bs, NR, t, ldt);
             } else {
-              if (pc == 0) micro_tile<float, B, false, false, R, NV>(kc, &ab[i * lda], lda, bs, NR, c, ntp);
-              else micro_tile<float, B, true, false, R, NV>(kc, &ab[i * lda], lda, bs, NR, c, ntp);
+              if (pc == 0) micro_tile<float, B, false, false, R, NV>(kc, ai, lda, bs, NR, t, ldt);
+              else micro_tile<float, B, true, false, R, NV>(kc, ai, lda, bs, NR, t, ldt);
             }
+            if (cut)
+              for (std::int64_t r = 0; r < rows_here; ++r) std::memcpy(c + r * ldc, edge + r * NR, cols_here * sizeof(float));
           }
         }
+        if (pc + kc >= k) finish(ic, mc, cblock);
       }
-    }
-    // The finished columns: + bias, activation (float32, as oneDNN's epilogue in the staged
-    // path), rounded into out.
-    for (std::int64_t r = 0; r < m1 - m0; ++r) {
-      float* c = &cb[r * ntp];
-      if (j.bias)
-        for (std::int64_t q = 0; q < nt; ++q) c[q] += j.bias[jc + q];
-      common::with_unary_op(j.act, [&](auto o) {
-        constexpr UnaryOp op = decltype(o)::value;
-        if constexpr (op != UnaryOp::Linear) {
-          const float prm = static_cast<float>(common::unary_default_param(op));
-          for (std::int64_t q = 0; q < nt; ++q) c[q] = common::unary_apply<op>(c[q], prm);
-        }
-      });
-      char* dst = j.out + ((m0 + r) * j.n + jc) * osz;
-      if (j.out_dt == float32) std::memcpy(dst, c, static_cast<std::size_t>(nt) * sizeof(float));
-      else detail::convert(c, float32, dst, j.out_dt, static_cast<std::size_t>(nt));
     }
   }
 }
