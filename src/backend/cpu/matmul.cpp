@@ -1,7 +1,8 @@
 // GEMM through oneDNN's matmul primitive (bias and activation fused as post-ops).
 // float32 runs natively, bfloat16 where bf16_gemm_native (AMX, or AVX512-BF16 at the FMA rate);
-// float16 and other bfloat16 take packed_gemm.cpp where it is faster (the avx2 tier: widened while
-// packed) and else compute in float32 copies and round back; float64 (gradient checks only) uses a plain loop.
+// float16 and other bfloat16 take packed_gemm.cpp where it is faster (small and middle shapes at
+// the avx2 and avx512 tiers: widened while packed) and else compute in float32 copies and round
+// back; float64 (gradient checks only) uses a plain loop.
 #include <omp.h>
 
 #include <cmath>

@@ -244,7 +244,8 @@ bool packed_gemm16_applies(const GemmShape& g) {
     return -1;
   }();
   if (forced >= 0) return forced == 1;
-  if (detail::cpu_isa() != detail::CpuIsa::avx2 || g.m <= 0 || g.n <= 0 || g.k <= 0) return false;
+  // Not at the baseline tier (no FMA, and not measured); at avx2 and avx512 by the shape.
+  if (detail::cpu_isa() == detail::CpuIsa::baseline || g.m <= 0 || g.n <= 0 || g.k <= 0) return false;
   // The staged copies cost about 1/m + 1/n + 1/k of the GEMM's time; past 1/200 they cost more
   // than this kernel loses to oneDNN's float32 one (docs/design.md, "CPU GEMMs").
   return 200.0 * (1.0 / g.m + 1.0 / g.n + 1.0 / g.k) > 1.0;

@@ -1,5 +1,5 @@
 #pragma once
-// mpt's own GEMM for 16-bit operands on CPUs without native 16-bit GEMMs (docs/design.md, "CPU
+// mpt's own GEMM for 16-bit operands where oneDNN has no native 16-bit GEMM (docs/design.md, "CPU
 // GEMMs"): bfloat16 or float16 a and b widened to float32 while they are packed, summed in float32
 // on micro_gemm.hpp's register tiles, and bias, activation and the rounding to the output's dtype
 // applied as each block of rows is done. It replaces the staged path (whole float32 copies of a
@@ -16,10 +16,10 @@ struct GemmShape {
 /// The sizes of op(a) · op(b) for ops::matmul's operands.
 GemmShape gemm_shape(const Tensor& a, const Tensor& b, bool ta, bool tb);
 
-/// Whether a 16-bit GEMM that oneDNN cannot run natively takes packed_gemm: at the avx2 tier, for
-/// shapes where the staged float32 copies cost more than this kernel loses to oneDNN's (a rule of
-/// the shape alone, measured: docs/design.md); MPT_CPU_GEMM16=packed|staged forces one path for
-/// every shape and tier (tests and benchmarks).
+/// Whether a 16-bit GEMM that oneDNN cannot run natively takes packed_gemm: at the avx2 and avx512
+/// tiers, for shapes where the staged float32 copies cost more than this kernel loses to oneDNN's
+/// (a rule of the shape alone, measured: docs/design.md); MPT_CPU_GEMM16=packed|staged forces one
+/// path for every shape and tier (tests and benchmarks).
 bool packed_gemm16_applies(const GemmShape& g);
 
 /// out = act(op(a) · op(b) + bias), g = gemm_shape(a, b, ta, tb): a [.., m, k] (ta: [.., k, m]), b [.., k, n] (tb: [.., n, k]),
