@@ -9,7 +9,9 @@
 //     itself when out is float32, else into a float32 block (accumulating from the second block
 //     of k on);
 //   - when a block of rows has its last block of k, its rows get bias and activation and are
-//     rounded into out.
+//     rounded into out. (A 16-bit output summed over several blocks of k keeps float32 sums of
+//     all the thread's rows: past kMaxRows rows the thread works in chunks of them, op(b)'s blocks
+//     packed again for each.)
 // The widening is the library's bulk conversion (core/convert.hpp: F16C for float16), the
 // rounding too, so the only difference from the staged path is the order of the float32 sums.
 #include "backend/cpu/packed_gemm.hpp"
@@ -35,6 +37,7 @@ namespace {
 
 constexpr std::int64_t kKc = 512;  // values of k per block (measured best of 128, 256, 384, 512, 1024 at avx2)
 constexpr std::int64_t kMc = 144;  // rows per block: a multiple of every tile's R (best of 24 to 288)
+constexpr std::int64_t kMaxRows = 8 * kMc;  // rows of a float32 sum kept over several blocks of k
 constexpr std::int64_t kNc = 512;  // columns per packed panel of op(b) (best of 256 to 2048)
 
 /// The register tile of each width: R rows by NV vectors (R·NV accumulators, NV vectors of b and
@@ -78,125 +81,133 @@ std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / t
 
 /// Rows [m0, m1) by columns [n0, n1) of the job's output, on this thread, at width B.
 template <int B>
-MPT_KERNEL void gemm_part(const Job& j, std::int64_t m0, std::int64_t m1, std::int64_t n0, std::int64_t n1) {
+MPT_KERNEL void gemm_part(const Job& j, std::int64_t m_begin, std::int64_t m_end, std::int64_t n0, std::int64_t n1) {
   constexpr int R = Tile<B>::R, NV = Tile<B>::NV;
   constexpr std::int64_t NR = NV * Lanes<float, B>::W;
   const std::int64_t k = j.k, isz = static_cast<std::int64_t>(itemsize(j.in));
   const std::int64_t osz = static_cast<std::int64_t>(itemsize(j.out_dt));
-  const std::int64_t rows = round_up(m1 - m0, R);
   // float32 results are summed in out itself (rows n apart; tiles that would cross its edge go
-  // through `edge`); others in cb, float32 blocks of ntp columns: one block of rows at a time, or
-  // all the thread's rows when k has several blocks.
-  const bool direct = j.out_dt == float32;
+  // through `edge`); others in cb, float32 blocks of ntp columns: one block of rows at a time, or,
+  // when k has several blocks, all the rows of a chunk of at most kMaxRows (so that cb stays
+  // bounded: op(b) is packed again for each chunk).
+  const bool direct = j.out_dt == float32, all_rows = !direct && k > kKc;
+  const std::int64_t chunk = all_rows ? kMaxRows : m_end - m_begin;
   static thread_local std::vector<float> bp_store, ab_store, cb_store, row_store;
   float* const bp = buffer(bp_store, kKc * kNc);
   float* const ab = buffer(ab_store, kMc * (kKc + 16));
-  float* const cb =
-      direct ? nullptr : buffer(cb_store, (k > kKc ? rows : kMc) * std::min(kNc, round_up(n1 - n0, NR)));
+  float* const cb = direct ? nullptr
+                           : buffer(cb_store, (all_rows ? round_up(std::min(chunk, m_end - m_begin), R) : kMc) *
+                                                  std::min(kNc, round_up(n1 - n0, NR)));
   float* const row = buffer(row_store, std::max({kNc, kKc, kMc}));
   alignas(64) float edge[R * NR];
 
-  for (std::int64_t jc = n0; jc < n1; jc += kNc) {
-    const std::int64_t nt = std::min(kNc, n1 - jc), slabs = (nt + NR - 1) / NR, ntp = slabs * NR;
-    const std::int64_t ldc = direct ? j.n : ntp;
-    auto block_of = [&](std::int64_t ic) MPT_INLINE_LAMBDA -> float* {
-      if (direct) return reinterpret_cast<float*>(j.out) + ic * j.n + jc;
-      return cb + (k > kKc ? (ic - m0) * ntp : 0);
-    };
-    // The finished rows [ic, ic + mc) of cblock: + bias, activation (float32, as oneDNN's
-    // epilogue in the staged path), rounded into out.
-    auto finish = [&](std::int64_t ic, std::int64_t mc, float* cblock) MPT_INLINE_LAMBDA {
-      for (std::int64_t r = 0; r < mc; ++r) {
-        float* c = cblock + r * ldc;
-        if (j.bias)
-          for (std::int64_t q = 0; q < nt; ++q) c[q] += j.bias[jc + q];
-        common::with_unary_op(j.act, [&](auto o) {
-          constexpr UnaryOp op = decltype(o)::value;
-          if constexpr (op != UnaryOp::Linear) {
-            const float prm = static_cast<float>(common::unary_default_param(op));
-            for (std::int64_t q = 0; q < nt; ++q) c[q] = common::unary_apply<op>(c[q], prm);
-          }
-        });
-        if (!direct)
-          detail::convert(c, float32, j.out + ((ic + r) * j.n + jc) * osz, j.out_dt, static_cast<std::size_t>(nt));
-      }
-    };
-    if (k == 0) {
-      for (std::int64_t ic = m0; ic < m1; ic += kMc) {
-        const std::int64_t mc = std::min(kMc, m1 - ic);
-        float* cblock = block_of(ic);
-        for (std::int64_t r = 0; r < mc; ++r) std::fill_n(cblock + r * ldc, nt, 0.f);
-        finish(ic, mc, cblock);
-      }
-    }
-    for (std::int64_t pc = 0; pc < k; pc += kKc) {
-      const std::int64_t kc = std::min(kKc, k - pc);
-      // op(b)[pc.., jc..] packed: slab s holds columns s·NR.. as [kc][NR], zeros past nt.
-      if (!j.tb) {
-        std::fill(row + nt, row + ntp, 0.f);
-        for (std::int64_t p = 0; p < kc; ++p) {
-          widen(j.b + ((pc + p) * j.n + jc) * isz, j.in, row, nt);
-          for (std::int64_t s = 0; s < slabs; ++s) std::memcpy(&bp[(s * kc + p) * NR], &row[s * NR], NR * sizeof(float));
-        }
-      } else {
-        for (std::int64_t c = 0; c < ntp; ++c) {
-          float* d = &bp[(c / NR) * kc * NR + c % NR];
-          if (c < nt) {
-            widen(j.b + ((jc + c) * k + pc) * isz, j.in, row, kc);
-            for (std::int64_t p = 0; p < kc; ++p) d[p * NR] = row[p];
-          } else {
-            for (std::int64_t p = 0; p < kc; ++p) d[p * NR] = 0.f;
-          }
-        }
-      }
-      for (std::int64_t ic = m0; ic < m1; ic += kMc) {
-        const std::int64_t mc = std::min(kMc, m1 - ic), mcp = round_up(mc, R);
-        // The block of op(a), widened: rows of a as they lie (lda = kc + 16: rows 2 KiB apart
-        // would share cache sets); aᵀ's rows (R values of each p) packed tile by tile as [kc][R],
-        // so the tile reads them in order. The rows past mc are zeros.
-        const float* ablock = ab;
-        std::int64_t lda;
-        if (!j.ta && j.in == float32 && mc == mcp && (k * 4) % 4096 != 0) {
-          // float32 rows of whole tiles, read where they lie (rows a multiple of 4 KiB apart would
-          // all share cache sets: those are copied as the others).
-          ablock = reinterpret_cast<const float*>(j.a) + ic * k + pc;
-          lda = k;
-        } else if (!j.ta) {
-          lda = kc + 16;
-          for (std::int64_t r = 0; r < mc; ++r) widen(j.a + ((ic + r) * k + pc) * isz, j.in, &ab[r * lda], kc);
-          for (std::int64_t r = mc; r < mcp; ++r) std::fill_n(&ab[r * lda], kc, 0.f);
-        } else {
-          lda = R;
-          std::fill(row + mc, row + mcp, 0.f);
-          for (std::int64_t p = 0; p < kc; ++p) {
-            widen(j.a + ((pc + p) * j.m + ic) * isz, j.in, row, mc);
-            for (std::int64_t i = 0; i < mcp; i += R) std::memcpy(&ab[i * kc + p * R], &row[i], R * sizeof(float));
-          }
-        }
-        float* cblock = block_of(ic);
-        for (std::int64_t s = 0; s < slabs; ++s) {
-          const float* bs = &bp[s * kc * NR];
-          for (std::int64_t i = 0; i < mcp; i += R) {
-            const float* ai = j.ta ? ablock + i * kc : ablock + i * lda;
-            float* c = cblock + i * ldc + s * NR;
-            const std::int64_t rows_here = std::min<std::int64_t>(R, mc - i), cols_here = std::min(NR, nt - s * NR);
-            const bool cut = direct && (rows_here < R || cols_here < NR);
-            float* t = cut ? edge : c;
-            const std::int64_t ldt = cut ? NR : ldc;
-            if (cut && pc > 0)
-              for (std::int64_t r = 0; r < rows_here; ++r) std::memcpy(edge + r * NR, c + r * ldc, cols_here * sizeof(float));
-            if (j.ta) {
-              if (pc == 0) micro_tile<float, B, false, true, R, NV>(kc, ai, lda, bs, NR, t, ldt);
-              else micro_tile<float, B, true, true, R, NV>(kc, ai, lda, bs, NR, t, ldt);
-            } else {
-              if (pc == 0) micro_tile<float, B, false, false, R, NV>(kc, ai, lda, bs, NR, t, ldt);
-              else micro_tile<float, B, true, false, R, NV>(kc, ai, lda, bs, NR, t, ldt);
+  for (std::int64_t m0 = m_begin; m0 < m_end; m0 += chunk) {
+    const std::int64_t m1 = std::min(m_end, m0 + chunk);
+    for (std::int64_t jc = n0; jc < n1; jc += kNc) {
+      const std::int64_t nt = std::min(kNc, n1 - jc), slabs = (nt + NR - 1) / NR, ntp = slabs * NR;
+      const std::int64_t ldc = direct ? j.n : ntp;
+      auto block_of = [&](std::int64_t ic) MPT_INLINE_LAMBDA -> float* {
+        if (direct) return reinterpret_cast<float*>(j.out) + ic * j.n + jc;
+        return cb + (all_rows ? (ic - m0) * ntp : 0);
+      };
+      // The finished rows [ic, ic + mc) of cblock: + bias, activation (float32, as oneDNN's
+      // epilogue in the staged path), rounded into out.
+      auto finish = [&](std::int64_t ic, std::int64_t mc, float* cblock) MPT_INLINE_LAMBDA {
+        for (std::int64_t r = 0; r < mc; ++r) {
+          float* c = cblock + r * ldc;
+          if (j.bias)
+            for (std::int64_t q = 0; q < nt; ++q) c[q] += j.bias[jc + q];
+          common::with_unary_op(j.act, [&](auto o) {
+            constexpr UnaryOp op = decltype(o)::value;
+            if constexpr (op != UnaryOp::Linear) {
+              const float prm = static_cast<float>(common::unary_default_param(op));
+              for (std::int64_t q = 0; q < nt; ++q) c[q] = common::unary_apply<op>(c[q], prm);
             }
-            if (cut)
-              for (std::int64_t r = 0; r < rows_here; ++r) std::memcpy(c + r * ldc, edge + r * NR, cols_here * sizeof(float));
+          });
+          if (!direct)
+            detail::convert(c, float32, j.out + ((ic + r) * j.n + jc) * osz, j.out_dt, static_cast<std::size_t>(nt));
+        }
+      };
+      if (k == 0) {
+        for (std::int64_t ic = m0; ic < m1; ic += kMc) {
+          const std::int64_t mc = std::min(kMc, m1 - ic);
+          float* cblock = block_of(ic);
+          for (std::int64_t r = 0; r < mc; ++r) std::fill_n(cblock + r * ldc, nt, 0.f);
+          finish(ic, mc, cblock);
+        }
+      }
+      for (std::int64_t pc = 0; pc < k; pc += kKc) {
+        const std::int64_t kc = std::min(kKc, k - pc);
+        // op(b)[pc.., jc..] packed: slab s holds columns s·NR.. as [kc][NR], zeros past nt.
+        if (!j.tb) {
+          std::fill(row + nt, row + ntp, 0.f);
+          for (std::int64_t p = 0; p < kc; ++p) {
+            widen(j.b + ((pc + p) * j.n + jc) * isz, j.in, row, nt);
+            for (std::int64_t s = 0; s < slabs; ++s)
+              std::memcpy(&bp[(s * kc + p) * NR], &row[s * NR], NR * sizeof(float));
+          }
+        } else {
+          for (std::int64_t c = 0; c < ntp; ++c) {
+            float* d = &bp[(c / NR) * kc * NR + c % NR];
+            if (c < nt) {
+              widen(j.b + ((jc + c) * k + pc) * isz, j.in, row, kc);
+              for (std::int64_t p = 0; p < kc; ++p) d[p * NR] = row[p];
+            } else {
+              for (std::int64_t p = 0; p < kc; ++p) d[p * NR] = 0.f;
+            }
           }
         }
-        if (pc + kc >= k) finish(ic, mc, cblock);
+        for (std::int64_t ic = m0; ic < m1; ic += kMc) {
+          const std::int64_t mc = std::min(kMc, m1 - ic), mcp = round_up(mc, R);
+          // The block of op(a), widened: rows of a as they lie (lda = kc + 16: rows 2 KiB apart
+          // would share cache sets); aᵀ's rows (R values of each p) packed tile by tile as [kc][R],
+          // so the tile reads them in order. The rows past mc are zeros.
+          const float* ablock = ab;
+          std::int64_t lda;
+          if (!j.ta && j.in == float32 && mc == mcp && (k * 4) % 4096 != 0) {
+            // float32 rows of whole tiles, read where they lie (rows a multiple of 4 KiB apart would
+            // all share cache sets: those are copied as the others).
+            ablock = reinterpret_cast<const float*>(j.a) + ic * k + pc;
+            lda = k;
+          } else if (!j.ta) {
+            lda = kc + 16;
+            for (std::int64_t r = 0; r < mc; ++r) widen(j.a + ((ic + r) * k + pc) * isz, j.in, &ab[r * lda], kc);
+            for (std::int64_t r = mc; r < mcp; ++r) std::fill_n(&ab[r * lda], kc, 0.f);
+          } else {
+            lda = R;
+            std::fill(row + mc, row + mcp, 0.f);
+            for (std::int64_t p = 0; p < kc; ++p) {
+              widen(j.a + ((pc + p) * j.m + ic) * isz, j.in, row, mc);
+              for (std::int64_t i = 0; i < mcp; i += R) std::memcpy(&ab[i * kc + p * R], &row[i], R * sizeof(float));
+            }
+          }
+          float* cblock = block_of(ic);
+          for (std::int64_t s = 0; s < slabs; ++s) {
+            const float* bs = &bp[s * kc * NR];
+            for (std::int64_t i = 0; i < mcp; i += R) {
+              const float* ai = j.ta ? ablock + i * kc : ablock + i * lda;
+              float* c = cblock + i * ldc + s * NR;
+              const std::int64_t rows_here = std::min<std::int64_t>(R, mc - i), cols_here = std::min(NR, nt - s * NR);
+              const bool cut = direct && (rows_here < R || cols_here < NR);
+              float* t = cut ? edge : c;
+              const std::int64_t ldt = cut ? NR : ldc;
+              if (cut && pc > 0)
+                for (std::int64_t r = 0; r < rows_here; ++r)
+                  std::memcpy(edge + r * NR, c + r * ldc, cols_here * sizeof(float));
+              if (j.ta) {
+                if (pc == 0) micro_tile<float, B, false, true, R, NV>(kc, ai, lda, bs, NR, t, ldt);
+                else micro_tile<float, B, true, true, R, NV>(kc, ai, lda, bs, NR, t, ldt);
+              } else {
+                if (pc == 0) micro_tile<float, B, false, false, R, NV>(kc, ai, lda, bs, NR, t, ldt);
+                else micro_tile<float, B, true, false, R, NV>(kc, ai, lda, bs, NR, t, ldt);
+              }
+              if (cut)
+                for (std::int64_t r = 0; r < rows_here; ++r)
+                  std::memcpy(c + r * ldc, edge + r * NR, cols_here * sizeof(float));
+            }
+          }
+          if (pc + kc >= k) finish(ic, mc, cblock);
+        }
       }
     }
   }
@@ -263,7 +274,8 @@ void packed_gemm(const GemmShape& g, const Tensor& a, const Tensor& b, bool ta, 
     bias32.resize(static_cast<std::size_t>(g.n));
     widen(static_cast<const char*>(bias.data_ptr()), bias.dtype(), bias32.data(), g.n);
   }
-  const std::int64_t isz = static_cast<std::int64_t>(itemsize(in)), osz = static_cast<std::int64_t>(itemsize(out.dtype()));
+  const std::int64_t isz = static_cast<std::int64_t>(itemsize(in));
+  const std::int64_t osz = static_cast<std::int64_t>(itemsize(out.dtype()));
   const std::int64_t batches = std::max(g.batch_a, g.batch_b);
   for (std::int64_t i = 0; i < batches; ++i) {
     Job j{g.m, g.n, g.k,
