@@ -41,10 +41,7 @@ constexpr std::int64_t kBk = 64;  // keys per tile
 constexpr std::int64_t kDiag = 16;
 static_assert(kBq == kBk && kBq % kDiag == 0, "diagonal tiles need square tiles of whole groups");
 
-/// The GEMM bodies handed to row_groups and key_groups: inlined into their kernel's tier wrapper
-/// (a lambda not inlined is compiled for the baseline, its 64-byte vectors through the stack:
-/// measured 20x slower).
-#define MPT_INLINE_LAMBDA __attribute__((always_inline))
+// The GEMM bodies handed to row_groups and key_groups are MPT_INLINE_LAMBDA (isa_dispatch.hpp).
 
 /// Calls f(r0, m, reach) for the nq query rows of a tile: rows [r0, r0 + m) attend at most its
 /// keys [0, reach). A causal tile on the diagonal gives groups of kDiag rows reaching r0 + kDiag;

@@ -29,9 +29,6 @@
 #include "core/cpu_isa.hpp"
 #include "mpt/error.hpp"
 
-/// The lambdas of gemm_part: inlined into its tier wrapper (isa_dispatch.hpp), as the body is.
-#define MPT_INLINE_LAMBDA __attribute__((always_inline))
-
 namespace mpt::cpu {
 namespace {
 
@@ -62,11 +59,9 @@ struct Job {
   DType out_dt;
 };
 
-/// n values of dtype dt at src, as float32 at dst.
+/// n values of dtype dt at src, as float32 at dst (the bulk conversion; a copy for float32).
 void widen(const char* src, DType dt, float* dst, std::int64_t n) {
-  if (n <= 0) return;
-  if (dt == float32) std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
-  else detail::convert(src, dt, dst, float32, static_cast<std::size_t>(n));
+  if (n > 0) detail::convert(src, dt, dst, float32, static_cast<std::size_t>(n));
 }
 
 /// A thread's buffer of at least n floats, 64-byte aligned (tiles load whole cache lines: from a
