@@ -310,6 +310,10 @@ void CpuBackend::pool2d_backward(const Tensor& x, const Tensor& y, const Tensor&
   }
   const Index* w = g.kind == PoolKind::Max ? static_cast<const Index*>(ws.data_ptr()) : nullptr;
   if (dy.numel() == 0) return fill(dx, 0.0);
+  if (dy.dtype() == float16 && w && g.stride_h >= g.pool_h && g.stride_w >= g.pool_w)
+    // Max pooling's gradient over windows that do not overlap only selects dy's values: the
+    // 16-bit bit-mask path serves float16 as it serves bfloat16 (no float32 copies).
+    return backward<bf16_bits, float>(dy, w, g, dx);
   if (dy.dtype() == float16) {
     Tensor dx32 = Tensor::empty(dx.shape(), float32, dx.device());
     backward<float, float>(as_float32(*this, dy), w, g, dx32);
