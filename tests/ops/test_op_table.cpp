@@ -257,6 +257,92 @@ TEST_CASE("op table: float32 GELU (common/float_math.hpp) is close to float64 ov
   CHECK(std::isnan(odd[2]));
 }
 
+TEST_CASE("op table: float32 sigmoid, tanh, SiLU and tanh-GELU (common/float_math.hpp) are close to float64, lanes = scalars") {
+  // 80001 points over [-100, 100], denser near 0; each op's lanes (the CPU's 16 or 8 at a time)
+  // against the float64 definition and against the scalar formula (the CUDA bodies').
+  std::vector<float> xs;
+  for (int i = -40000; i <= 40000; ++i) {
+    const double t = i / 40000.0;
+    xs.push_back(static_cast<float>(100 * t * t * t));
+  }
+  const Tensor x = Tensor::from_vector(xs, {static_cast<std::int64_t>(xs.size())});
+  auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  auto inner = [](double v) { return std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v); };
+  struct Row {
+    UnaryOp op;
+    std::function<Tensor(const Tensor&)> f;
+    std::function<double(double)> ref, slope;  // slope: only where the gradient runs on lanes
+    double rtol, atol;
+  };
+  const std::vector<Row> table = {
+      // e^-x leaves float32 below -87.34, where sigmoid (< 1.2e-38) is flushed to 0 (and SiLU, x
+      // times it, below 1.1e-36).
+      {UnaryOp::Sigmoid, ops::sigmoid, sig, nullptr, 1e-6, 1.2e-38},
+      {UnaryOp::Tanh, ops::tanh, [](double v) { return std::tanh(v); }, nullptr, 1e-6, 0},
+      {UnaryOp::Silu, ops::silu, [&](double v) { return v * sig(v); },
+       [&](double v) { return sig(v) + v * sig(v) * (1 - sig(v)); }, 1e-6, 2e-36},
+      // ½x(1 + tanh u) cancels in the left tail whatever the precision of tanh: float32 keeps
+      // |x|·2^-24 there (as PyTorch's float32 formula does).
+      {UnaryOp::GeluTanh, [](const Tensor& t) { return ops::gelu(t, true); },
+       [&](double v) { return 0.5 * v * (1 + std::tanh(inner(v))); },
+       [&](double v) {
+         const double th = std::tanh(inner(v));
+         return 0.5 * (1 + th) + 0.5 * v * (1 - th * th) * std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * v * v);
+       },
+       2e-6, 0},
+  };
+  for (const Row& r : table) {
+    const std::string name = common::unary_name(r.op);
+    const std::vector<float> y = r.f(x).to_vector<float>();
+    std::vector<float> dy;
+    if (r.slope) {
+      GradientTape tape;
+      Tensor xw = x;
+      tape.watch(xw);
+      dy = tape.gradient(ops::sum(r.f(xw)), {xw})[0].to_vector<float>();
+    }
+    double worst = 0;
+    int bad = 0, bad_bits = 0;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const double v = xs[i], ref = r.ref(v);
+      const double atol = r.op == UnaryOp::GeluTanh ? std::abs(v) * 1.2e-7 : r.atol;
+      if (!(std::abs(y[i] - ref) <= r.rtol * std::abs(ref) + atol) && bad++ < 5)
+        FAIL_CHECK(name, "(", v, ") = ", y[i], ", float64 ", ref);
+      if (std::abs(ref) > 1e-30) worst = std::max(worst, std::abs(y[i] - ref) / std::abs(ref));
+      const float scalar = common::with_unary_op(r.op, [&](auto o) { return common::unary_apply<decltype(o)::value>(xs[i], 0.f); });
+      if (std::memcmp(&scalar, &y[i], sizeof scalar) != 0 && bad_bits++ < 5)
+        FAIL_CHECK(name, "(", v, "): lanes ", y[i], ", scalar ", scalar);
+      if (r.slope) {
+        // Absolute allowances: SiLU's s + x s (1 - s) cancels near its root (x = -1.28).
+        const double g = r.slope(v), gatol = r.op == UnaryOp::GeluTanh ? 2.4e-7 * (1 + v * v) : 1e-7;
+        if (!(std::abs(dy[i] - g) <= 2e-6 * std::abs(g) + gatol) && bad++ < 5)
+          FAIL_CHECK(name, "'(", v, ") = ", dy[i], ", float64 ", g);
+        const float sg = common::with_unary_op(r.op, [&](auto o) {
+          return common::unary_grad<decltype(o)::value>(xs[i], 0.f, 1.f, 0.f);
+        });
+        if (std::memcmp(&sg, &dy[i], sizeof sg) != 0 && bad_bits++ < 5)
+          FAIL_CHECK(name, "'(", v, "): lanes ", dy[i], ", scalar ", sg);
+      }
+    }
+    CHECK_MESSAGE(bad == 0, name);
+    CHECK_MESSAGE(bad_bits == 0, name);
+    MESSAGE("float32 ", name, ": largest relative error ", worst, " over [-100, 100]");
+  }
+  // Limits, signed zeros, NaN.
+  const Tensor odd = Tensor::from_vector<float>({INFINITY, -INFINITY, NAN, -0.0f, 0.0f}, {5});
+  const std::vector<float> t = ops::tanh(odd).to_vector<float>(), s = ops::sigmoid(odd).to_vector<float>();
+  CHECK(t[0] == 1.0f);
+  CHECK(t[1] == -1.0f);
+  CHECK(std::isnan(t[2]));
+  CHECK((t[3] == 0.0f && std::signbit(t[3])));
+  CHECK((t[4] == 0.0f && !std::signbit(t[4])));
+  CHECK(s[0] == 1.0f);
+  CHECK(s[1] == 0.0f);
+  CHECK(std::isnan(s[2]));
+  CHECK(s[3] == 0.5f);
+  CHECK(ops::sigmoid(Tensor::from_vector<float>({-100.0f, 20.0f}, {2})).to_vector<float>() == std::vector<float>{0.0f, 1.0f});
+}
+
 TEST_CASE("op table: 16-bit GELU and its gradient are the float32 arithmetic on the widened values, rounded") {
   // Every bfloat16 value in [-16, 16] and some odd ones, in a length that leaves a scalar tail;
   // against the float32 op on the widened inputs, rounded once (the bits of every lane and tail).

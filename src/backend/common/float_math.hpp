@@ -13,6 +13,11 @@
 //   normal_cdf  Φ(x) = ½ erfc(-x/√2) with Numerical Recipes' erfc (Chebyshev fit, relative error
 //               below 1.2e-7 for every z >= 0): no cancellation in the left tail, where
 //               ½ (1 + erf(x/√2)) loses every digit.
+//   sigmoid     1 / (1 + e^-x) on exp_f32; exactly 0 below -87.34 (where e^-x leaves float32),
+//               1 from 17 on.
+//   tanh        Cephes's tanhf: x + x³ P(x²) (degree 4) for |x| <= 0.625, 1 - 2 / (e^2|x| + 1)
+//               with the sign of x above; within a few ulp (tests/ops/test_op_table.cpp); ±0
+//               kept, ±1 at ±inf, NaN stays NaN.
 //
 // A policy O has: using T (float or a vector of floats), using M (what a comparison of T gives);
 // static T splat(float); static T select(M, T, T); static T fma(T a, T b, T c) (a·b + c rounded
@@ -122,6 +127,73 @@ MPT_FLOAT_MATH typename O::T gelu_grad_f32(typename O::T x) {
   using exact::mul;
   const auto pdf = mul(exp_f32<O>(mul(mul(O::splat(-0.5f), x), x)), O::splat(0.3989422804014327f));
   return O::fma(pdf, x, normal_cdf_f32<O>(x));
+}
+
+/// The logistic sigmoid 1 / (1 + e^-x).
+template <class O>
+MPT_FLOAT_MATH typename O::T sigmoid_f32(typename O::T x) {
+  using T = typename O::T;
+  const T one = O::splat(1.0f);
+  const T s = exact::div(one, exact::add(one, exp_f32<O>(exact::sub(O::splat(0.0f), x))));
+  return O::select(x < O::splat(-87.336544f), O::splat(0.0f), s);  // e^-x past float32: the limit 0
+}
+
+/// tanh (Cephes's tanhf).
+template <class O>
+MPT_FLOAT_MATH typename O::T tanh_f32(typename O::T x) {
+  using T = typename O::T;
+  using exact::add, exact::div, exact::mul, exact::sub;
+  const T zero = O::splat(0.0f);
+  const auto negative = x < zero;
+  const T a = O::select(negative, sub(zero, x), x);  // |x|; NaN stays NaN
+  const T big = sub(O::splat(1.0f), div(O::splat(2.0f), add(exp_f32<O>(add(a, a)), O::splat(1.0f))));
+  const T z = mul(x, x);
+  T p = O::splat(-5.70498872745e-3f);
+  p = O::fma(p, z, O::splat(2.06390887954e-2f));
+  p = O::fma(p, z, O::splat(-5.37397155531e-2f));
+  p = O::fma(p, z, O::splat(1.33314422036e-1f));
+  p = O::fma(p, z, O::splat(-3.33332819422e-1f));
+  const T small = O::select(x == zero, x, O::fma(mul(p, z), x, x));  // x + x·z·P(z); -0 stays -0
+  return O::select(a > O::splat(0.625f), O::select(negative, sub(zero, big), big), small);
+}
+
+/// SiLU (swish): x · sigmoid(x).
+template <class O>
+MPT_FLOAT_MATH typename O::T silu_f32(typename O::T x) {
+  return exact::mul(x, sigmoid_f32<O>(x));
+}
+
+/// d SiLU / dx: s + x s (1 - s), s = sigmoid(x).
+template <class O>
+MPT_FLOAT_MATH typename O::T silu_grad_f32(typename O::T x) {
+  using exact::add, exact::mul, exact::sub;
+  const auto s = sigmoid_f32<O>(x);
+  return add(s, mul(mul(x, s), sub(O::splat(1.0f), s)));
+}
+
+/// GELU's tanh approximation's inner argument u = √(2/π)(x + 0.044715 x³).
+template <class O>
+MPT_FLOAT_MATH typename O::T gelu_tanh_inner_f32(typename O::T x) {
+  using exact::add, exact::mul;
+  const auto x3 = mul(mul(x, x), x);
+  return mul(O::splat(0.7978845608028654f), add(x, mul(O::splat(0.044715f), x3)));
+}
+
+/// GELU, the tanh approximation: ½ x (1 + tanh u).
+template <class O>
+MPT_FLOAT_MATH typename O::T gelu_tanh_f32(typename O::T x) {
+  using exact::add, exact::mul;
+  return mul(mul(O::splat(0.5f), x), add(O::splat(1.0f), tanh_f32<O>(gelu_tanh_inner_f32<O>(x))));
+}
+
+/// Its derivative: ½ (1 + t) + ½ x (1 - t²) √(2/π)(1 + 3 · 0.044715 x²), t = tanh u.
+template <class O>
+MPT_FLOAT_MATH typename O::T gelu_tanh_grad_f32(typename O::T x) {
+  using exact::add, exact::mul, exact::sub;
+  const auto t = tanh_f32<O>(gelu_tanh_inner_f32<O>(x));
+  const auto du = mul(O::splat(0.7978845608028654f), add(O::splat(1.0f), mul(O::splat(3 * 0.044715f), mul(x, x))));
+  return add(mul(O::splat(0.5f), add(O::splat(1.0f), t)),
+             mul(mul(mul(O::splat(0.5f), x), sub(O::splat(1.0f), mul(t, t))), du));
 }
 
 }  // namespace mpt::common

@@ -246,7 +246,16 @@ template <UnaryOp>
 inline constexpr bool kNoFormula = false;
 
 template <class C>
-MPT_HOST_DEVICE inline C sigmoid(C v) { return exact::div(C(1), exact::add(C(1), fn::exp(C(-v)))); }
+MPT_HOST_DEVICE inline C sigmoid(C v) {
+  if constexpr (std::is_same_v<C, float>) return sigmoid_f32<ScalarOps>(v);
+  else return exact::div(C(1), exact::add(C(1), fn::exp(C(-v))));
+}
+/// tanh: float_math's for float32 (the CPU's lanes run the same arithmetic), libm's for float64.
+template <class C>
+MPT_HOST_DEVICE inline C tanh_of(C v) {
+  if constexpr (std::is_same_v<C, float>) return tanh_f32<ScalarOps>(v);
+  else return fn::tanh(v);
+}
 
 /// d gelu / dx of the erf form: Φ(x) + x φ(x).
 template <class C>
@@ -266,6 +275,7 @@ MPT_HOST_DEVICE inline C gelu_tanh_inner(C x) {
 }
 template <class C>
 MPT_HOST_DEVICE inline C gelu_tanh_grad(C x) {
+  if constexpr (std::is_same_v<C, float>) return gelu_tanh_grad_f32<ScalarOps>(x);
   const C t = fn::tanh(gelu_tanh_inner(x));
   const C du = exact::mul(C(0.7978845608028654),
                           exact::add(C(1), exact::mul(C(3 * 0.044715), exact::mul(x, x))));
@@ -289,10 +299,11 @@ MPT_HOST_DEVICE inline C unary_apply(C v, [[maybe_unused]] C p) {
   else if constexpr (Op == UnaryOp::Log) return fn::log(v);
   else if constexpr (Op == UnaryOp::Sqrt) return exact::sqrt(v);
   else if constexpr (Op == UnaryOp::Sigmoid) return sigmoid(v);
-  else if constexpr (Op == UnaryOp::Tanh) return fn::tanh(v);
+  else if constexpr (Op == UnaryOp::Tanh) return tanh_of(v);
   else if constexpr (Op == UnaryOp::Gelu && std::is_same_v<C, float>) return gelu_f32<ScalarOps>(v);
   else if constexpr (Op == UnaryOp::Gelu)
     return exact::mul(exact::mul(C(0.5), v), exact::add(C(1), fn::erf(exact::mul(v, C(M_SQRT1_2)))));
+  else if constexpr (Op == UnaryOp::GeluTanh && std::is_same_v<C, float>) return gelu_tanh_f32<ScalarOps>(v);
   else if constexpr (Op == UnaryOp::GeluTanh)
     return exact::mul(exact::mul(C(0.5), v), exact::add(C(1), fn::tanh(gelu_tanh_inner(v))));
   else if constexpr (Op == UnaryOp::Silu) return exact::mul(v, sigmoid(v));
@@ -319,6 +330,7 @@ MPT_HOST_DEVICE inline C unary_grad(C a, C o, C d, [[maybe_unused]] C p) {
   else if constexpr (Op == UnaryOp::Tanh) return exact::mul(d, exact::sub(C(1), exact::mul(o, o)));
   else if constexpr (Op == UnaryOp::Gelu) return exact::mul(d, gelu_grad(a));
   else if constexpr (Op == UnaryOp::GeluTanh) return exact::mul(d, gelu_tanh_grad(a));
+  else if constexpr (Op == UnaryOp::Silu && std::is_same_v<C, float>) return exact::mul(d, silu_grad_f32<ScalarOps>(a));
   else if constexpr (Op == UnaryOp::Silu) {
     const C s = sigmoid(a);
     return exact::mul(d, exact::add(s, exact::mul(exact::mul(a, s), exact::sub(C(1), s))));

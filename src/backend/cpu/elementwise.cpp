@@ -69,39 +69,63 @@ void map3(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& out, F f) 
   });
 }
 
-// ---- GELU on lanes ------------------------------------------------------------------------------
-// float32 GELU is common/float_math.hpp's arithmetic (unary_apply and unary_grad call its scalar
-// form): here on the tier's lanes (B bytes: isa_call_native), then the tail as scalars, the same
-// bits in every lane at every width.
+// ---- transcendental activations on lanes ---------------------------------------------------
+// float32 GELU (both forms), sigmoid, tanh and SiLU are common/float_math.hpp's arithmetic
+// (unary_apply and unary_grad call its scalar form, as the CUDA kernels do): here on the tier's
+// lanes (B bytes: isa_call_native), then the tail as scalars, the same bits in every lane at
+// every width. (libm's tanhf had run one value at a time in every clone: 7 ns a value.)
 
-template <int B>
-MPT_KERNEL void gelu_block(const float* __restrict x, float* __restrict y, std::int64_t n) {
+/// Whether op's float32 forward, and its gradient, run on lanes here.
+constexpr bool forward_on_lanes(UnaryOp op) {
+  return op == UnaryOp::Gelu || op == UnaryOp::GeluTanh || op == UnaryOp::Sigmoid || op == UnaryOp::Tanh ||
+         op == UnaryOp::Silu;
+}
+/// (The others' gradients read y and are plain arithmetic: sigmoid dy·y·(1 - y), tanh dy·(1 - y²).)
+constexpr bool gradient_on_lanes(UnaryOp op) {
+  return op == UnaryOp::Gelu || op == UnaryOp::GeluTanh || op == UnaryOp::Silu;
+}
+
+template <UnaryOp Op, class L>
+[[gnu::always_inline]] inline typename L::T forward_lanes(typename L::T x) {
+  if constexpr (Op == UnaryOp::Gelu) return common::gelu_f32<L>(x);
+  else if constexpr (Op == UnaryOp::GeluTanh) return common::gelu_tanh_f32<L>(x);
+  else if constexpr (Op == UnaryOp::Sigmoid) return common::sigmoid_f32<L>(x);
+  else if constexpr (Op == UnaryOp::Tanh) return common::tanh_f32<L>(x);
+  else return common::silu_f32<L>(x);
+}
+
+/// d op / dx (unary_grad's factor of dy).
+template <UnaryOp Op, class L>
+[[gnu::always_inline]] inline typename L::T slope_lanes(typename L::T x) {
+  if constexpr (Op == UnaryOp::Gelu) return common::gelu_grad_f32<L>(x);
+  else if constexpr (Op == UnaryOp::GeluTanh) return common::gelu_tanh_grad_f32<L>(x);
+  else return common::silu_grad_f32<L>(x);
+}
+
+template <UnaryOp Op, int B>
+MPT_KERNEL void forward_block(const float* __restrict x, float* __restrict y, std::int64_t n) {
   using L = LaneOpsN<B>;
   constexpr std::int64_t W = Lanes<float, B>::W;
   std::int64_t i = 0;
-  for (; i + W <= n; i += W) {
-    store_lanes(y + i, common::gelu_f32<L>(load_lanes<typename L::T>(x + i)));
-  }
-  for (; i < n; ++i) y[i] = common::unary_apply<UnaryOp::Gelu>(x[i], 0.f);
+  for (; i + W <= n; i += W) store_lanes(y + i, forward_lanes<Op, L>(load_lanes<typename L::T>(x + i)));
+  for (; i < n; ++i) y[i] = common::unary_apply<Op>(x[i], 0.f);
 }
 
-template <int B>
-MPT_KERNEL void gelu_grad_block(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
-                                std::int64_t n) {
+template <UnaryOp Op, int B>
+MPT_KERNEL void gradient_block(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
+                               std::int64_t n) {
   using L = LaneOpsN<B>;
   using T = typename L::T;
   constexpr std::int64_t W = Lanes<float, B>::W;
   std::int64_t i = 0;
-  for (; i + W <= n; i += W) {
-    // unary_grad's exact::mul(d, gelu_grad(a))
-    store_lanes(dx + i, load_lanes<T>(dy + i) * common::gelu_grad_f32<L>(load_lanes<T>(x + i)));
-  }
-  for (; i < n; ++i) dx[i] = common::unary_grad<UnaryOp::Gelu>(x[i], 0.f, dy[i], 0.f);
+  for (; i + W <= n; i += W)  // unary_grad's exact::mul(d, slope(a))
+    store_lanes(dx + i, load_lanes<T>(dy + i) * slope_lanes<Op, L>(load_lanes<T>(x + i)));
+  for (; i < n; ++i) dx[i] = common::unary_grad<Op>(x[i], 0.f, dy[i], 0.f);
 }
 
 /// 16-bit GELU by table. A bfloat16 or float16 input has 65,536 values, so the forward's results
 /// (the float32 lanes' bits on the widened value, rounded) and the gradient's float32 factors
-/// gelu'(x) (gelu_grad_block with dy = 1: exactly gelu_grad_f32) are computed once per process
+/// gelu'(x) (gradient_block with dy = 1: exactly gelu_grad_f32) are computed once per process
 /// and dtype, on the lanes, for all of them (128 + 256 KiB: they stay in L2); a call is then a
 /// lookup per element, and for the gradient one float32 product with dy rounded once, as the
 /// staged and lane paths do: the same bits, without the erf's 20-odd operations and its division
@@ -117,9 +141,11 @@ Gelu16Table build_gelu16_table(DType dt, std::int64_t n) {
   std::vector<float> x(un), y(un), one(un, 1.0f);
   for (std::size_t i = 0; i < un; ++i) bits[i] = static_cast<std::uint16_t>(i);
   detail::convert(bits.data(), dt, x.data(), float32, un);
-  isa_call_native<gelu_block<64>, gelu_block<32>, gelu_block<16>>(x.data(), y.data(), n);
+  isa_call_native<forward_block<UnaryOp::Gelu, 64>, forward_block<UnaryOp::Gelu, 32>, forward_block<UnaryOp::Gelu, 16>>(
+      x.data(), y.data(), n);
   detail::convert(y.data(), float32, t.y.data(), dt, un);
-  isa_call_native<gelu_grad_block<64>, gelu_grad_block<32>, gelu_grad_block<16>>(x.data(), one.data(), t.dydx.data(), n);
+  isa_call_native<gradient_block<UnaryOp::Gelu, 64>, gradient_block<UnaryOp::Gelu, 32>, gradient_block<UnaryOp::Gelu, 16>>(
+      x.data(), one.data(), t.dydx.data(), n);
   return t;
 }
 const Gelu16Table& gelu16_table(DType dt) {
@@ -299,7 +325,12 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out, double param) {
           });
           return;
         }
-        map1_blocks<C>(x, out, [](const float* a, float* o, std::int64_t m) { isa_call_native<gelu_block<64>, gelu_block<32>, gelu_block<16>>(a, o, m); });
+      }
+      if constexpr (forward_on_lanes(Op) && std::is_same_v<C, float>) {
+        map1_blocks<C>(x, out, [](const float* a, float* o, std::int64_t m) {
+          constexpr UnaryOp F = OpT::value;
+          isa_call_native<forward_block<F, 64>, forward_block<F, 32>, forward_block<F, 16>>(a, o, m);
+        });
       } else if constexpr (std::is_floating_point_v<C> || common::unary_on_integers(Op))
         if constexpr (common::unary_takes_param(Op))
           map1<C>(x, out, [p = C(param)](C v) { return common::unary_apply<OpT::value>(v, p); });
@@ -335,8 +366,11 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
                           dx.numel());
           return;
         }
+      }
+      if constexpr (gradient_on_lanes(OpT::value) && std::is_same_v<C, float>) {
         map3_blocks<C>(x, y, dy, dx, [](const C* a, const C*, const C* d, C* o, std::int64_t m) {
-          isa_call_native<gelu_grad_block<64>, gelu_grad_block<32>, gelu_grad_block<16>>(a, d, o, m);
+          constexpr UnaryOp Op = OpT::value;
+          isa_call_native<gradient_block<Op, 64>, gradient_block<Op, 32>, gradient_block<Op, 16>>(a, d, o, m);
         });
       } else if constexpr (std::is_floating_point_v<C>)
         if constexpr (common::unary_takes_param(OpT::value))
