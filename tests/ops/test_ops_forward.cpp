@@ -67,6 +67,57 @@ TEST_CASE("integer arithmetic and where") {
   });
 }
 
+TEST_CASE("reductions of long rows (whole-tensor sums) run in chunks: float64 references, bits independent of the thread count") {
+  // Past 2 chunks of 32768 values a row is reduced in chunks on the threads: sums in 16 interleaved
+  // partial sums per chunk, maxima and minima in order (so the first of equal maxima and the
+  // last NaN win, as sequentially).
+  const std::int64_t n = 3 * 32768 + 1001;
+  for_each_device([&](Device dev) {
+    for (DType dt : test::float_dtypes()) {
+      const Tensor x = random({n}, dt, dev, 9, 0.1, 0.5);  // a float16 sum below 65504
+      const Vec xs = x.to_vector<double>();
+      double sum = 0, mx = -1e300, mn = 1e300;
+      for (double v : xs) sum += v, mx = std::max(mx, v), mn = std::min(mn, v);
+      const std::string what = to_string(dt) + " " + dev.str();
+      const test::Tolerance t = tolerance(dt);
+      // float32 partial sums of about n/16 values each: rounding grows with their size
+      check_close(ops::sum(x), {sum}, {dt == float64 ? 1e-12 : 2e-6 + t.rtol, 0}, "sum " + what);
+      check_close(ops::mean(x), {sum / double(n)}, {dt == float64 ? 1e-12 : 2e-6 + t.rtol, 0}, "mean " + what);
+      check_close(ops::max(x), {mx}, {0, 0}, "max " + what);
+      check_close(ops::min(x), {mn}, {0, 0}, "min " + what);
+      // Two rows along the last axis, and keepdims.
+      const Tensor x2 = x.slice(0, 2 * 40000).reshape({2, 40000});
+      const Vec s2 = ops::sum(x2, {1}).to_vector<double>();
+      for (int r = 0; r < 2; ++r) {
+        double ref = 0;
+        for (int i = 0; i < 40000; ++i) ref += xs[static_cast<std::size_t>(r * 40000 + i)];
+        CHECK_MESSAGE(std::abs(s2[static_cast<std::size_t>(r)] - ref) <= (dt == float64 ? 1e-12 : 2e-6 + t.rtol) * ref, what);
+      }
+      if (dev == Device::cpu()) {  // the same bits on 1 thread and on 2
+        const int saved = num_threads();
+        set_num_threads(1);
+        const Tensor one = ops::sum(x), one_max = ops::max(x);
+        set_num_threads(2);
+        const Tensor two = ops::sum(x), two_max = ops::max(x);
+        set_num_threads(saved);
+        CHECK_MESSAGE(one.to_vector<double>() == two.to_vector<double>(), what);
+        CHECK_MESSAGE(one_max.to_vector<double>() == two_max.to_vector<double>(), what);
+      }
+    }
+    // Equal maxima of both signs of zero and NaNs: the sequential answers.
+    std::vector<float> v(static_cast<std::size_t>(n), -1.0f);
+    v[5] = 0.0f, v[40000] = -0.0f, v[70000] = 0.0f;
+    const std::vector<float> zeros = ops::max(Tensor::from_vector(v, {n}).to(dev)).to_vector<float>();
+    CHECK((zeros[0] == 0.0f && !std::signbit(zeros[0])));  // +0 came first
+    v[5] = -0.0f, v[40000] = 0.0f;
+    const std::vector<float> neg = ops::max(Tensor::from_vector(v, {n}).to(dev)).to_vector<float>();
+    CHECK((neg[0] == 0.0f && std::signbit(neg[0])));  // -0 came first
+    v[100] = NAN;
+    CHECK(std::isnan(ops::max(Tensor::from_vector(v, {n}).to(dev)).item()));
+    CHECK(std::isnan(ops::sum(Tensor::from_vector(v, {n}).to(dev)).item()));
+  });
+}
+
 TEST_CASE("reductions match float64 references") {
   const Shape shape{3, 4, 5};
   const std::vector<std::vector<std::int64_t>> axes_list = {{}, {0}, {1}, {-1}, {0, 2}, {1, 2}};
