@@ -118,6 +118,21 @@ TEST_CASE("reductions of long rows (whole-tensor sums) run in chunks: float64 re
   });
 }
 
+TEST_CASE("max of -inf values is -inf, min of +inf values +inf (whole tensors, rows, columns, long rows)") {
+  for_each_device([](Device dev) {
+    for (DType dt : test::float_dtypes())
+      for (std::int64_t n : {std::int64_t{3}, std::int64_t{70000}}) {
+        const Tensor lo = Tensor::full({2, n}, -INFINITY, dt, dev), hi = Tensor::full({2, n}, INFINITY, dt, dev);
+        const std::string what = to_string(dt) + " " + dev.str() + " n " + std::to_string(n);
+        CHECK_MESSAGE(ops::max(lo).item() == -INFINITY, what);
+        CHECK_MESSAGE(ops::min(hi).item() == INFINITY, what);
+        for (double v : ops::max(lo, {1}).to_vector<double>()) CHECK_MESSAGE(v == -INFINITY, what);
+        for (double v : ops::max(lo, {0}).to_vector<double>()) CHECK_MESSAGE(v == -INFINITY, what);
+        for (double v : ops::min(hi, {0}).to_vector<double>()) CHECK_MESSAGE(v == INFINITY, what);
+      }
+  });
+}
+
 TEST_CASE("reductions match float64 references") {
   const Shape shape{3, 4, 5};
   const std::vector<std::vector<std::int64_t>> axes_list = {{}, {0}, {1}, {-1}, {0, 2}, {1, 2}};

@@ -70,8 +70,10 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor&
   split_axis(x.shape(), axis, outer, n, inner);
   with_compute_type(x.dtype(), [&](auto c) {
     using C = decltype(c);
-    const C init = op == ReduceOp::Max   ? std::numeric_limits<C>::lowest()
-                   : op == ReduceOp::Min ? std::numeric_limits<C>::max()
+    // ±inf for floating types: the maximum of -inf values is -inf (lowest() had given -FLT_MAX).
+    using L = std::numeric_limits<C>;
+    const C init = op == ReduceOp::Max   ? (L::has_infinity ? -L::infinity() : L::lowest())
+                   : op == ReduceOp::Min ? (L::has_infinity ? L::infinity() : L::max())
                                          : C(0);
     auto combine = [op](C acc, C v) {
       switch (op) {

@@ -122,8 +122,9 @@ MPT_HOST_DEVICE inline void tree_step(const Thread& t, S* region, unsigned tx, u
 
 template <class C>
 MPT_HOST_DEVICE inline C reduce_init(ReduceOp op) {
-  return op == ReduceOp::Max   ? std::numeric_limits<C>::lowest()
-         : op == ReduceOp::Min ? std::numeric_limits<C>::max()
+  using L = std::numeric_limits<C>;  // ±inf for floating types, as the CPU's
+  return op == ReduceOp::Max   ? (L::has_infinity ? -L::infinity() : L::lowest())
+         : op == ReduceOp::Min ? (L::has_infinity ? L::infinity() : L::max())
                                : C(0);
 }
 
