@@ -164,13 +164,30 @@ const Gelu16Table& gelu16_table(DType dt) {
   return f16;
 }
 
-/// dx = dy · gelu'(x) for 16-bit x, dy, dx (dtype dt), the factors from gelu16_table: bfloat16
-/// widened and rounded in place; float16 through the bulk (F16C) conversions, a block at a time.
+/// dx = dy · f for bfloat16 dy and dx and float32 factors f: widened and rounded on the lanes.
+template <int B>
+MPT_KERNEL void mul_bf16_by(const bf16_bits* dy, const float* f, bf16_bits* dx, std::int64_t n) {
+  using H = Bf16Lanes<B>;
+  constexpr std::int64_t W = Lanes<float, B>::W;
+  std::int64_t i = 0;
+  for (; i + W <= n; i += W) H::store(dx + i, H::load(dy + i) * load_lanes<typename Lanes<float, B>::V>(f + i));
+  for (; i < n; ++i) dx[i] = narrow<bf16_bits>(widen(dy[i]) * f[i]);
+}
+
+/// dx = dy · gelu'(x) for 16-bit x, dy, dx (dtype dt), the factors from gelu16_table, looked up
+/// a block at a time; bfloat16 widened and rounded on the lanes (it had run one value at a time
+/// at the baseline tier: 4 % of a bfloat16 GPT-mini step), float16 through the bulk (F16C)
+/// conversions.
 void gelu16_backward(DType dt, const std::uint16_t* x, const std::uint16_t* dy, std::uint16_t* dx, std::int64_t n) {
   const float* g = gelu16_table(dt).dydx.data();
   parallel_for(n, kGrain, [&](std::int64_t b, std::int64_t e) {
     if (dt == bfloat16) {
-      for (std::int64_t i = b; i < e; ++i) dx[i] = narrow<bf16_bits>(widen(dy[i]) * g[x[i]]);
+      float f[kBlock];
+      for (std::int64_t i = b; i < e; i += kBlock) {
+        const std::int64_t m = std::min(kBlock, e - i);
+        for (std::int64_t j = 0; j < m; ++j) f[j] = g[x[i + j]];
+        isa_call_native<mul_bf16_by<64>, mul_bf16_by<32>, mul_bf16_by<16>>(dy + i, f, dx + i, m);
+      }
       return;
     }
     float d[kBlock];
