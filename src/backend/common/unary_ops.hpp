@@ -275,12 +275,15 @@ MPT_HOST_DEVICE inline C gelu_tanh_inner(C x) {
 }
 template <class C>
 MPT_HOST_DEVICE inline C gelu_tanh_grad(C x) {
-  if constexpr (std::is_same_v<C, float>) return gelu_tanh_grad_f32<ScalarOps>(x);
-  const C t = fn::tanh(gelu_tanh_inner(x));
-  const C du = exact::mul(C(0.7978845608028654),
-                          exact::add(C(1), exact::mul(C(3 * 0.044715), exact::mul(x, x))));
-  return exact::add(exact::mul(C(0.5), exact::add(C(1), t)),
-                    exact::mul(exact::mul(exact::mul(C(0.5), x), exact::sub(C(1), exact::mul(t, t))), du));
+  if constexpr (std::is_same_v<C, float>) {
+    return gelu_tanh_grad_f32<ScalarOps>(x);
+  } else {
+    const C t = fn::tanh(gelu_tanh_inner(x));
+    const C du = exact::mul(C(0.7978845608028654),
+                            exact::add(C(1), exact::mul(C(3 * 0.044715), exact::mul(x, x))));
+    return exact::add(exact::mul(C(0.5), exact::add(C(1), t)),
+                      exact::mul(exact::mul(exact::mul(C(0.5), x), exact::sub(C(1), exact::mul(t, t))), du));
+  }
 }
 
 /// The op's forward value in the compute type C (float, double; int64 for unary_on_integers);

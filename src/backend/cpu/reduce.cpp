@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/vector_types.hpp"
+#include "backend/common/reduce_ops.hpp"  // reduce_init, ReduceCombine (the CUDA kernels' too)
 #include "backend/common/unary_ops.hpp"  // exact::add: integer sums wrap around
 
 // sum_rows_bf16's vectors are inlined into its tier's wrapper (isa_call_native): the ABI warning
@@ -70,18 +70,8 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor&
   split_axis(x.shape(), axis, outer, n, inner);
   with_compute_type(x.dtype(), [&](auto c) {
     using C = decltype(c);
-    // ±inf for floating types: the maximum of -inf values is -inf (lowest() had given -FLT_MAX).
-    using L = std::numeric_limits<C>;
-    const C init = op == ReduceOp::Max   ? (L::has_infinity ? -L::infinity() : L::lowest())
-                   : op == ReduceOp::Min ? (L::has_infinity ? L::infinity() : L::max())
-                                         : C(0);
-    auto combine = [op](C acc, C v) {
-      switch (op) {
-        case ReduceOp::Max: return (v > acc || v != v) ? v : acc;
-        case ReduceOp::Min: return (v < acc || v != v) ? v : acc;
-        default: return common::exact::add(acc, v);
-      }
-    };
+    const C init = common::reduce_init<C>(op);
+    const common::ReduceCombine<C> combine{op};
     auto finish = [op, n](C acc) { return op == ReduceOp::Mean ? C(acc / C(n)) : acc; };
     if (inner == 1 && n >= 2 * kRunChunk) {
       // Long rows (a whole tensor's sum): each row in chunks of kRunChunk on the threads, the
@@ -90,12 +80,12 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor&
       // in kLanes partial sums, folded in order: bits that depend on neither the thread count nor
       // the tier (one adder's chain had run 4M float32 values in 10 ms).
       const std::int64_t chunks = (n + kRunChunk - 1) / kRunChunk;
+      const bool sum = op == ReduceOp::Sum || op == ReduceOp::Mean;
       std::vector<C> part(static_cast<std::size_t>(outer * chunks));
       parallel_for(outer * chunks, 1, [&](std::int64_t b, std::int64_t e) {
         C s[kBlock], lanes[kLanes];
         for (std::int64_t u = b; u < e; ++u) {
           const std::int64_t o = u / chunks, start = (u % chunks) * kRunChunk, len = std::min(kRunChunk, n - start);
-          const bool sum = op == ReduceOp::Sum || op == ReduceOp::Mean;
           C acc = init;
           std::fill(lanes, lanes + kLanes, C(0));
           for (std::int64_t i = 0; i < len; i += kBlock) {  // kBlock: a multiple of kLanes

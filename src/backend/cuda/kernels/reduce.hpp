@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "backend/backend.hpp"
+#include "backend/common/reduce_ops.hpp"
 #include "backend/common/shape.hpp"
 #include "backend/cuda/kernels/launch.hpp"
 #include "backend/cuda/kernels/element_types.hpp"
@@ -120,26 +121,9 @@ MPT_HOST_DEVICE inline void tree_step(const Thread& t, S* region, unsigned tx, u
 
 // ---- sum / mean / max / min -------------------------------------------------------------------
 
-template <class C>
-MPT_HOST_DEVICE inline C reduce_init(ReduceOp op) {
-  using L = std::numeric_limits<C>;  // ±inf for floating types, as the CPU's
-  return op == ReduceOp::Max   ? (L::has_infinity ? -L::infinity() : L::lowest())
-         : op == ReduceOp::Min ? (L::has_infinity ? L::infinity() : L::max())
-                               : C(0);
-}
-
-/// The CPU's combine: max/min keep NaN once seen (so it is order independent), sums add.
-template <class C>
-struct ReduceCombine {
-  ReduceOp op;
-  MPT_HOST_DEVICE C operator()(C acc, C v) const {
-    switch (op) {
-      case ReduceOp::Max: return (v > acc || v != v) ? v : acc;
-      case ReduceOp::Min: return (v < acc || v != v) ? v : acc;
-      default: return common::exact::add(acc, v);  // integers wrap, as on the CPU
-    }
-  }
-};
+// reduce_init and ReduceCombine: backend/common/reduce_ops.hpp (the CPU's too).
+using common::reduce_init;
+using common::ReduceCombine;
 
 /// Phase 1: this thread's partial over its slice of its column.
 template <class T>
