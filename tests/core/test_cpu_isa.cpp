@@ -62,11 +62,12 @@ TEST_CASE("MPT_CPU_ISA caps the tier, the conversions and oneDNN") {
   // The per-tier path rule: the first-layer direct convolution runs at the avx512 tier only
   // (below it oneDNN's jit:avx2 convolutions are faster: docs/design.md).
   CHECK(mpt::cpu::small_conv_applies({8, 28, 28, 1}, {3, 3, 1, 32}, mpt::float32) == (isa == CpuIsa::avx512));
-  // The packed 16-bit GEMM: above the baseline tier, for shapes where 1/m + 1/n + 1/k > 1/200
-  // (model A's first layer, not model D's 2048-wide ones); MPT_CPU_GEMM16 unset in these runs.
+  // The packed 16-bit GEMM: above the baseline tier, for every non-empty shape (model A's first
+  // layer and model D's 2048-wide ones alike); MPT_CPU_GEMM16 unset in these runs.
   if (!std::getenv("MPT_CPU_GEMM16")) {
     CHECK(mpt::cpu::packed_gemm16_applies({1, 1, 256, 512, 784}) == (isa != CpuIsa::baseline));
-    CHECK_FALSE(mpt::cpu::packed_gemm16_applies({1, 1, 512, 2048, 2048}));
+    CHECK(mpt::cpu::packed_gemm16_applies({1, 1, 512, 2048, 2048}) == (isa != CpuIsa::baseline));
+    CHECK_FALSE(mpt::cpu::packed_gemm16_applies({1, 1, 512, 0, 2048}));
   }
 }
 

@@ -12,6 +12,7 @@
 #include "backend/common/unary_ops.hpp"
 #include "backend/cpu/packed_gemm.hpp"
 #include "core/cpu_isa.hpp"
+#include "mpt/half.hpp"
 #include "test_util.hpp"
 
 using namespace mpt;
@@ -129,6 +130,57 @@ TEST_CASE("packed GEMM: bias of either width, fused activations, another output 
   // k = 0: an empty sum, so out = act(bias) exactly rounded.
   check_case({1, 1, 8, 20, 0, false, false}, bfloat16, bfloat16, float32, UnaryOp::Relu, seed += 3);
   check_case({1, 1, 8, 20, 0, true, true}, float16, float32, float16, UnaryOp::Linear, seed += 3);
+}
+
+TEST_CASE("packed GEMM: every finite 16-bit value widened exactly, through each operand's packing") {
+  // Every finite float16 and bfloat16 bit pattern (subnormals, ±0, the largest) as one operand, an
+  // identity as the other, into float32: out is the operand itself, exactly, whichever operand
+  // carries the values and whether it is transposed (the four packing loops, their whole vectors,
+  // transposes and edges; the tier's VCVTPH2PS for float16 above the baseline).
+  constexpr std::int64_t K = 64;
+  for (const DType in : {float16, bfloat16}) {
+    std::vector<std::uint16_t> bits;
+    for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+      const std::uint32_t exp = in == float16 ? (h >> 10) & 0x1fu : (h >> 7) & 0xffu;
+      if (exp != (in == float16 ? 0x1fu : 0xffu)) bits.push_back(static_cast<std::uint16_t>(h));
+    }
+    const std::int64_t rows = (static_cast<std::int64_t>(bits.size()) + K - 1) / K;
+    bits.resize(static_cast<std::size_t>(rows * K), 0);
+    auto value = [&](std::int64_t i) {
+      const std::uint16_t h = bits[static_cast<std::size_t>(i)];
+      return in == float16 ? half_bits_to_float(h) : bfloat16_bits_to_float(h);
+    };
+    std::vector<std::uint16_t> one(K * K, 0);
+    for (std::int64_t i = 0; i < K; ++i) one[static_cast<std::size_t>(i * K + i)] = in == float16 ? 0x3c00 : 0x3f80;
+    const Tensor eye = Tensor::from_host(one.data(), one.size(), in, {K, K}, Device::cpu());
+    for (int side = 0; side < 2; ++side)
+      for (const bool t : {false, true}) {
+        CAPTURE(to_string(in));
+        CAPTURE(side);
+        CAPTURE(t);
+        // side 0: a = the values ([rows, K], or [K, rows] read as aᵀ); side 1: b = them ([K, rows],
+        // or [rows, K] read as bᵀ). out[i][j] is the value at values[at(i, j)].
+        const bool as_rows = side == 0 ? !t : t;
+        const Tensor x = Tensor::from_host(bits.data(), bits.size(), in, as_rows ? Shape{rows, K} : Shape{K, rows},
+                                           Device::cpu());
+        const Tensor& a = side == 0 ? x : eye;
+        const Tensor& b = side == 0 ? eye : x;
+        const bool ta = side == 0 && t, tb = side == 1 && t;
+        const cpu::GemmShape g = cpu::gemm_shape(a, b, ta, tb);
+        Tensor out = Tensor::empty({g.m, g.n}, float32, Device::cpu());
+        cpu::packed_gemm(g, a, b, ta, tb, Tensor(), UnaryOp::Linear, out);
+        const auto got = out.to_vector<float>();
+        std::int64_t bad = 0, first = -1;
+        for (std::int64_t i = 0; i < g.m; ++i)
+          for (std::int64_t j = 0; j < g.n; ++j) {
+            // op(x)[i][j] = x's element (i, j) as laid out, or (j, i) when read transposed.
+            const std::int64_t r = side == 0 ? i : j, c = side == 0 ? j : i;  // (row, column) of the values' matrix
+            const std::int64_t at = as_rows ? r * K + c : c * rows + r;
+            if (got[static_cast<std::size_t>(i * g.n + j)] != value(at) && bad++ == 0) first = at;
+          }
+        CHECK_MESSAGE(bad == 0, bad, " values wrong; first the bits ", first < 0 ? 0 : bits[static_cast<std::size_t>(first)]);
+      }
+  }
 }
 
 TEST_CASE("packed GEMM: the bits do not depend on the thread count") {

@@ -12,8 +12,9 @@
 //     rounded into out. (A 16-bit output summed over several blocks of k keeps float32 sums of
 //     all the thread's rows: past kMaxRows rows the thread works in chunks of them, op(b)'s blocks
 //     packed again for each.)
-// The widening is the library's bulk conversion (core/convert.hpp: F16C for float16), the
-// rounding too, so the only difference from the staged path is the order of the float32 sums.
+// The widening gives the library's bulk conversion's bits (vector_types.hpp's load_widened: F16C's
+// instruction for float16, inlined into the packing loops), the rounding is the bulk conversion
+// itself, so the only difference from the staged path is the order of the float32 sums.
 #include "backend/cpu/packed_gemm.hpp"
 
 #include <omp.h>
@@ -64,6 +65,120 @@ void widen(const char* src, DType dt, float* dst, std::int64_t n) {
   if (n > 0) detail::convert(src, dt, dst, float32, static_cast<std::size_t>(n));
 }
 
+/// f(Widen constant) for the operands' dtype: the packing loops below are compiled for each.
+template <class F>
+[[gnu::always_inline]] inline void with_widen(DType in, F&& f) {
+  switch (widen_of(in)) {
+    case Widen::f32: return f(std::integral_constant<Widen, Widen::f32>{});
+    case Widen::bf16: return f(std::integral_constant<Widen, Widen::bf16>{});
+    case Widen::f16: return f(std::integral_constant<Widen, Widen::f16>{});
+  }
+}
+
+// The packing loops, widening on the tier's lanes (load_widened: the bulk conversion's bits)
+// and going through the source a few rows at a time, so each thread's reads and writes stay in
+// a few KiB: row by row, through a row buffer and a call per row, the slab writes 32 KiB apart
+// had shared cache sets (about 1 ns a value at avx2, 10 % of a 2048 x 2048 GEMM).
+constexpr std::int64_t kPackRows = 8;
+
+/// Slabs of op(b)'s columns [0, nt) from rows p of src (column q of row p at src[p·ld + q]): slab
+/// s holds columns s·NR.. as [kc][NR], zeros past nt.
+template <Widen S, int B, std::int64_t NR>
+MPT_KERNEL void pack_b_rows(const char* src, std::int64_t ld, std::int64_t kc, std::int64_t nt, float* bp) {
+  constexpr std::int64_t W = Lanes<float, B>::W, isz = widen_bytes<S>;
+  const std::int64_t slabs = (nt + NR - 1) / NR;
+  for (std::int64_t p0 = 0; p0 < kc; p0 += kPackRows) {
+    const std::int64_t pn = std::min(kPackRows, kc - p0);
+    for (std::int64_t s = 0; s < slabs; ++s) {
+      const std::int64_t c0 = s * NR;
+      float* d = bp + (s * kc + p0) * NR;
+      const char* row = src + (p0 * ld + c0) * isz;
+      if (c0 + NR <= nt) {
+        for (std::int64_t p = 0; p < pn; ++p)
+          for (std::int64_t v = 0; v < NR; v += W)
+            store_lanes(d + p * NR + v, load_widened<S, B>(row + (p * ld + v) * isz));
+      } else {
+        for (std::int64_t p = 0; p < pn; ++p)
+          for (std::int64_t q = 0; q < NR; ++q)
+            d[p * NR + q] = c0 + q < nt ? widen_one<S>(row + (p * ld + q) * isz) : 0.f;
+      }
+    }
+  }
+}
+
+/// The same slabs from columns of src (row p of column q at src[q·ld + p]: op(b) = bᵀ): W x W
+/// squares (W the tier's lanes) widened a column to a register, transposed in registers, stored as
+/// slab rows; the edges (a partial slab, kc's last values) one value at a time.
+template <Widen S, int B, std::int64_t NR>
+MPT_KERNEL void pack_b_cols(const char* src, std::int64_t ld, std::int64_t kc, std::int64_t nt, float* bp) {
+  using F = typename Lanes<float, B>::V;
+  constexpr std::int64_t W = Lanes<float, B>::W, isz = widen_bytes<S>;
+  const std::int64_t slabs = (nt + NR - 1) / NR;
+  for (std::int64_t s = 0; s < slabs; ++s) {
+    const bool whole = (s + 1) * NR <= nt;
+    for (std::int64_t p0 = 0; p0 < kc; p0 += W) {
+      const std::int64_t pn = std::min(W, kc - p0);
+      float* d = bp + (s * kc + p0) * NR;
+      if (whole && pn == W) {
+        for (std::int64_t v = 0; v < NR; v += W) {
+          F r[W];
+          for (std::int64_t q = 0; q < W; ++q) r[q] = load_widened<S, B>(src + ((s * NR + v + q) * ld + p0) * isz);
+          transpose_lanes<B>(r);
+          for (std::int64_t p = 0; p < W; ++p) store_lanes(d + p * NR + v, r[p]);
+        }
+      } else {
+        for (std::int64_t p = 0; p < pn; ++p)
+          for (std::int64_t q = 0; q < NR; ++q)
+            d[p * NR + q] = s * NR + q < nt ? widen_one<S>(src + ((s * NR + q) * ld + p0 + p) * isz) : 0.f;
+      }
+    }
+  }
+}
+
+/// op(a)'s rows [0, mc) of a block from rows of src (row r at src + r·ld), widened to lda apart;
+/// rows [mc, mcp) zeros.
+template <Widen S, int B>
+MPT_KERNEL void pack_a_rows(const char* src, std::int64_t ld, std::int64_t kc, std::int64_t mc, std::int64_t mcp,
+                            float* ab, std::int64_t lda) {
+  constexpr std::int64_t W = Lanes<float, B>::W, isz = widen_bytes<S>;
+  for (std::int64_t r = 0; r < mc; ++r) {
+    const char* row = src + r * ld * isz;
+    float* d = ab + r * lda;
+    std::int64_t p = 0;
+    for (; p + W <= kc; p += W) store_lanes(d + p, load_widened<S, B>(row + p * isz));
+    for (; p < kc; ++p) d[p] = widen_one<S>(row + p * isz);
+  }
+  for (std::int64_t r = mc; r < mcp; ++r) std::fill_n(ab + r * lda, kc, 0.f);
+}
+
+/// op(a) = aᵀ's rows [0, mc) of a block, from rows p of src (op(a)'s row r of row p at
+/// src[p·ld + r]), tile by tile as [kc][R]; rows [mc, mcp) zeros. `row_left`: the values from
+/// the block's first row to the end of src's rows (widen_n reads a whole vector where they last).
+template <Widen S, int B, int R>
+MPT_KERNEL void pack_a_cols(const char* src, std::int64_t ld, std::int64_t kc, std::int64_t mc, std::int64_t mcp,
+                            std::int64_t row_left, float* ab) {
+  constexpr std::int64_t W = Lanes<float, B>::W, isz = widen_bytes<S>;
+  for (std::int64_t p0 = 0; p0 < kc; p0 += kPackRows) {
+    const std::int64_t pn = std::min(kPackRows, kc - p0);
+    // The next rows' values, asked for now: src's rows are far apart (often a multiple of 4 KiB),
+    // so the hardware's prefetchers do not follow them, and each row was a wait on L3.
+    for (std::int64_t p = p0 + kPackRows; p < std::min(kc, p0 + 2 * kPackRows); ++p)
+      for (std::int64_t x = 0; x < mc * isz; x += 64) __builtin_prefetch(src + p * ld * isz + x);
+    for (std::int64_t i = 0; i < mcp; i += R) {
+      float* d = ab + i * kc + p0 * R;
+      const char* rows = src + (p0 * ld + i) * isz;
+      if (i + R <= mc) {
+        const bool whole_vector = i + R / W * W + W <= row_left;
+        for (std::int64_t p = 0; p < pn; ++p) widen_n<S, B, R>(rows + p * ld * isz, d + p * R, whole_vector);
+      } else {
+        for (std::int64_t p = 0; p < pn; ++p)
+          for (std::int64_t r = 0; r < R; ++r)
+            d[p * R + r] = i + r < mc ? widen_one<S>(rows + (p * ld + r) * isz) : 0.f;
+      }
+    }
+  }
+}
+
 /// A thread's buffer of at least n floats, 64-byte aligned (tiles load whole cache lines: from a
 /// 16-byte aligned buffer every other load of a packed slab was split across two lines).
 float* buffer(std::vector<float>& v, std::int64_t n) {
@@ -87,13 +202,12 @@ MPT_KERNEL void gemm_part(const Job& j, std::int64_t m_begin, std::int64_t m_end
   // bounded: op(b) is packed again for each chunk).
   const bool direct = j.out_dt == float32, all_rows = !direct && k > kKc;
   const std::int64_t chunk = all_rows ? kMaxRows : m_end - m_begin;
-  static thread_local std::vector<float> bp_store, ab_store, cb_store, row_store;
+  static thread_local std::vector<float> bp_store, ab_store, cb_store;
   float* const bp = buffer(bp_store, kKc * kNc);
   float* const ab = buffer(ab_store, kMc * (kKc + 16));
   float* const cb = direct ? nullptr
                            : buffer(cb_store, (all_rows ? round_up(std::min(chunk, m_end - m_begin), R) : kMc) *
                                                   std::min(kNc, round_up(n1 - n0, NR)));
-  float* const row = buffer(row_store, std::max({kNc, kKc, kMc}));
   alignas(64) float edge[R * NR];
 
   for (std::int64_t m0 = m_begin; m0 < m_end; m0 += chunk) {
@@ -134,24 +248,11 @@ MPT_KERNEL void gemm_part(const Job& j, std::int64_t m_begin, std::int64_t m_end
       for (std::int64_t pc = 0; pc < k; pc += kKc) {
         const std::int64_t kc = std::min(kKc, k - pc);
         // op(b)[pc.., jc..] packed: slab s holds columns s·NR.. as [kc][NR], zeros past nt.
-        if (!j.tb) {
-          std::fill(row + nt, row + ntp, 0.f);
-          for (std::int64_t p = 0; p < kc; ++p) {
-            widen(j.b + ((pc + p) * j.n + jc) * isz, j.in, row, nt);
-            for (std::int64_t s = 0; s < slabs; ++s)
-              std::memcpy(&bp[(s * kc + p) * NR], &row[s * NR], NR * sizeof(float));
-          }
-        } else {
-          for (std::int64_t c = 0; c < ntp; ++c) {
-            float* d = &bp[(c / NR) * kc * NR + c % NR];
-            if (c < nt) {
-              widen(j.b + ((jc + c) * k + pc) * isz, j.in, row, kc);
-              for (std::int64_t p = 0; p < kc; ++p) d[p * NR] = row[p];
-            } else {
-              for (std::int64_t p = 0; p < kc; ++p) d[p * NR] = 0.f;
-            }
-          }
-        }
+        with_widen(j.in, [&](auto w) MPT_INLINE_LAMBDA {
+          constexpr Widen S = decltype(w)::value;
+          if (!j.tb) pack_b_rows<S, B, NR>(j.b + (pc * j.n + jc) * isz, j.n, kc, nt, bp);
+          else pack_b_cols<S, B, NR>(j.b + (jc * k + pc) * isz, k, kc, nt, bp);
+        });
         for (std::int64_t ic = m0; ic < m1; ic += kMc) {
           const std::int64_t mc = std::min(kMc, m1 - ic), mcp = round_up(mc, R);
           // The block of op(a), widened: rows of a as they lie (lda = kc + 16: rows 2 KiB apart
@@ -164,17 +265,13 @@ MPT_KERNEL void gemm_part(const Job& j, std::int64_t m_begin, std::int64_t m_end
             // all share cache sets: those are copied as the others).
             ablock = reinterpret_cast<const float*>(j.a) + ic * k + pc;
             lda = k;
-          } else if (!j.ta) {
-            lda = kc + 16;
-            for (std::int64_t r = 0; r < mc; ++r) widen(j.a + ((ic + r) * k + pc) * isz, j.in, &ab[r * lda], kc);
-            for (std::int64_t r = mc; r < mcp; ++r) std::fill_n(&ab[r * lda], kc, 0.f);
           } else {
-            lda = R;
-            std::fill(row + mc, row + mcp, 0.f);
-            for (std::int64_t p = 0; p < kc; ++p) {
-              widen(j.a + ((pc + p) * j.m + ic) * isz, j.in, row, mc);
-              for (std::int64_t i = 0; i < mcp; i += R) std::memcpy(&ab[i * kc + p * R], &row[i], R * sizeof(float));
-            }
+            lda = j.ta ? R : kc + 16;
+            with_widen(j.in, [&](auto w) MPT_INLINE_LAMBDA {
+              constexpr Widen S = decltype(w)::value;
+              if (!j.ta) pack_a_rows<S, B>(j.a + (ic * k + pc) * isz, k, kc, mc, mcp, ab, lda);
+              else pack_a_cols<S, B, R>(j.a + (pc * j.m + ic) * isz, j.m, kc, mc, mcp, j.m - ic, ab);
+            });
           }
           float* cblock = block_of(ic);
           for (std::int64_t s = 0; s < slabs; ++s) {
@@ -250,11 +347,10 @@ bool packed_gemm16_applies(const GemmShape& g) {
     return -1;
   }();
   if (forced >= 0) return forced == 1;
-  // Not at the baseline tier (no FMA, and not measured); at avx2 and avx512 by the shape.
-  if (detail::cpu_isa() == detail::CpuIsa::baseline || g.m <= 0 || g.n <= 0 || g.k <= 0) return false;
-  // The staged copies cost about 1/m + 1/n + 1/k of the GEMM's time; past 1/200 they cost more
-  // than this kernel loses to oneDNN's float32 one (docs/design.md, "CPU GEMMs").
-  return 200.0 * (1.0 / g.m + 1.0 / g.n + 1.0 / g.k) > 1.0;
+  // At the avx2 and avx512 tiers, every shape: with its packing widened on the lanes it runs at
+  // least as fast as the staged copies plus oneDNN's float32 GEMM, model D's 2048-wide shapes too
+  // (docs/design.md, "CPU GEMMs"). Not at the baseline tier (no FMA, and not measured).
+  return detail::cpu_isa() != detail::CpuIsa::baseline && g.m > 0 && g.n > 0 && g.k > 0;
 }
 
 void packed_gemm(const GemmShape& g, const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,

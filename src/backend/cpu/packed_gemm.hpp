@@ -17,9 +17,8 @@ struct GemmShape {
 GemmShape gemm_shape(const Tensor& a, const Tensor& b, bool ta, bool tb);
 
 /// Whether a 16-bit GEMM that oneDNN cannot run natively takes packed_gemm: at the avx2 and avx512
-/// tiers, for shapes where the staged float32 copies cost more than this kernel loses to oneDNN's
-/// (a rule of the shape alone, measured: docs/design.md); MPT_CPU_GEMM16=packed|staged forces one
-/// path for every shape and tier (tests and benchmarks).
+/// tiers, for every non-empty shape (measured: docs/design.md); MPT_CPU_GEMM16=packed|staged forces
+/// one path for every shape and tier (tests and benchmarks).
 bool packed_gemm16_applies(const GemmShape& g);
 
 /// out = act(op(a) · op(b) + bias), g = gemm_shape(a, b, ta, tb): a [.., m, k] (ta: [.., k, m]), b [.., k, n] (tb: [.., n, k]),

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/isa_dispatch.hpp"
 #include "mpt/dtype.hpp"
+#include "mpt/half.hpp"
 
 
 // Vector arguments and returns: always inlined into their caller's tier wrapper, so the warning that a
@@ -155,6 +156,139 @@ struct Bf16Lanes {
     std::memcpy(p, &h, sizeof h);
   }
 };
+
+/// The storage a kernel widens to float32 lanes: float32 (read as it lies), bfloat16 (float32's
+/// high half) or float16 (VCVTPH2PS at the avx2 and avx512 tiers: the bulk conversion's
+/// instruction, so the same bits, without a call per row; half_bits_to_float lane by lane at the
+/// baseline, which has no F16C).
+enum class Widen { f32, bf16, f16 };
+
+/// The Widen of a floating dtype with float32 compute (float32, bfloat16, float16).
+inline Widen widen_of(DType d) { return d == bfloat16 ? Widen::bf16 : d == float16 ? Widen::f16 : Widen::f32; }
+
+/// Bytes of one stored value.
+template <Widen S> inline constexpr std::int64_t widen_bytes = S == Widen::f32 ? 4 : 2;
+
+/// One stored value at p as float32.
+template <Widen S>
+[[gnu::always_inline]] inline float widen_one(const void* p) {
+  if constexpr (S == Widen::f32) {
+    float v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  } else {
+    std::uint16_t h;
+    std::memcpy(&h, p, sizeof h);
+    if constexpr (S == Widen::bf16) return widen(h);
+    else return half_bits_to_float(h);
+  }
+}
+
+/// B bytes of float32 lanes from the stored values at p.
+template <Widen S, int B>
+[[gnu::always_inline]] inline typename Lanes<float, B>::V load_widened(const void* p) {
+  using F = typename Lanes<float, B>::V;
+  if constexpr (S == Widen::f32) {
+    return load_lanes<F>(static_cast<const float*>(p));
+  } else if constexpr (S == Widen::bf16) {
+    return Bf16Lanes<B>::load(static_cast<const bf16_bits*>(p));
+  } else {
+    using U16 = typename Bf16Bits<B>::U16;
+    F f;
+#ifdef MPT_ISA_DISPATCH
+    // Written as an instruction, as LaneOpsOf::fma: an intrinsic cannot be inlined through this
+    // target-less function into its tier's wrapper.
+    if constexpr (B == 64) {
+      asm("vcvtph2ps %[h], %[f]" : [f] "=v"(f) : [h] "vm"(load_lanes<U16>(p)));
+      return f;
+    } else if constexpr (B == 32) {
+      asm("vcvtph2ps %[h], %[f]" : [f] "=x"(f) : [h] "xm"(load_lanes<U16>(p)));
+      return f;
+    }
+#endif
+    const U16 h = load_lanes<U16>(p);
+    for (std::size_t i = 0; i < sizeof(F) / sizeof(float); ++i) f[i] = half_bits_to_float(h[i]);
+    return f;
+  }
+}
+
+/// The N stored values at src as float32 at dst: whole vectors of the tier, then the rest from
+/// one more vector when `whole_vector` says a vector's worth at that point may be read, else one
+/// value at a time. (Not through a zero-padded copy: a vector load of a few smaller stores is not
+/// forwarded from them, and that stall had doubled aᵀ's packing.)
+template <Widen S, int B, int N>
+[[gnu::always_inline]] inline void widen_n(const char* src, float* dst, bool whole_vector) {
+  using F = typename Lanes<float, B>::V;
+  constexpr int W = static_cast<int>(Lanes<float, B>::W);
+  constexpr std::int64_t isz = widen_bytes<S>;
+  constexpr int whole = N / W * W, rest = N - whole;
+  for (int i = 0; i < whole; i += W) store_lanes(dst + i, load_widened<S, B>(src + i * isz));
+  if constexpr (rest > 0) {
+    if (whole_vector) {
+      const F v = load_widened<S, B>(src + whole * isz);
+      std::memcpy(dst + whole, &v, rest * sizeof(float));
+    } else {
+      for (int i = whole; i < N; ++i) dst[i] = widen_one<S>(src + i * isz);
+    }
+  }
+}
+
+/// r[i][j] <- r[j][i] for the W registers r[0..W) of W float32 lanes: transposed in registers. Two
+/// stages of shuffles within 128-bit blocks (4 x 4 transposes of each group of 4 rows), then one
+/// (avx2) or two (avx512) stages moving whole blocks between rows: 0.25-0.4 shuffles a value,
+/// against a load and a store each for a transpose through memory.
+template <int B>
+[[gnu::always_inline]] inline void transpose_lanes(typename Lanes<float, B>::V* r) {
+  using F = typename Lanes<float, B>::V;
+  constexpr int W = static_cast<int>(Lanes<float, B>::W);
+  F t[W], u[W];
+  for (int i = 0; i < W; i += 2) {  // t: rows i and i+1 interleaved within each block
+    if constexpr (W == 4) {
+      t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 4, 1, 5);
+      t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 6, 3, 7);
+    } else if constexpr (W == 8) {
+      t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+      t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    } else {
+      t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+      t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+    }
+  }
+  // u[4g + j]: in block L, column 4L + j of rows 4g..4g+3.
+  for (int g = 0; g < W; g += 4)
+    for (int h = 0; h < 2; ++h) {
+      const F a = t[g + h], b = t[g + h + 2];
+      if constexpr (W == 4) {
+        u[g + 2 * h] = __builtin_shufflevector(a, b, 0, 1, 4, 5);
+        u[g + 2 * h + 1] = __builtin_shufflevector(a, b, 2, 3, 6, 7);
+      } else if constexpr (W == 8) {
+        u[g + 2 * h] = __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13);
+        u[g + 2 * h + 1] = __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+      } else {
+        u[g + 2 * h] = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+        u[g + 2 * h + 1] = __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+      }
+    }
+  if constexpr (W == 4) {
+    for (int j = 0; j < 4; ++j) r[j] = u[j];
+  } else if constexpr (W == 8) {
+    for (int j = 0; j < 4; ++j) {
+      r[j] = __builtin_shufflevector(u[j], u[4 + j], 0, 1, 2, 3, 8, 9, 10, 11);
+      r[4 + j] = __builtin_shufflevector(u[j], u[4 + j], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+  } else {
+    for (int j = 0; j < 4; ++j) {  // a 4 x 4 transpose of the blocks of u[j], u[4+j], u[8+j], u[12+j]
+      const F x0 = __builtin_shufflevector(u[j], u[4 + j], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+      const F x1 = __builtin_shufflevector(u[j], u[4 + j], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+      const F y0 = __builtin_shufflevector(u[8 + j], u[12 + j], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+      const F y1 = __builtin_shufflevector(u[8 + j], u[12 + j], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+      r[j] = __builtin_shufflevector(x0, y0, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+      r[8 + j] = __builtin_shufflevector(x0, y0, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+      r[4 + j] = __builtin_shufflevector(x1, y1, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+      r[12 + j] = __builtin_shufflevector(x1, y1, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    }
+  }
+}
 
 /// The dtype whose storage a kernel reads as T.
 template <class T>
