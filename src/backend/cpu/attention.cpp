@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend/common/attention.hpp"
@@ -152,8 +153,8 @@ struct F16 { std::uint16_t bits; };
 /// How n values of T become compute values C (times mul) and back, inside a kernel of B-byte
 /// lanes: float32 and float64 as they are; bfloat16 widened and rounded on the kernel's own lanes
 /// (Bf16Lanes: the bulk conversions' bits, without a call per packed row: they had been 7 % of a
-/// bfloat16 transformer step); float16 through the library's bulk conversions (half.hpp), which
-/// use F16C.
+/// bfloat16 transformer step); float16 likewise (load_widened), rounded back by the library's
+/// bulk conversion (half.hpp), which uses F16C.
 template <class T> struct Io {
   using C = T;
   template <int B>
@@ -189,11 +190,16 @@ template <> struct Io<Bf16> {
 };
 template <> struct Io<F16> {
   using C = float;
+  // Widened on the kernel's lanes (load_widened: VCVTPH2PS, the bulk conversion's instruction and
+  // bits; a quiet NaN stays itself through the product by 1).
   template <int B>
-  static void in(const F16* s, C* d, std::int64_t n, C mul) {
-    half_to_float(reinterpret_cast<const std::uint16_t*>(s), d, static_cast<std::size_t>(n));
-    if (mul != C(1))
-      for (std::int64_t i = 0; i < n; ++i) d[i] *= mul;
+  [[gnu::always_inline]] static void in(const F16* s, C* d, std::int64_t n, C mul) {
+    using F = typename Lanes<float, B>::V;
+    constexpr std::int64_t W = Lanes<float, B>::W;
+    const F mv = LaneOpsN<B>::splat(mul);
+    std::int64_t i = 0;
+    for (; i + W <= n; i += W) store_lanes(d + i, load_widened<Widen::f16, B>(s + i) * mv);
+    for (; i < n; ++i) d[i] = half_bits_to_float(s[i].bits) * mul;
   }
   template <int B>
   static void out(const C* s, F16* d, std::int64_t n) {
@@ -265,8 +271,26 @@ struct Layout {
   /// The transpose of rows packed by pack_rows (n rows of ld, of which `width` columns are
   /// wanted): dst[d · ldt + r] for d < width, r < rows (ldt >= rows: the packed length), zero for
   /// r >= n.
-  template <class C>
-  static void transpose(const C* rows, std::int64_t n, std::int64_t width, std::int64_t ld, std::int64_t ldt, C* dst) {
+  /// float32 rows of whole vectors (ld a multiple of the tier's lanes: dp and dvp are) go W x W
+  /// squares at a time through registers (transpose_lanes), the rows past n being pack_rows's
+  /// zeros (dst's rows [width, ld) get the zero columns); other element types one value at a time.
+  template <int B, class C>
+  MPT_KERNEL static void transpose(const C* rows, std::int64_t n, std::int64_t width, std::int64_t ld, std::int64_t ldt,
+                                   C* dst) {
+    if constexpr (std::is_same_v<C, float>) {
+      using F = typename Lanes<float, B>::V;
+      constexpr std::int64_t W = Lanes<float, B>::W;
+      if (ld % W == 0 && ldt % W == 0) {
+        for (std::int64_t r0 = 0; r0 < ldt; r0 += W)
+          for (std::int64_t d0 = 0; d0 < ld; d0 += W) {
+            F sq[W];
+            for (std::int64_t i = 0; i < W; ++i) sq[i] = load_lanes<F>(rows + (r0 + i) * ld + d0);
+            transpose_lanes<B>(sq);
+            for (std::int64_t j = 0; j < W; ++j) store_lanes(dst + (d0 + j) * ldt + r0, sq[j]);
+          }
+        return;
+      }
+    }
     constexpr std::int64_t kB = 16;
     for (std::int64_t r0 = 0; r0 < ldt; r0 += kB)
       for (std::int64_t d = 0; d < width; ++d) {
@@ -296,7 +320,7 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
   if (w.bh != bh) {  // pack this (batch, head)'s keys (transposed) and values once
     auto key = [&](std::int64_t j) { return t.k_at(b, h, j); };
     Layout::pack_rows<B>(k, key, g.kv_len, D, t.tkp, t.dp, w.k.data());
-    Layout::transpose(w.k.data(), g.kv_len, D, t.dp, t.tkp, w.kt.data());
+    Layout::transpose<B>(w.k.data(), g.kv_len, D, t.dp, t.tkp, w.kt.data());
     Layout::pack_rows<B>(v, key, g.kv_len, Dv, t.tkp, t.dvp, w.v.data());
     w.bh = bh;
   }
@@ -380,9 +404,9 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
   Layout::pack_rows<B>(q, query, g.q_len, D, t.tqp, dp, w.q.data(), scale);
   Layout::pack_rows<B>(dout, query, g.q_len, Dv, t.tqp, dvp, w.dout.data());
   Layout::pack_rows<B>(k, key, g.kv_len, D, t.tkp, dp, w.k.data());
-  Layout::transpose(w.k.data(), g.kv_len, D, dp, t.tkp, w.kt.data());
+  Layout::transpose<B>(w.k.data(), g.kv_len, D, dp, t.tkp, w.kt.data());
   Layout::pack_rows<B>(v, key, g.kv_len, Dv, t.tkp, dvp, w.v.data());
-  Layout::transpose(w.v.data(), g.kv_len, Dv, dvp, t.tkp, w.vt.data());
+  Layout::transpose<B>(w.v.data(), g.kv_len, Dv, dvp, t.tkp, w.vt.data());
   std::fill(w.dq.begin(), w.dq.end(), C(0));
   for (std::int64_t i = 0; i < g.q_len; ++i) {  // δ_i = do_i · o_i
     C* o = w.row.data();
