@@ -886,6 +886,29 @@ TEST_CASE("grad_scale fuses unscale_and_check's product into the updates; check_
     const ops::UnscaleResult c = ops::check_unscaled(bad, Tensor::scalar(4.0, float32, dev));  // 65504 * 4 fits f32
     CHECK(c.found_flag.item() == 1.0);
     CHECK(c.nonfinite_flags.to_vector<double>() == std::vector<double>{0, 1, 0, 0});
+    // 16-bit checks alone (read from the bits where no finite value times the scale overflows):
+    // inf and NaN of either dtype found, finite ones not; a scale that overflows bfloat16's
+    // largest, or a NaN scale, found as the product says.
+    const double inf = std::numeric_limits<double>::infinity();
+    for (const DType h : {float16, bfloat16}) {
+      CAPTURE(to_string(h));
+      std::vector<Tensor> g16 = {Tensor::from_vector(std::vector<float>{1, -2, 0, 1e-7f}, {}, dev).to(h),
+                                 Tensor::from_vector(std::vector<float>{1, -float(inf), 3}, {}, dev).to(h),
+                                 Tensor::from_vector(std::vector<float>{std::nanf(""), 0}, {}, dev).to(h),
+                                 Tensor::full({70000}, h == float16 ? 65504.0 : 3.3895313892515355e38, h, dev)};
+      const ops::UnscaleResult r = ops::check_unscaled(g16, Tensor::scalar(1.0 / 1024, float32, dev));
+      CHECK(r.nonfinite_flags.to_vector<double>() == std::vector<double>{0, 1, 1, 0});
+      CHECK(r.found_flag.item() == 1.0);
+      const ops::UnscaleResult z = ops::check_unscaled({g16[0], g16[3]}, Tensor::scalar(0.0, float32, dev));
+      CHECK(z.found_flag.item() == 0.0);
+      const ops::UnscaleResult n = ops::check_unscaled({g16[0]}, Tensor::scalar(std::nan(""), float32, dev));
+      CHECK(n.found_flag.item() == 1.0);
+    }
+    // bfloat16's largest times 2 overflows float32: found, as unscale_and_check's product says.
+    const Tensor big = Tensor::full({3}, 3.3895313892515355e38, bfloat16, dev);
+    CHECK(ops::check_unscaled({big}, Tensor::scalar(2.0, float32, dev)).found_flag.item() == 1.0);
+    CHECK(ops::unscale_and_check({big}, Tensor::scalar(2.0, float32, dev)).found_flag.item() == 1.0);
+    CHECK(ops::check_unscaled({big}, Tensor::scalar(1.0, float32, dev)).found_flag.item() == 0.0);
     ListState st = list_state(dev);
     const ListState before = list_state(dev);
     for (double g : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {

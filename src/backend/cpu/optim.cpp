@@ -4,6 +4,7 @@
 // fuses a multiply and an add: every clone gives the same bits as the baseline one and as the
 // CUDA kernels' exact:: arithmetic (src/backend/cuda/kernels/optim.hpp).
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <vector>
 
@@ -317,6 +318,14 @@ void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tenso
     std::atomic<bool> any{false};
     const Tensor& x = grads[k];
     float* po = outs[k].defined() ? outs[k].data<float>() : nullptr;  // undefined: check only
+    // A check alone of 16-bit values, where no finite one times s can overflow float32: x · s is
+    // inf or NaN exactly where x is, so the exponent bits say it (no widening pass; the float16
+    // policy's check of every step).
+    const double largest = x.dtype() == float16 ? 65504.0 : x.dtype() == bfloat16 ? 3.3895313892515355e38 : 0.0;
+    if (!po && largest > 0 && std::isfinite(s) && std::abs(static_cast<double>(s)) * largest <= FLT_MAX) {
+      if (has_nonfinite(x)) per_tensor[k] = 1.0f, any_tensor = true;
+      continue;
+    }
     parallel_for(x.numel(), kGrain, [&](std::int64_t b, std::int64_t e) {
       float sx[kBlock];
       bool bad = false;
