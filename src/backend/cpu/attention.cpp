@@ -151,9 +151,9 @@ struct Bf16 { std::uint16_t bits; };
 struct F16 { std::uint16_t bits; };
 
 /// How n values of T become compute values C (times mul) and back, inside a kernel of B-byte
-/// lanes: float32 and float64 as they are; bfloat16 widened and rounded on the kernel's own lanes
-/// (Bf16Lanes: the bulk conversions' bits, without a call per packed row: they had been 7 % of a
-/// bfloat16 transformer step); float16 likewise (load_widened), rounded back by the library's
+/// lanes: float32 and float64 as they are; bfloat16 and float16 widened on the kernel's own lanes
+/// (Io16In: the bulk conversions' bits, without a call per packed row: they had been 7 % of a
+/// bfloat16 transformer step); bfloat16 rounded back on the lanes too, float16 by the library's
 /// bulk conversion (half.hpp), which uses F16C.
 template <class T> struct Io {
   using C = T;
@@ -164,20 +164,24 @@ template <class T> struct Io {
   template <int B>
   [[gnu::always_inline]] static void out(const C* s, T* d, std::int64_t n) { std::copy_n(s, n, d); }
 };
-template <> struct Io<Bf16> {
+/// The 16-bit tags' widening: on the kernel's lanes (load_widened: the bulk conversion's bits;
+/// the product by mul, 1 where there is no scale, also quiets a signalling NaN as the bulk
+/// conversion does).
+template <Widen S>
+struct Io16In {
   using C = float;
-  // The product by mul (1 where there is no scale) also quiets a signalling NaN, as the bulk
-  // conversion does: the same bits.
   template <int B>
-  [[gnu::always_inline]] static void in(const Bf16* s, C* d, std::int64_t n, C mul) {
+  [[gnu::always_inline]] static void in(const void* s, C* d, std::int64_t n, C mul) {
     using F = typename Lanes<float, B>::V;
     constexpr std::int64_t W = Lanes<float, B>::W;
-    const auto* p = reinterpret_cast<const bf16_bits*>(s);
+    const auto* p = static_cast<const char*>(s);
     const F mv = LaneOpsN<B>::splat(mul);
     std::int64_t i = 0;
-    for (; i + W <= n; i += W) store_lanes(d + i, Bf16Lanes<B>::load(p + i) * mv);
-    for (; i < n; ++i) d[i] = widen(p[i]) * mul;
+    for (; i + W <= n; i += W) store_lanes(d + i, load_widened<S, B>(p + i * 2) * mv);
+    for (; i < n; ++i) d[i] = widen_one<S>(p + i * 2) * mul;
   }
+};
+template <> struct Io<Bf16> : Io16In<Widen::bf16> {
   template <int B>
   [[gnu::always_inline]] static void out(const C* s, Bf16* d, std::int64_t n) {
     using F = typename Lanes<float, B>::V;
@@ -188,19 +192,7 @@ template <> struct Io<Bf16> {
     for (; i < n; ++i) p[i] = narrow<bf16_bits>(s[i]);
   }
 };
-template <> struct Io<F16> {
-  using C = float;
-  // Widened on the kernel's lanes (load_widened: VCVTPH2PS, the bulk conversion's instruction and
-  // bits; a quiet NaN stays itself through the product by 1).
-  template <int B>
-  [[gnu::always_inline]] static void in(const F16* s, C* d, std::int64_t n, C mul) {
-    using F = typename Lanes<float, B>::V;
-    constexpr std::int64_t W = Lanes<float, B>::W;
-    const F mv = LaneOpsN<B>::splat(mul);
-    std::int64_t i = 0;
-    for (; i + W <= n; i += W) store_lanes(d + i, load_widened<Widen::f16, B>(s + i) * mv);
-    for (; i < n; ++i) d[i] = half_bits_to_float(s[i].bits) * mul;
-  }
+template <> struct Io<F16> : Io16In<Widen::f16> {
   template <int B>
   static void out(const C* s, F16* d, std::int64_t n) {
     float_to_half(s, reinterpret_cast<std::uint16_t*>(d), static_cast<std::size_t>(n));

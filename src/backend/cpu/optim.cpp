@@ -11,6 +11,7 @@
 #include "backend/common/adafactor.hpp"
 #include "backend/common/loss_scale.hpp"
 #include "backend/common/optim_rules.hpp"
+#include "mpt/half.hpp"
 #include "mpt/optim_ops.hpp"
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/cpu_common.hpp"
@@ -321,7 +322,9 @@ void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, const Tenso
     // A check alone of 16-bit values, where no finite one times s can overflow float32: x · s is
     // inf or NaN exactly where x is, so the exponent bits say it (no widening pass; the float16
     // policy's check of every step).
-    const double largest = x.dtype() == float16 ? 65504.0 : x.dtype() == bfloat16 ? 3.3895313892515355e38 : 0.0;
+    const double largest = x.dtype() == float16    ? half_bits_to_float(0x7bff)       // the largest finite
+                           : x.dtype() == bfloat16 ? bfloat16_bits_to_float(0x7f7f)  // values' bits
+                                                   : 0.0;
     if (!po && largest > 0 && std::isfinite(s) && std::abs(static_cast<double>(s)) * largest <= FLT_MAX) {
       if (has_nonfinite(x)) per_tensor[k] = 1.0f, any_tensor = true;
       continue;
