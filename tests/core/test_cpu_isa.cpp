@@ -49,9 +49,10 @@ TEST_CASE("MPT_CPU_ISA caps the tier, the conversions and oneDNN") {
   const std::string conv = mpt::conversion_isa();
   CHECK(conv == (isa == CpuIsa::avx512 ? "avx512" : isa == CpuIsa::avx2 ? "f16c" : "portable"));
 
-  // oneDNN is capped with it (once the engine exists: the first op makes it).
-  mpt::Tensor a = mpt::ops::matmul(mpt::Tensor::ones({4, 4}), mpt::Tensor::ones({4, 4}));
-  CHECK(a.to_vector<float>()[0] == 4.f);
+  // oneDNN is capped with it once its engine exists (the first oneDNN primitive makes it: here a
+  // convolution with more input channels than the direct kernel takes, at every tier).
+  mpt::Tensor a = mpt::ops::conv2d(mpt::Tensor::ones({1, 3, 3, 8}), mpt::Tensor::ones({3, 3, 8, 4}));
+  CHECK(a.to_vector<float>()[0] == 72.f);
   if (!cap.empty() && std::getenv("ONEDNN_MAX_CPU_ISA") == nullptr) {
     const auto effective = dnnl::get_effective_cpu_isa();
     if (isa == CpuIsa::avx2) CHECK(effective == dnnl::cpu_isa::avx2);
@@ -68,6 +69,13 @@ TEST_CASE("MPT_CPU_ISA caps the tier, the conversions and oneDNN") {
     CHECK(mpt::cpu::packed_gemm16_applies({1, 1, 256, 512, 784}) == (isa != CpuIsa::baseline));
     CHECK(mpt::cpu::packed_gemm16_applies({1, 1, 512, 2048, 2048}) == (isa != CpuIsa::baseline));
     CHECK_FALSE(mpt::cpu::packed_gemm16_applies({1, 1, 512, 0, 2048}));
+  }
+  // float32 GEMMs take it at the avx2 tier only (oneDNN's are as fast or faster at avx512, and the
+  // baseline has no FMA); MPT_CPU_GEMM32 unset.
+  if (!std::getenv("MPT_CPU_GEMM32")) {
+    CHECK(mpt::cpu::packed_gemm32_applies({1, 1, 256, 512, 784}) == (isa == CpuIsa::avx2));
+    CHECK(mpt::cpu::packed_gemm32_applies({1, 1, 256, 1024, 4096}) == (isa == CpuIsa::avx2));
+    CHECK_FALSE(mpt::cpu::packed_gemm32_applies({1, 1, 0, 512, 784}));
   }
 }
 

@@ -6,7 +6,9 @@
 // shapes to it at the avx2 and avx512 tiers, on every device. Run at every ISA tier (the _avx2
 // and _baseline CTest entries).
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "backend/common/unary_ops.hpp"
@@ -210,13 +212,14 @@ TEST_CASE("packed GEMM: operands of different dtypes are an error naming it") {
   CHECK(test::contains(e, "float16"));
 }
 
-TEST_CASE("ops::matmul in 16 bits (packed above the baseline tier for small shapes) matches float64 sums") {
-  // Above the baseline tier these shapes take the packed kernel where oneDNN has no native 16-bit
-  // GEMM (its rule), elsewhere the native or staged GEMM: the same results to the output's rounding.
+TEST_CASE("ops::matmul in 16 bits (packed above the baseline tier) and float32 (packed at avx2) matches float64 sums") {
+  // Above the baseline tier the 16-bit operands take the packed kernel where oneDNN has no native
+  // 16-bit GEMM, float32 ones at the avx2 tier (the rules), elsewhere the native or staged GEMM:
+  // the same results to the output's rounding.
   const bool packed_here = detail::cpu_isa() != detail::CpuIsa::baseline;
   CAPTURE(packed_here);
   for_each_device([](Device d) {
-    for (const DType in : {bfloat16, float16}) {
+    for (const DType in : {bfloat16, float16, float32}) {
       CAPTURE(to_string(in));
       const Tensor a = random({37, 70}, in, d, 41), b = random({45, 70}, in, d, 42);
       const Tensor y = ops::matmul(a, b, false, true);
@@ -235,4 +238,33 @@ TEST_CASE("ops::matmul in 16 bits (packed above the baseline tier for small shap
         }
     }
   });
+}
+
+TEST_CASE("float32 ops::dense at the avx2 tier is the packed GEMM's, bit for bit; oneDNN's elsewhere, to rounding") {
+  // Model A's first layer in small: x [37, 70] · w [70, 45] + bias, relu fused into the GEMM.
+  const Tensor x = random({37, 70}, float32, Device::cpu(), 51), w = random({70, 45}, float32, Device::cpu(), 52),
+               bias = random({45}, float32, Device::cpu(), 53);
+  const Tensor y = ops::dense(x, w, bias, "relu");
+  Tensor packed = Tensor::empty({37, 45}, float32, Device::cpu());
+  cpu::packed_gemm(cpu::gemm_shape(x, w, false, false), x, w, false, false, bias, UnaryOp::Relu, packed);
+  const auto yv = y.to_vector<double>(), pv = packed.to_vector<double>();
+  if (cpu::packed_gemm32_applies(cpu::gemm_shape(x, w, false, false))) {
+    CHECK(yv == pv);
+  } else {
+    const auto xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = bias.to_vector<double>();
+    for (std::int64_t i = 0; i < 37; ++i)
+      for (std::int64_t j = 0; j < 45; ++j) {
+        double s = bv[static_cast<std::size_t>(j)], g = std::abs(s);
+        for (std::int64_t p = 0; p < 70; ++p) {
+          s += xv[i * 70 + p] * wv[p * 45 + j];
+          g += std::abs(xv[i * 70 + p] * wv[p * 45 + j]);
+        }
+        const std::size_t at = static_cast<std::size_t>(i * 45 + j);
+        REQUIRE(std::abs(yv[at] - std::max(s, 0.0)) <= 74 * unit(float32) * g);
+        REQUIRE(std::abs(pv[at] - std::max(s, 0.0)) <= 74 * unit(float32) * g);
+      }
+  }
+  CHECK(cpu::packed_gemm32_applies(cpu::gemm_shape(x, w, false, false)) ==
+        (std::getenv("MPT_CPU_GEMM32") ? std::string(std::getenv("MPT_CPU_GEMM32")) == "packed"
+                                       : detail::cpu_isa() == detail::CpuIsa::avx2));
 }

@@ -1,5 +1,6 @@
 // GEMM through oneDNN's matmul primitive (bias and activation fused as post-ops).
-// float32 runs natively, bfloat16 where bf16_gemm_native (AMX, or AVX512-BF16 at the FMA rate);
+// float32 runs natively (at the avx2 tier on packed_gemm.cpp, faster there), bfloat16 where
+// bf16_gemm_native (AMX, or AVX512-BF16 at the FMA rate);
 // float16 and other bfloat16 take packed_gemm.cpp where it is faster (small and middle shapes at
 // the avx2 and avx512 tiers: widened while packed) and else compute in float32 copies and round
 // back; float64 (gradient checks only) uses a plain loop.
@@ -107,6 +108,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
   const GemmShape g = gemm_shape(a, b, ta, tb);
   const bool staged = a.dtype() == float16 || (a.dtype() == bfloat16 && !bf16_gemm_native());
   if (staged && packed_gemm16_applies(g)) return packed_gemm(g, a, b, ta, tb, bias, act, out);
+  if (a.dtype() == float32 && packed_gemm32_applies(g)) return packed_gemm(g, a, b, ta, tb, bias, act, out);
   Tensor bt = b;
   if (tb && b.dim() == 2 && g.k * g.n > 0 && g.k * g.n <= kSmallTransposed) {
     bt = Tensor::empty({g.k, g.n}, b.dtype(), b.device());

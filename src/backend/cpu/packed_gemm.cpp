@@ -353,6 +353,21 @@ bool packed_gemm16_applies(const GemmShape& g) {
   return detail::cpu_isa() != detail::CpuIsa::baseline && g.m > 0 && g.n > 0 && g.k > 0;
 }
 
+bool packed_gemm32_applies(const GemmShape& g) {
+  static const int forced = [] {
+    const char* e = std::getenv("MPT_CPU_GEMM32");
+    if (e && !std::strcmp(e, "packed")) return 1;
+    if (e && !std::strcmp(e, "onednn")) return 0;
+    return -1;
+  }();
+  if (forced >= 0) return forced == 1 && g.m > 0 && g.n > 0 && g.k > 0;
+  // At the avx2 tier only. There oneDNN 2.6's jit:avx2 float32 GEMM loses on the shapes of models
+  // A and G (small row counts, and aᵀ·b weight gradients over long k: 93-150 GFLOP/s against the
+  // packed kernel's 197-219) and the packed kernel loses by at most a few per cent elsewhere; at
+  // avx512 oneDNN is as fast or faster on every measured shape (docs/design.md, "CPU GEMMs").
+  return detail::cpu_isa() == detail::CpuIsa::avx2 && g.m > 0 && g.n > 0 && g.k > 0;
+}
+
 void packed_gemm(const GemmShape& g, const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,
                  Activation act, Tensor& out) {
   const DType in = a.dtype();

@@ -1,9 +1,11 @@
 #pragma once
-// mpt's own GEMM for 16-bit operands where oneDNN has no native 16-bit GEMM (docs/design.md, "CPU
-// GEMMs"): bfloat16 or float16 a and b widened to float32 while they are packed, summed in float32
-// on micro_gemm.hpp's register tiles, and bias, activation and the rounding to the output's dtype
-// applied as each block of rows is done. It replaces the staged path (whole float32 copies of a
-// and b, oneDNN's float32 GEMM into a float32 temporary, a cast of that) where it is faster.
+// mpt's own GEMM (docs/design.md, "CPU GEMMs"): for 16-bit operands where oneDNN has no native
+// 16-bit GEMM, and for float32 ones at the avx2 tier, where it is faster than oneDNN's. bfloat16
+// or float16 a and b are widened to float32 while they are packed (float32 ones packed as they
+// are), summed in float32 on micro_gemm.hpp's register tiles, and bias, activation and the
+// rounding to the output's dtype applied as each block of rows is done. For 16-bit operands it
+// replaces the staged path (whole float32 copies of a and b, oneDNN's float32 GEMM into a float32
+// temporary, a cast of that).
 #include "mpt/tensor.hpp"
 #include "backend/common/unary_ops.hpp"
 
@@ -20,6 +22,11 @@ GemmShape gemm_shape(const Tensor& a, const Tensor& b, bool ta, bool tb);
 /// tiers, for every non-empty shape (measured: docs/design.md); MPT_CPU_GEMM16=packed|staged forces
 /// one path for every shape and tier (tests and benchmarks).
 bool packed_gemm16_applies(const GemmShape& g);
+
+/// Whether a float32 GEMM takes packed_gemm instead of oneDNN's: at the avx2 tier, for every
+/// non-empty shape (measured: docs/design.md); MPT_CPU_GEMM32=packed|onednn forces one path for
+/// every shape and tier (tests and benchmarks).
+bool packed_gemm32_applies(const GemmShape& g);
 
 /// out = act(op(a) · op(b) + bias), g = gemm_shape(a, b, ta, tb): a [.., m, k] (ta: [.., k, m]), b [.., k, n] (tb: [.., n, k]),
 /// batch dimensions as ops::matmul's (one side may be unbatched); a and b of one dtype (float32,
