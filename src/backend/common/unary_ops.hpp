@@ -95,9 +95,10 @@ constexpr bool unary_takes_param(UnaryOp op) { return unary_info(op).param_name 
 constexpr double unary_default_param(UnaryOp op) { return unary_info(op).param; }
 
 /// Calls f(std::integral_constant<UnaryOp, op>{}) for the run-time op; every enumerator has a
-/// case (the compiler's -Wswitch says when one is missing).
+/// case (the compiler's -Wswitch says when one is missing). Always inlined, so that a CPU kernel
+/// compiled for a tier (a GEMM's epilogue) gets f in its own instruction set, not a baseline copy.
 template <class F>
-decltype(auto) with_unary_op(UnaryOp op, F&& f) {
+__attribute__((always_inline)) inline decltype(auto) with_unary_op(UnaryOp op, F&& f) {
   switch (op) {
 #define MPT_UNARY_CASE(o, name, keras, ints, from_output, param_name, param) \
   case UnaryOp::o: return f(std::integral_constant<UnaryOp, UnaryOp::o>{});

@@ -226,7 +226,7 @@ MPT_KERNEL void gemm_part(const Job& j, std::int64_t m_begin, std::int64_t m_end
           float* c = cblock + r * ldc;
           if (j.bias)
             for (std::int64_t q = 0; q < nt; ++q) c[q] += j.bias[jc + q];
-          common::with_unary_op(j.act, [&](auto o) {
+          common::with_unary_op(j.act, [&](auto o) MPT_INLINE_LAMBDA {
             constexpr UnaryOp op = decltype(o)::value;
             if constexpr (op != UnaryOp::Linear) {
               const float prm = static_cast<float>(common::unary_default_param(op));
