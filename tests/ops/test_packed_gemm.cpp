@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <bit>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/common/unary_ops.hpp"
@@ -182,6 +184,39 @@ TEST_CASE("packed GEMM: every finite 16-bit value widened exactly, through each 
           }
         CHECK_MESSAGE(bad == 0, bad, " values wrong; first the bits ", first < 0 ? 0 : bits[static_cast<std::size_t>(first)]);
       }
+  }
+}
+
+TEST_CASE("packed GEMM: float32 sums rounded to 16 bits as the bulk conversion rounds them") {
+  // float32 values (random bit patterns of every finite exponent, a quarter of them exact ties of
+  // bfloat16, others that round up to inf) times an identity, into bfloat16 and float16: each
+  // output is the bulk conversion of its value, bit for bit (the rows' whole vectors and tails).
+  constexpr std::int64_t M = 61, K = 45;
+  std::vector<float> v(static_cast<std::size_t>(M * K));
+  std::uint64_t state = 12345;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    std::uint32_t bits = static_cast<std::uint32_t>(state >> 32);
+    if (((bits >> 23) & 0xffu) == 0xffu || (bits & 0x7fffffffu) == 0) bits ^= 0x40000000u;  // finite, nonzero
+    if (i % 4 == 1) bits = (bits & 0xffff0000u) | 0x8000u;      // a tie: to the even neighbour
+    if (i % 16 == 2) bits = (bits & 0x80000000u) | 0x7f7fff00u;  // rounds up to ±inf in bfloat16
+    v[i] = std::bit_cast<float>(bits);
+  }
+  std::vector<float> one(static_cast<std::size_t>(K * K), 0.f);
+  for (std::int64_t i = 0; i < K; ++i) one[static_cast<std::size_t>(i * K + i)] = 1.f;
+  const Tensor a = Tensor::from_vector(v, {M, K}, Device::cpu());
+  const Tensor eye = Tensor::from_vector(one, {K, K}, Device::cpu());
+  for (const DType out_dt : {bfloat16, float16}) {
+    CAPTURE(to_string(out_dt));
+    Tensor out = Tensor::empty({M, K}, out_dt, Device::cpu());
+    cpu::packed_gemm(cpu::gemm_shape(a, eye, false, false), a, eye, false, false, Tensor(), UnaryOp::Linear, out);
+    std::vector<std::uint16_t> got(v.size()), want(v.size());
+    std::memcpy(got.data(), out.data_ptr(), got.size() * 2);
+    if (out_dt == bfloat16) float_to_bfloat16(v.data(), want.data(), v.size());
+    else float_to_half(v.data(), want.data(), v.size());
+    std::int64_t bad = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) bad += got[i] != want[i];
+    CHECK(bad == 0);
   }
 }
 

@@ -13,8 +13,9 @@
 //     all the thread's rows: past kMaxRows rows the thread works in chunks of them, op(b)'s blocks
 //     packed again for each.)
 // The widening gives the library's bulk conversion's bits (vector_types.hpp's load_widened: F16C's
-// instruction for float16, inlined into the packing loops), the rounding is the bulk conversion
-// itself, so the only difference from the staged path is the order of the float32 sums.
+// instruction for float16, inlined into the packing loops), the rounding the bulk conversion's
+// bits too (store_narrowed: VCVTPS2PH for float16, bfloat16's rule on the lanes), so the only
+// difference from the staged path is the order of the float32 sums.
 #include "backend/cpu/packed_gemm.hpp"
 
 #include <omp.h>
@@ -192,8 +193,9 @@ std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / t
 /// Rows [m0, m1) by columns [n0, n1) of the job's output, on this thread, at width B.
 template <int B>
 MPT_KERNEL void gemm_part(const Job& j, std::int64_t m_begin, std::int64_t m_end, std::int64_t n0, std::int64_t n1) {
+  using F = typename Lanes<float, B>::V;
   constexpr int R = Tile<B>::R, NV = Tile<B>::NV;
-  constexpr std::int64_t NR = NV * Lanes<float, B>::W;
+  constexpr std::int64_t W = Lanes<float, B>::W, NR = NV * W;
   const std::int64_t k = j.k, isz = static_cast<std::int64_t>(itemsize(j.in));
   const std::int64_t osz = static_cast<std::int64_t>(itemsize(j.out_dt));
   // float32 results are summed in out itself (rows n apart; tiles that would cross its edge go
@@ -233,8 +235,15 @@ MPT_KERNEL void gemm_part(const Job& j, std::int64_t m_begin, std::int64_t m_end
               for (std::int64_t q = 0; q < nt; ++q) c[q] = common::unary_apply<op>(c[q], prm);
             }
           });
-          if (!direct)
-            detail::convert(c, float32, j.out + ((ic + r) * j.n + jc) * osz, j.out_dt, static_cast<std::size_t>(nt));
+          if (direct) continue;
+          // Rounded on the lanes (the bulk conversion's bits, without a call per row).
+          char* o = j.out + ((ic + r) * j.n + jc) * osz;
+          with_widen(j.out_dt, [&](auto w) MPT_INLINE_LAMBDA {
+            constexpr Widen S = decltype(w)::value;
+            std::int64_t q = 0;
+            for (; q + W <= nt; q += W) store_narrowed<S, B>(o + q * osz, load_lanes<F>(c + q));
+            for (; q < nt; ++q) narrow_one<S>(c[q], o + q * osz);
+          });
         }
       };
       if (k == 0) {

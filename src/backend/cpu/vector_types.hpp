@@ -212,6 +212,45 @@ template <Widen S, int B>
   }
 }
 
+/// v stored at p as S, rounded as the bulk conversion rounds (bfloat16 by its rule on the lanes;
+/// float16 by VCVTPS2PH at the avx2 and avx512 tiers, written as an instruction as in
+/// load_widened, float_to_half_bits lane by lane at the baseline).
+template <Widen S, int B>
+[[gnu::always_inline]] inline void store_narrowed(void* p, typename Lanes<float, B>::V v) {
+  if constexpr (S == Widen::f32) {
+    store_lanes(static_cast<float*>(p), v);
+  } else if constexpr (S == Widen::bf16) {
+    Bf16Lanes<B>::store(static_cast<bf16_bits*>(p), v);
+  } else {
+    using U16 = typename Bf16Bits<B>::U16;
+    U16 h;
+#ifdef MPT_ISA_DISPATCH
+    if constexpr (B == 64) {
+      asm("vcvtps2ph $8, %[f], %[h]" : [h] "=v"(h) : [f] "v"(v));  // 8: nearest even, no exceptions
+      std::memcpy(p, &h, sizeof h);
+      return;
+    } else if constexpr (B == 32) {
+      asm("vcvtps2ph $8, %[f], %[h]" : [h] "=x"(h) : [f] "x"(v));
+      std::memcpy(p, &h, sizeof h);
+      return;
+    }
+#endif
+    for (std::size_t i = 0; i < sizeof(h) / sizeof(std::uint16_t); ++i) h[i] = float_to_half_bits(v[i]);
+    std::memcpy(p, &h, sizeof h);
+  }
+}
+
+/// One float32 value stored at p as S (the bulk conversion's bits).
+template <Widen S>
+[[gnu::always_inline]] inline void narrow_one(float v, void* p) {
+  if constexpr (S == Widen::f32) {
+    std::memcpy(p, &v, sizeof v);
+  } else {
+    const std::uint16_t h = S == Widen::bf16 ? float_to_bfloat16_bits(v) : float_to_half_bits(v);
+    std::memcpy(p, &h, sizeof h);
+  }
+}
+
 /// The N stored values at src as float32 at dst: whole vectors of the tier, then the rest from
 /// one more vector when `whole_vector` says a vector's worth at that point may be read, else one
 /// value at a time. (Not through a zero-padded copy: a vector load of a few smaller stores is not
