@@ -348,13 +348,19 @@ GemmShape gemm_shape(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   return g;
 }
 
+namespace {
+/// A path forced by environment variable `name`: 1 when it says `packed`, 0 when it says `other`,
+/// else -1 (the rule decides).
+int forced_path(const char* name, const char* other) {
+  const char* e = std::getenv(name);
+  if (e && !std::strcmp(e, "packed")) return 1;
+  if (e && !std::strcmp(e, other)) return 0;
+  return -1;
+}
+}  // namespace
+
 bool packed_gemm16_applies(const GemmShape& g) {
-  static const int forced = [] {
-    const char* e = std::getenv("MPT_CPU_GEMM16");
-    if (e && !std::strcmp(e, "packed")) return 1;
-    if (e && !std::strcmp(e, "staged")) return 0;
-    return -1;
-  }();
+  static const int forced = forced_path("MPT_CPU_GEMM16", "staged");
   if (forced >= 0) return forced == 1;
   // At the avx2 and avx512 tiers, every shape: with its packing widened on the lanes it runs at
   // least as fast as the staged copies plus oneDNN's float32 GEMM, model D's 2048-wide shapes too
@@ -363,12 +369,7 @@ bool packed_gemm16_applies(const GemmShape& g) {
 }
 
 bool packed_gemm32_applies(const GemmShape& g) {
-  static const int forced = [] {
-    const char* e = std::getenv("MPT_CPU_GEMM32");
-    if (e && !std::strcmp(e, "packed")) return 1;
-    if (e && !std::strcmp(e, "onednn")) return 0;
-    return -1;
-  }();
+  static const int forced = forced_path("MPT_CPU_GEMM32", "onednn");
   if (forced >= 0) return forced == 1 && g.m > 0 && g.n > 0 && g.k > 0;
   // At the avx2 tier only. There oneDNN 2.6's jit:avx2 float32 GEMM loses on the shapes of models
   // A and G (small row counts, and aᵀ·b weight gradients over long k: 93-150 GFLOP/s against the
