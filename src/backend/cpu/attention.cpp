@@ -28,7 +28,6 @@
 #include "backend/cpu/cpu_common.hpp"
 #include "backend/cpu/micro_gemm.hpp"
 #include "backend/cpu/vector_types.hpp"
-#include "mpt/half.hpp"
 
 namespace mpt::cpu {
 namespace {
@@ -151,10 +150,9 @@ struct Bf16 { std::uint16_t bits; };
 struct F16 { std::uint16_t bits; };
 
 /// How n values of T become compute values C (times mul) and back, inside a kernel of B-byte
-/// lanes: float32 and float64 as they are; bfloat16 and float16 widened on the kernel's own lanes
-/// (Io16In: the bulk conversions' bits, without a call per packed row: they had been 7 % of a
-/// bfloat16 transformer step); bfloat16 rounded back on the lanes too, float16 by the library's
-/// bulk conversion (half.hpp), which uses F16C.
+/// lanes: float32 and float64 as they are; bfloat16 and float16 widened and rounded on the
+/// kernel's own lanes (Io16: the bulk conversions' bits, without a call per packed row: they had
+/// been 7 % of a bfloat16 transformer step).
 template <class T> struct Io {
   using C = T;
   template <int B>
@@ -164,11 +162,10 @@ template <class T> struct Io {
   template <int B>
   [[gnu::always_inline]] static void out(const C* s, T* d, std::int64_t n) { std::copy_n(s, n, d); }
 };
-/// The 16-bit tags' widening: on the kernel's lanes (load_widened: the bulk conversion's bits;
-/// the product by mul, 1 where there is no scale, also quiets a signalling NaN as the bulk
-/// conversion does).
+/// The 16-bit tags: load_widened in, narrow_n out (the bulk conversion's bits; the product by mul,
+/// 1 where there is no scale, also quiets a signalling NaN as the bulk conversion does).
 template <Widen S>
-struct Io16In {
+struct Io16 {
   using C = float;
   template <int B>
   [[gnu::always_inline]] static void in(const void* s, C* d, std::int64_t n, C mul) {
@@ -180,24 +177,11 @@ struct Io16In {
     for (; i + W <= n; i += W) store_lanes(d + i, load_widened<S, B>(p + i * 2) * mv);
     for (; i < n; ++i) d[i] = widen_one<S>(p + i * 2) * mul;
   }
-};
-template <> struct Io<Bf16> : Io16In<Widen::bf16> {
   template <int B>
-  [[gnu::always_inline]] static void out(const C* s, Bf16* d, std::int64_t n) {
-    using F = typename Lanes<float, B>::V;
-    constexpr std::int64_t W = Lanes<float, B>::W;
-    auto* p = reinterpret_cast<bf16_bits*>(d);
-    std::int64_t i = 0;
-    for (; i + W <= n; i += W) Bf16Lanes<B>::store(p + i, load_lanes<F>(s + i));
-    for (; i < n; ++i) p[i] = narrow<bf16_bits>(s[i]);
-  }
+  [[gnu::always_inline]] static void out(const C* s, void* d, std::int64_t n) { narrow_n<S, B>(s, d, n); }
 };
-template <> struct Io<F16> : Io16In<Widen::f16> {
-  template <int B>
-  static void out(const C* s, F16* d, std::int64_t n) {
-    float_to_half(s, reinterpret_cast<std::uint16_t*>(d), static_cast<std::size_t>(n));
-  }
-};
+template <> struct Io<Bf16> : Io16<Widen::bf16> {};
+template <> struct Io<F16> : Io16<Widen::f16> {};
 template <class T> using Compute = typename Io<T>::C;
 
 // ---- packing ----------------------------------------------------------------------------------

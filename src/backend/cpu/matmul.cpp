@@ -107,8 +107,8 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, cons
   // the copy is 2-D like b, so the batch counts do not change either).
   const GemmShape g = gemm_shape(a, b, ta, tb);
   const bool staged = a.dtype() == float16 || (a.dtype() == bfloat16 && !bf16_gemm_native());
-  if (staged && packed_gemm16_applies(g)) return packed_gemm(g, a, b, ta, tb, bias, act, out);
-  if (a.dtype() == float32 && packed_gemm32_applies(g)) return packed_gemm(g, a, b, ta, tb, bias, act, out);
+  if (staged ? packed_gemm16_applies(g) : a.dtype() == float32 && packed_gemm32_applies(g))
+    return packed_gemm(g, a, b, ta, tb, bias, act, out);
   Tensor bt = b;
   if (tb && b.dim() == 2 && g.k * g.n > 0 && g.k * g.n <= kSmallTransposed) {
     bt = Tensor::empty({g.k, g.n}, b.dtype(), b.device());

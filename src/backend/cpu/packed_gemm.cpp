@@ -193,9 +193,8 @@ std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / t
 /// Rows [m0, m1) by columns [n0, n1) of the job's output, on this thread, at width B.
 template <int B>
 MPT_KERNEL void gemm_part(const Job& j, std::int64_t m_begin, std::int64_t m_end, std::int64_t n0, std::int64_t n1) {
-  using F = typename Lanes<float, B>::V;
   constexpr int R = Tile<B>::R, NV = Tile<B>::NV;
-  constexpr std::int64_t W = Lanes<float, B>::W, NR = NV * W;
+  constexpr std::int64_t NR = NV * Lanes<float, B>::W;
   const std::int64_t k = j.k, isz = static_cast<std::int64_t>(itemsize(j.in));
   const std::int64_t osz = static_cast<std::int64_t>(itemsize(j.out_dt));
   // float32 results are summed in out itself (rows n apart; tiles that would cross its edge go
@@ -237,12 +236,8 @@ MPT_KERNEL void gemm_part(const Job& j, std::int64_t m_begin, std::int64_t m_end
           });
           if (direct) continue;
           // Rounded on the lanes (the bulk conversion's bits, without a call per row).
-          char* o = j.out + ((ic + r) * j.n + jc) * osz;
           with_widen(j.out_dt, [&](auto w) MPT_INLINE_LAMBDA {
-            constexpr Widen S = decltype(w)::value;
-            std::int64_t q = 0;
-            for (; q + W <= nt; q += W) store_narrowed<S, B>(o + q * osz, load_lanes<F>(c + q));
-            for (; q < nt; ++q) narrow_one<S>(c[q], o + q * osz);
+            narrow_n<decltype(w)::value, B>(c, j.out + ((ic + r) * j.n + jc) * osz, nt);
           });
         }
       };
@@ -357,6 +352,7 @@ int forced_path(const char* name, const char* other) {
   if (e && !std::strcmp(e, other)) return 0;
   return -1;
 }
+bool nonempty(const GemmShape& g) { return g.m > 0 && g.n > 0 && g.k > 0; }
 }  // namespace
 
 bool packed_gemm16_applies(const GemmShape& g) {
@@ -365,17 +361,17 @@ bool packed_gemm16_applies(const GemmShape& g) {
   // At the avx2 and avx512 tiers, every shape: with its packing widened on the lanes it runs at
   // least as fast as the staged copies plus oneDNN's float32 GEMM, model D's 2048-wide shapes too
   // (docs/design.md, "CPU GEMMs"). Not at the baseline tier (no FMA, and not measured).
-  return detail::cpu_isa() != detail::CpuIsa::baseline && g.m > 0 && g.n > 0 && g.k > 0;
+  return detail::cpu_isa() != detail::CpuIsa::baseline && nonempty(g);
 }
 
 bool packed_gemm32_applies(const GemmShape& g) {
   static const int forced = forced_path("MPT_CPU_GEMM32", "onednn");
-  if (forced >= 0) return forced == 1 && g.m > 0 && g.n > 0 && g.k > 0;
+  if (forced >= 0) return forced == 1 && nonempty(g);
   // At the avx2 tier only. There oneDNN 2.6's jit:avx2 float32 GEMM loses on the shapes of models
   // A and G (small row counts, and aᵀ·b weight gradients over long k: 93-150 GFLOP/s against the
   // packed kernel's 197-219) and the packed kernel loses by at most a few per cent elsewhere; at
   // avx512 oneDNN is as fast or faster on every measured shape (docs/design.md, "CPU GEMMs").
-  return detail::cpu_isa() == detail::CpuIsa::avx2 && g.m > 0 && g.n > 0 && g.k > 0;
+  return detail::cpu_isa() == detail::CpuIsa::avx2 && nonempty(g);
 }
 
 void packed_gemm(const GemmShape& g, const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias,

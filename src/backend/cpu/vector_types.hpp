@@ -251,6 +251,17 @@ template <Widen S>
   }
 }
 
+/// n float32 values at src stored at dst as S (the bulk conversion's bits): whole vectors of the
+/// tier, then one value at a time.
+template <Widen S, int B>
+[[gnu::always_inline]] inline void narrow_n(const float* src, void* dst, std::int64_t n) {
+  constexpr std::int64_t W = Lanes<float, B>::W, osz = widen_bytes<S>;
+  auto* d = static_cast<char*>(dst);
+  std::int64_t i = 0;
+  for (; i + W <= n; i += W) store_narrowed<S, B>(d + i * osz, load_lanes<typename Lanes<float, B>::V>(src + i));
+  for (; i < n; ++i) narrow_one<S>(src[i], d + i * osz);
+}
+
 /// The N stored values at src as float32 at dst: whole vectors of the tier, then the rest from
 /// one more vector when `whole_vector` says a vector's worth at that point may be read, else one
 /// value at a time. (Not through a zero-padded copy: a vector load of a few smaller stores is not
