@@ -286,6 +286,76 @@ TEST_CASE("softmax and log_softmax compute in float32 and match the reference") 
   });
 }
 
+TEST_CASE("column sums (a bias gradient's reduction over rows) add each column's rows in order, widths past the lanes") {
+  // The rows stream past sums held in registers, up to four vectors at a time, then one, then a
+  // scalar tail: widths around every tier's lane counts give each part. Each column adds its rows
+  // in order from zero, so a float32 sum is the sequential float32 sum bit for bit.
+  for_each_device([](Device dev) {
+    for (std::int64_t m : {1, 3, 8, 15, 16, 17, 40, 64, 100, 129, 257, 1030, 2500})
+      for (std::int64_t rows : {1, 7, 300}) {
+        const std::string what = "[" + std::to_string(rows) + ", " + std::to_string(m) + "] " + dev.str();
+        const Tensor x = random({rows, m}, float32, dev, 21, -2, 2);
+        const std::vector<float> xs = x.to_vector<float>();
+        std::vector<float> in_order(static_cast<std::size_t>(m), 0.0f);
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t j = 0; j < m; ++j) in_order[j] += xs[r * m + j];
+        const std::vector<float> got = ops::sum(x, {0}).to_vector<float>();
+        CHECK_MESSAGE(got == in_order, "float32 " << what);
+        Vec mean(in_order.begin(), in_order.end());
+        for (double& v : mean) v = static_cast<float>(v / static_cast<double>(rows));
+        check_close(ops::mean(x, {0}), mean, {0, 0}, "float32 mean " + what);
+        const Tensor x64 = random({rows, m}, float64, dev, 22, -2, 2);
+        const Vec x64s = x64.to_vector<double>();
+        Vec ref(static_cast<std::size_t>(m), 0.0);
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t j = 0; j < m; ++j) ref[j] += x64s[r * m + j];
+        check_close(ops::sum(x64, {0}), ref, {0, 0}, "float64 " + what);
+      }
+  });
+}
+
+TEST_CASE("softmax, log_softmax and cross-entropy over long rows: float64 references, masked logits exactly 0") {
+  // Rows of every length around the tiers' lane counts (vectors, then a tail), logits spread wide
+  // enough for exp to underflow, and -inf (a masked logit) giving probability exactly 0.
+  for_each_device([](Device dev) {
+    for (std::int64_t n : {1, 5, 16, 17, 33, 128, 200}) {
+      const std::int64_t rows = 9;
+      const std::string what = "n " + std::to_string(n) + " " + dev.str();
+      Tensor x = random({rows, n}, float32, dev, 23, -40, 40);
+      std::vector<float> xv = x.to_vector<float>();
+      for (std::int64_t r = 0; r < rows; ++r)
+        if (n > 1) xv[r * n + (r * 7) % n] = -INFINITY;
+      x = Tensor::from_vector(xv, {rows, n}).to(dev);
+      std::vector<std::int32_t> ids(rows);
+      Vec sm(rows * n), lsm(rows * n), xent(rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        ids[r] = static_cast<std::int32_t>((r * 3 + 1) % n);
+        if (n > 1 && ids[r] == (r * 7) % n) ids[r] = static_cast<std::int32_t>((ids[r] + 1) % n);
+        double mx = -1e300, s = 0;
+        for (std::int64_t c = 0; c < n; ++c) mx = std::max(mx, double(xv[r * n + c]));
+        for (std::int64_t c = 0; c < n; ++c) s += std::exp(double(xv[r * n + c]) - mx);
+        for (std::int64_t c = 0; c < n; ++c) {
+          sm[r * n + c] = std::exp(double(xv[r * n + c]) - mx) / s;
+          lsm[r * n + c] = double(xv[r * n + c]) - mx - std::log(s);
+        }
+        xent[r] = -lsm[r * n + ids[r]];
+      }
+      const Tensor y = ops::softmax(x);
+      // float32's x - max (up to 80 here) is within 2^-24 · 80 of the exact difference: e^d to 1e-5.
+      check_close(y, sm, {1e-5, 1e-30}, "softmax " + what);
+      const std::vector<float> yv = y.to_vector<float>();
+      for (std::int64_t r = 0; r < rows; ++r)
+        if (n > 1) CHECK_MESSAGE(yv[r * n + (r * 7) % n] == 0.0f, what);
+      check_close(ops::log_softmax(x), lsm, {1e-6, 1e-5}, "log_softmax " + what);  // -inf where masked
+      // The masked logit is not the label: the loss stays finite.
+      const Tensor labels = Tensor::from_vector(ids, {rows}).to(dev);
+      check_close(ops::softmax_cross_entropy(x, labels), xent, {1e-6, 1e-5}, "cross-entropy " + what);
+      check_close(ops::softmax_cross_entropy(x, ops::one_hot(labels, n)), xent, {1e-6, 1e-5},
+                  "cross-entropy, one-hot " + what);
+    }
+  });
+}
+
 TEST_CASE("softmax_cross_entropy: sparse and one-hot labels, logits and probabilities") {
   const std::int64_t rows = 20, classes = 7;
   for_each_device([&](Device dev) {

@@ -179,7 +179,8 @@ MPT_HOST_DEVICE void xent_loss_partial(const Thread& t, compute_t<T>* sh, const 
       const C q = v / s;
       lq = log_c(q < eps ? eps : (C(1) - eps) < q ? C(1) - eps : q);  // std::clamp, NaN kept
     }
-    acc += target_at<C>(l, p.o, i, g.n) * lq;
+    const C tv = target_at<C>(l, p.o, i, g.n);
+    if (tv != C(0)) acc += tv * lq;  // a class with no target weight adds nothing, even at -inf (0 · -inf is NaN)
   }
   sh[2 * B + p.tid] = acc;
 }
