@@ -234,6 +234,22 @@ struct Layout {
       std::fill(sr + first, sr + kBk, ninf);
     }
   }
+  /// Asks for rows [r0, r1) of `width` values (row r at base + at(r) · width) in the L2 cache
+  /// ahead of their use, Rw 1 to be written. The rows of one (batch, head) are short runs a
+  /// head's width apart: packed or written when they are needed, they had waited on memory
+  /// (a quarter of the backward).
+  template <int Rw, class T, class At>
+  [[gnu::always_inline]] static void prefetch_rows(const T* base, At at, std::int64_t r0, std::int64_t r1,
+                                                   std::int64_t width) {
+    const std::int64_t bytes = width * static_cast<std::int64_t>(sizeof(T));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const char* p = reinterpret_cast<const char*>(base + at(r) * width);
+      for (std::int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, Rw, 2);
+    }
+  }
+  /// Part `part` of `parts` of n rows: [n · part / parts, n · (part + 1) / parts).
+  static std::int64_t share(std::int64_t n, std::int64_t part, std::int64_t parts) { return n * part / parts; }
+
   /// The keys a block of queries [i0, i0 + nq) can attend to: [0, key_end).
   std::int64_t key_end(std::int64_t i0, std::int64_t nq) const {
     return g.causal ? std::min(g.kv_len, i0 + nq) : g.kv_len;
@@ -297,7 +313,8 @@ struct Scratch {
 /// Forward of query rows [i0, i0 + nq) of (b, h).
 template <class T, int B>
 MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v, T* out, Compute<T>* lse,
-                             std::int64_t b, std::int64_t h, std::int64_t i0, Scratch<Compute<T>>& w) {
+                             std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t next_bh,
+                             Scratch<Compute<T>>& w) {
   using C = Compute<T>;
   constexpr std::int64_t W = Simd<C, B>::W;
   const AttentionGeometry& g = t.g;
@@ -313,6 +330,20 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
   }
   Layout::pack_rows<B>(q, [&](std::int64_t r) { return t.q_at(b, h, i0 + r); }, nq, D, kBq, t.dp, w.q.data(),
                     C(g.scale));
+  {  // ahead of their use: this tile's output rows, the next tile's queries, a share of the next pair's keys and values
+    auto query = [&](std::int64_t i) { return t.q_at(b, h, i); };
+    Layout::prefetch_rows<1>(out, query, i0, i0 + nq, Dv);
+    if (i0 + nq < g.q_len) Layout::prefetch_rows<0>(q, query, i0 + nq, std::min(g.q_len, i0 + nq + kBq), D);
+    if (next_bh >= 0) {
+      const std::int64_t nb = next_bh / g.heads, nh = next_bh % g.heads, blocks = (g.q_len + kBq - 1) / kBq,
+                         part = i0 / kBq;
+      auto key = [&](std::int64_t j) { return t.k_at(nb, nh, j); };
+      const std::int64_t j0 = Layout::share(g.kv_len, part, blocks), j1 = Layout::share(g.kv_len, part + 1, blocks);
+      Layout::prefetch_rows<0>(k, key, j0, j1, D);
+      Layout::prefetch_rows<0>(v, key, j0, j1, Dv);
+      if (part + 1 == blocks) Layout::prefetch_rows<0>(q, [&](std::int64_t i) { return t.q_at(nb, nh, i); }, 0, std::min(g.q_len, kBq), D);
+    }
+  }
   std::fill(w.o.begin(), w.o.end(), C(0));
   std::fill(w.m.begin(), w.m.end(), -inf);
   std::fill(w.l.begin(), w.l.end(), C(0));
@@ -378,7 +409,7 @@ MPT_KERNEL void forward_tile(const Layout& t, const T* q, const T* k, const T* v
 template <class T, int B>
 MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* v, const T* out,
                               const Compute<T>* lse, const T* dout, T* dq, T* dk, T* dv, std::int64_t b,
-                              std::int64_t h, Scratch<Compute<T>>& w) {
+                              std::int64_t h, std::int64_t next_bh, Scratch<Compute<T>>& w) {
   using C = Compute<T>;
   constexpr std::int64_t W = Simd<C, B>::W;
   const AttentionGeometry& g = t.g;
@@ -404,8 +435,26 @@ MPT_KERNEL void backward_pair(const Layout& t, const T* q, const T* k, const T* 
     for (std::int64_t c = 0; c < dvp; c += W) acc += vload<B>(d + c) * vload<B>(o + c);
     w.delta[static_cast<std::size_t>(i)] = hsum<C, B>(acc);
   }
+  const std::int64_t kblocks = (g.kv_len + kBk - 1) / kBk;
   for (std::int64_t j0 = 0; j0 < g.kv_len; j0 += kBk) {
-    const std::int64_t nk = std::min(kBk, g.kv_len - j0);
+    const std::int64_t nk = std::min(kBk, g.kv_len - j0), part = j0 / kBk;
+    {  // ahead of their use: this block's rows of dk and dv (dq's with the last), a share of the next pair's inputs
+      Layout::prefetch_rows<1>(dk, key, j0, j0 + nk, D);
+      Layout::prefetch_rows<1>(dv, key, j0, j0 + nk, Dv);
+      if (part + 1 == kblocks) Layout::prefetch_rows<1>(dq, query, 0, g.q_len, D);
+      if (next_bh >= 0) {
+        const std::int64_t nb = next_bh / g.heads, nh = next_bh % g.heads;
+        auto nquery = [&](std::int64_t i) { return t.q_at(nb, nh, i); };
+        auto nkey = [&](std::int64_t j) { return t.k_at(nb, nh, j); };
+        const std::int64_t i0 = Layout::share(g.q_len, part, kblocks), i1 = Layout::share(g.q_len, part + 1, kblocks);
+        const std::int64_t k0 = Layout::share(g.kv_len, part, kblocks), k1 = Layout::share(g.kv_len, part + 1, kblocks);
+        Layout::prefetch_rows<0>(q, nquery, i0, i1, D);
+        Layout::prefetch_rows<0>(dout, nquery, i0, i1, Dv);
+        Layout::prefetch_rows<0>(out, nquery, i0, i1, Dv);
+        Layout::prefetch_rows<0>(k, nkey, k0, k1, D);
+        Layout::prefetch_rows<0>(v, nkey, k0, k1, Dv);
+      }
+    }
     std::fill(w.dk.begin(), w.dk.end(), C(0));
     std::fill(w.dv.begin(), w.dv.end(), C(0));
     // Causal: queries before j0 attend to none of these keys.
@@ -501,7 +550,10 @@ void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     Scratch<C> w = scratch_for<C>(t, false);
     for (std::int64_t item = lo; item < hi; ++item) {
       const std::int64_t bh = item / blocks;
-      isa_call_native<forward_tile<T, 64>, forward_tile<T, 32>, forward_tile<T, 16>>(t, pq, pk, pv, po, pl, bh / g.heads, bh % g.heads, item % blocks * kBq, w);
+      // The next (batch, head) this thread will pack, if any: its rows are fetched meanwhile.
+      const std::int64_t next_bh = (bh + 1) * blocks < hi ? bh + 1 : -1;
+      isa_call_native<forward_tile<T, 64>, forward_tile<T, 32>, forward_tile<T, 16>>(
+          t, pq, pk, pv, po, pl, bh / g.heads, bh % g.heads, item % blocks * kBq, next_bh, w);
     }
   });
 }
@@ -521,7 +573,8 @@ void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   parallel_for(g.batch * g.heads, 1, [&](std::int64_t lo, std::int64_t hi) {
     Scratch<C> w = scratch_for<C>(t, true);
     for (std::int64_t bh = lo; bh < hi; ++bh)
-      isa_call_native<backward_pair<T, 64>, backward_pair<T, 32>, backward_pair<T, 16>>(t, pq, pk, pv, po, pl, pd, pdq, pdk, pdv, bh / g.heads, bh % g.heads, w);
+      isa_call_native<backward_pair<T, 64>, backward_pair<T, 32>, backward_pair<T, 16>>(
+          t, pq, pk, pv, po, pl, pd, pdq, pdk, pdv, bh / g.heads, bh % g.heads, bh + 1 < hi ? bh + 1 : -1, w);
   });
 }
 
