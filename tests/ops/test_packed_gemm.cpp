@@ -303,3 +303,60 @@ TEST_CASE("float32 ops::dense at the avx2 tier is the packed GEMM's, bit for bit
         (std::getenv("MPT_CPU_GEMM32") ? std::string(std::getenv("MPT_CPU_GEMM32")) == "packed"
                                        : detail::cpu_isa() == detail::CpuIsa::avx2));
 }
+
+TEST_CASE("float32 weight gradients a^T b over a long k: oneDNN's run on a transposed copy of a, the bits of a b on it") {
+  // k (the batch's rows) at least 4m with m <= n: where oneDNN runs the float32 GEMM (not the
+  // packed kernel's tier) a is transposed first, so the result is that of ops::matmul on the
+  // transposed operand, bit for bit; with m > n (no copy) and everywhere: float64 sums to rounding.
+  for_each_device([](Device d) {
+    struct Kmn { std::int64_t k, m, n; };
+    for (const Kmn& s : {Kmn{300, 40, 50}, Kmn{640, 16, 160}, Kmn{300, 60, 20}}) {
+      const std::int64_t k = s.k, m = s.m, n = s.n;
+      CAPTURE(k);
+      CAPTURE(m);
+      CAPTURE(n);
+      const Tensor a = random({k, m}, float32, d, 61), b = random({k, n}, float32, d, 62);
+      const Tensor y = ops::matmul(a, b, true, false);
+      const auto av = a.to_vector<double>(), bv = b.to_vector<double>(), yv = y.to_vector<double>();
+      REQUIRE(yv.size() == static_cast<std::size_t>(m * n));
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+          double s = 0, g = 0;
+          for (std::int64_t p = 0; p < k; ++p) {
+            s += av[p * m + i] * bv[p * n + j];
+            g += std::abs(av[p * m + i] * bv[p * n + j]);
+          }
+          REQUIRE(std::abs(yv[static_cast<std::size_t>(i * n + j)] - s) <= (k + 4) * unit(float32) * g);
+        }
+      const bool copied = m <= n && !cpu::packed_gemm32_applies(cpu::gemm_shape(a, b, true, false));
+      if (copied && d == Device::cpu()) CHECK(yv == ops::matmul(ops::transpose(a, {1, 0}), b).to_vector<double>());
+    }
+  });
+}
+
+TEST_CASE("transposes of the last two axes, blocked through registers: every element where it belongs") {
+  // Sizes around every tier's square (4, 8, 16 float32 lanes) and the 32-value blocks of the
+  // other widths; batches of matrices; each value checked against its index.
+  for_each_device([](Device d) {
+    for (const DType dt : {float32, int32, bfloat16, float64, uint8})
+      for (const Shape& s : {Shape{16, 16}, Shape{37, 45}, Shape{64, 33}, Shape{3, 17, 40}, Shape{2, 1, 70},
+                             Shape{130, 1}}) {
+        const std::int64_t nd = static_cast<std::int64_t>(s.size()), rows = s[nd - 2], cols = s[nd - 1];
+        const std::int64_t n = numel_of(s), batch = n / (rows * cols);
+        std::vector<double> v(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<double>(i % 251);
+        const Tensor x = Tensor::from_vector(v, s).to(dt).to(d);
+        std::vector<std::int64_t> perm(static_cast<std::size_t>(nd));
+        for (std::int64_t i = 0; i < nd; ++i) perm[static_cast<std::size_t>(i)] = i;
+        std::swap(perm[static_cast<std::size_t>(nd - 2)], perm[static_cast<std::size_t>(nd - 1)]);
+        const auto t = ops::transpose(x, perm).to_vector<double>();
+        std::size_t bad = 0;
+        for (std::int64_t b = 0; b < batch; ++b)
+          for (std::int64_t c = 0; c < cols; ++c)
+            for (std::int64_t r = 0; r < rows; ++r)
+              bad += t[static_cast<std::size_t>((b * cols + c) * rows + r)] !=
+                     v[static_cast<std::size_t>((b * rows + r) * cols + c)];
+        CHECK_MESSAGE(bad == 0, to_string(dt), " ", to_string(s), " on ", d.str());
+      }
+  });
+}
