@@ -6,6 +6,7 @@
 
 #include "mpt/autograd.hpp"
 #include "mpt/ops.hpp"
+#include "backend/backend.hpp"
 
 namespace mpt {
 namespace {
@@ -71,7 +72,24 @@ namespace {
 using autograd::Node;
 using NodeKey = std::pair<const Node*, std::uint32_t>;
 
-void accumulate(Tensor& slot, const Tensor& g) { slot = slot.defined() ? ops::add(slot, g) : g; }
+/// slot += g. A slot that no other tensor shares (neither its handle nor its memory: not a view,
+/// not handed to another slot, to the caller or to a node) takes the sum in place: a pass over
+/// memory less than a fresh sum (a transformer block adds four activation-sized gradients a
+/// step, where one tensor feeds several ops).
+void accumulate(Tensor& slot, const Tensor& g) {
+  if (!slot.defined()) {
+    slot = g;
+    return;
+  }
+  const TensorImpl* s = slot.impl();
+  if (slot.impl_ptr().use_count() == 1 && s->storage.use_count() == 1 && s->storage != g.impl()->storage &&
+      slot.shape() == g.shape() && slot.dtype() == g.dtype() && slot.device() == g.device() &&
+      is_floating(slot.dtype())) {
+    detail::backend(slot.device()).binary(BinaryOp::Add, slot, g, slot);
+    return;
+  }
+  slot = ops::add(slot, g);
+}
 }  // namespace
 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
