@@ -214,6 +214,38 @@ TEST_CASE("a tensor used several times accumulates its gradients") {
   });
 }
 
+TEST_CASE("gradients summed in place never change a gradient handed out or shared") {
+  // A slot takes further contributions in place only when nothing else holds it. Here add's
+  // backward hands its incoming gradient itself to h (the gradient also handed to the caller as
+  // a's), a reshape's backward hands over a view of b's (also the caller's), and h's slot keeps
+  // summing; both orders of the terms, so either contribution can arrive first.
+  for_each_device([](Device dev) {
+    for (DType dt : {float32, float64})
+      for (bool order : {false, true}) {
+        const Tensor x = Tensor::from_vector({1.0, -2.0, 0.5, 3.0, 0.25, -1.5}, {2, 3}, dev).to(dt);
+        const Tensor c = Tensor::from_vector({7.0, 7.0, 7.0, 7.0, 7.0, 7.0}, {2, 3}, dev).to(dt);
+        const Tensor w1 = Tensor::from_vector({0.5, 1.0, -1.0, 2.0, 0.0, 3.0}, {2, 3}, dev).to(dt);
+        const Tensor w2 = Tensor::from_vector({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3}, dev).to(dt);
+        const Tensor w3 = Tensor::from_vector({-1.0, 0.5, 0.25, -0.5, 2.0, 1.0}, {3, 2}, dev).to(dt);
+        Tensor xs = x;
+        GradientTape tape;
+        tape.watch(xs);
+        const Tensor h = xs * 1.0, a = h + c, b = ops::reshape(h, {3, 2});
+        const Tensor t1 = ops::sum(a * w1), t2 = ops::sum(h * w2), t3 = ops::sum(b * w3);
+        const Tensor y = order ? t1 + t2 + t3 : t3 + t2 + t1;
+        const auto g = tape.gradient(y, {xs, h, a, b});
+        const std::vector<double> v1 = values_of(w1), v2 = values_of(w2), v3 = values_of(w3);
+        std::vector<double> dh;
+        for (std::size_t i = 0; i < 6; ++i) dh.push_back(v1[i] + v2[i] + v3[i]);  // w3's [3, 2] in row-major order
+        const std::string what = to_string(dt) + (order ? " t1 first" : " t3 first") + " on " + dev.str();
+        check_close(g[2], v1, {0, 0}, "da " + what);
+        check_close(g[3], v3, {0, 0}, "db " + what);
+        check_close(g[1], dh, {0, 0}, "dh " + what);
+        check_close(g[0], dh, {0, 0}, "dx " + what);
+      }
+  });
+}
+
 TEST_CASE("a non-persistent tape allows one gradient() call; a persistent one several") {
   Tensor x = Tensor::from_vector({1.f, 2.f, 3.f});
   {
