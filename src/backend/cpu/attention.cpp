@@ -275,22 +275,16 @@ struct Layout {
   /// wanted): dst[d · ldt + r] for d < width, r < rows (ldt >= rows: the packed length), zero for
   /// r >= n.
   /// float32 rows of whole vectors (ld a multiple of the tier's lanes: dp and dvp are) go W x W
-  /// squares at a time through registers (transpose_lanes), the rows past n being pack_rows's
+  /// squares at a time through registers (transpose_square), the rows past n being pack_rows's
   /// zeros (dst's rows [width, ld) get the zero columns); other element types one value at a time.
   template <int B, class C>
   MPT_KERNEL static void transpose(const C* rows, std::int64_t n, std::int64_t width, std::int64_t ld, std::int64_t ldt,
                                    C* dst) {
     if constexpr (std::is_same_v<C, float>) {
-      using F = typename Lanes<float, B>::V;
       constexpr std::int64_t W = Lanes<float, B>::W;
       if (ld % W == 0 && ldt % W == 0) {
         for (std::int64_t r0 = 0; r0 < ldt; r0 += W)
-          for (std::int64_t d0 = 0; d0 < ld; d0 += W) {
-            F sq[W];
-            for (std::int64_t i = 0; i < W; ++i) sq[i] = load_lanes<F>(rows + (r0 + i) * ld + d0);
-            transpose_lanes<B>(sq);
-            for (std::int64_t j = 0; j < W; ++j) store_lanes(dst + (d0 + j) * ldt + r0, sq[j]);
-          }
+          for (std::int64_t d0 = 0; d0 < ld; d0 += W) transpose_square<B>(rows + r0 * ld + d0, ld, dst + d0 * ldt + r0, ldt);
         return;
       }
     }

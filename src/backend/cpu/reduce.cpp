@@ -10,7 +10,7 @@
 #include "backend/common/reduce_ops.hpp"  // reduce_init, ReduceCombine (the CUDA kernels' too)
 #include "backend/common/unary_ops.hpp"  // exact::add: integer sums wrap around
 
-// sum_rows_bf16's vectors are inlined into its tier's wrapper (isa_call_native): the ABI warning
+// sum_rows's vectors are inlined into its tier's wrapper (isa_call_native): the ABI warning
 // about passing them to a baseline function never applies.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
@@ -47,29 +47,23 @@ MPT_KERNEL void sum_lanes(C* __restrict acc, const C* __restrict p, std::int64_t
   for (std::int64_t j = 0; i + j < m; ++j) acc[j] = common::exact::add(acc[j], p[i + j]);
 }
 
-/// acc[j] += x[r · stride + j] over rows r < rows, j < m, for bfloat16 x: widened on the lanes
-/// as they are loaded (no float32 copy of each row), each acc[j] adding its rows in order: the
-/// bits of combine_row on the converted rows.
-template <int B>
-MPT_KERNEL void sum_rows_bf16(float* __restrict acc, const bf16_bits* __restrict x, std::int64_t stride,
-                              std::int64_t rows, std::int64_t m) {
-  using F = typename Lanes<float, B>::V;
-  constexpr std::int64_t W = Lanes<float, B>::W;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const bf16_bits* p = x + r * stride;
-    std::int64_t j = 0;
-    for (; j + W <= m; j += W) store_lanes(acc + j, load_lanes<F>(acc + j) + Bf16Lanes<B>::load(p + j));
-    for (; j < m; ++j) acc[j] = acc[j] + widen(p[j]);
-  }
+/// One vector of x's W values at p, as the sums' type: float32 and float64 as they are, bfloat16
+/// widened on the lanes (no float32 copy of each row).
+template <int B, class T>
+[[gnu::always_inline]] inline auto load_summand(const T* p) {
+  if constexpr (std::is_same_v<T, bf16_bits>) return Bf16Lanes<B>::load(p);
+  else return load_lanes<typename Lanes<T, B>::V>(p);
 }
 
-/// acc[j] += x[r · stride + j] over rows r < rows, j < m, for float32 or float64 x read in
-/// place: up to four vectors of sums held in registers while the rows stream past (a bias
-/// gradient's column sums had been a dispatched call per row, 2 % of a transformer step), each
-/// acc[j] adding its rows in order: the bits of combine_row.
-template <class C, int B>
-MPT_KERNEL void sum_rows(C* __restrict acc, const C* __restrict x, std::int64_t stride, std::int64_t rows,
-                         std::int64_t m) {
+/// acc[j] += x[r · stride + j] over rows r < rows, j < m, for float32, float64 or bfloat16 x read
+/// in place (sums in float32 for bfloat16): up to four vectors of sums held in registers while the
+/// rows stream past (a bias gradient's column sums had been a dispatched call per row, 2 % of a
+/// transformer step), each acc[j] adding its rows in order: the bits of combine_row on the
+/// widened rows.
+template <class T, int B>
+MPT_KERNEL void sum_rows(decltype(widen(T{}))* __restrict acc, const T* __restrict x, std::int64_t stride,
+                         std::int64_t rows, std::int64_t m) {
+  using C = decltype(widen(T{}));
   using V = typename Lanes<C, B>::V;
   constexpr std::int64_t W = Lanes<C, B>::W;
   std::int64_t j = 0;
@@ -77,20 +71,21 @@ MPT_KERNEL void sum_rows(C* __restrict acc, const C* __restrict x, std::int64_t 
     V a0 = load_lanes<V>(acc + j), a1 = load_lanes<V>(acc + j + W), a2 = load_lanes<V>(acc + j + 2 * W),
       a3 = load_lanes<V>(acc + j + 3 * W);
     for (std::int64_t r = 0; r < rows; ++r) {
-      const C* p = x + r * stride + j;
-      a0 += load_lanes<V>(p), a1 += load_lanes<V>(p + W), a2 += load_lanes<V>(p + 2 * W), a3 += load_lanes<V>(p + 3 * W);
+      const T* p = x + r * stride + j;
+      a0 += load_summand<B>(p), a1 += load_summand<B>(p + W), a2 += load_summand<B>(p + 2 * W),
+          a3 += load_summand<B>(p + 3 * W);
     }
     store_lanes(acc + j, a0), store_lanes(acc + j + W, a1), store_lanes(acc + j + 2 * W, a2),
         store_lanes(acc + j + 3 * W, a3);
   }
   for (; j + W <= m; j += W) {
     V a = load_lanes<V>(acc + j);
-    for (std::int64_t r = 0; r < rows; ++r) a += load_lanes<V>(x + r * stride + j);
+    for (std::int64_t r = 0; r < rows; ++r) a += load_summand<B>(x + r * stride + j);
     store_lanes(acc + j, a);
   }
   for (; j < m; ++j) {
     C a = acc[j];
-    for (std::int64_t r = 0; r < rows; ++r) a = a + x[r * stride + j];
+    for (std::int64_t r = 0; r < rows; ++r) a = a + widen(x[r * stride + j]);
     acc[j] = a;
   }
 }
@@ -178,18 +173,20 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::int64_t axis, Tensor&
         std::int64_t m = std::min(width, inner - j0);
         std::fill(acc, acc + m, init);
         bool summed = false;
-        const bool sum = op == ReduceOp::Sum || op == ReduceOp::Mean;
-        if constexpr (std::is_same_v<C, float>)
-          if (x.dtype() == bfloat16 && sum) {
-            isa_call_native<sum_rows_bf16<64>, sum_rows_bf16<32>, sum_rows_bf16<16>>(
-                acc, static_cast<const bf16_bits*>(x.data_ptr()) + o * n * inner + j0, inner, n, m);
-            summed = true;
-          }
         if constexpr (std::is_floating_point_v<C>)
-          if (x.dtype() == compute_dtype_of<C>() && sum) {
-            isa_call_native<sum_rows<C, 64>, sum_rows<C, 32>, sum_rows<C, 16>>(
-                acc, static_cast<const C*>(x.data_ptr()) + o * n * inner + j0, inner, n, m);
-            summed = true;
+          if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+            const std::int64_t at = o * n * inner + j0;
+            if (x.dtype() == compute_dtype_of<C>()) {
+              isa_call_native<sum_rows<C, 64>, sum_rows<C, 32>, sum_rows<C, 16>>(
+                  acc, static_cast<const C*>(x.data_ptr()) + at, inner, n, m);
+              summed = true;
+            } else if constexpr (std::is_same_v<C, float>) {
+              if (x.dtype() == bfloat16) {
+                isa_call_native<sum_rows<bf16_bits, 64>, sum_rows<bf16_bits, 32>, sum_rows<bf16_bits, 16>>(
+                    acc, static_cast<const bf16_bits*>(x.data_ptr()) + at, inner, n, m);
+                summed = true;
+              }
+            }
           }
         if (!summed)
           for (std::int64_t i = 0; i < n; ++i) isa_call<combine_row<C>>(acc, load<C>(x, (o * n + i) * inner + j0, m, s), m, op);

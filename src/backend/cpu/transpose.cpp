@@ -32,35 +32,29 @@ void permute(const T* in, T* out, const Shape& out_shape, const std::vector<std:
                });
 }
 
-/// Rows [r0, r0 + nr) of each rows x cols matrix `in` as columns of `out` (cols x rows): W x W
-/// squares of float32 through registers (transpose_lanes) where nr is a whole W, the rest one
-/// value at a time. A band of W input rows reads whole lines and writes one line of each output
-/// row it touches (the gather of permute had read a column at a time: a [4096, 1024] transpose
-/// took 15 ms).
+/// Rows [r0, r0 + nr) of each rows x cols matrix `in`, from column c_begin on, as columns of `out`
+/// (cols x rows), for items of any size, in blocks of kT columns (both sides' lines stay in cache).
+template <class T>
+void transpose_band(const T* in, T* out, std::int64_t rows, std::int64_t cols, std::int64_t r0, std::int64_t nr,
+                    std::int64_t c_begin = 0) {
+  constexpr std::int64_t kT = 32;
+  for (std::int64_t c0 = c_begin; c0 < cols; c0 += kT)
+    for (std::int64_t c = c0; c < std::min(cols, c0 + kT); ++c)
+      for (std::int64_t i = 0; i < nr; ++i) out[c * rows + r0 + i] = in[(r0 + i) * cols + c];
+}
+
+/// The same for float32: W x W squares through registers (transpose_square) where nr is a whole
+/// W, the rest as transpose_band. A band of W input rows reads whole lines and writes one line of
+/// each output row it touches (the gather of permute had read a column at a time: a [4096, 1024]
+/// transpose took 15 ms).
 template <int B>
 MPT_KERNEL void transpose_band_f32(const float* in, float* out, std::int64_t rows, std::int64_t cols,
                                    std::int64_t r0, std::int64_t nr) {
-  using F = typename Lanes<float, B>::V;
   constexpr std::int64_t W = Lanes<float, B>::W;
   std::int64_t c0 = 0;
   if (nr == W)
-    for (; c0 + W <= cols; c0 += W) {
-      F sq[W];
-      for (std::int64_t i = 0; i < W; ++i) sq[i] = load_lanes<F>(in + (r0 + i) * cols + c0);
-      transpose_lanes<B>(sq);
-      for (std::int64_t j = 0; j < W; ++j) store_lanes(out + (c0 + j) * rows + r0, sq[j]);
-    }
-  for (std::int64_t c = c0; c < cols; ++c)
-    for (std::int64_t i = 0; i < nr; ++i) out[c * rows + r0 + i] = in[(r0 + i) * cols + c];
-}
-
-/// The same for items of any size, in blocks of kT x kT values (both sides' lines stay in cache).
-template <class T>
-void transpose_band(const T* in, T* out, std::int64_t rows, std::int64_t cols, std::int64_t r0, std::int64_t nr) {
-  constexpr std::int64_t kT = 32;
-  for (std::int64_t c0 = 0; c0 < cols; c0 += kT)
-    for (std::int64_t c = c0; c < std::min(cols, c0 + kT); ++c)
-      for (std::int64_t i = 0; i < nr; ++i) out[c * rows + r0 + i] = in[(r0 + i) * cols + c];
+    for (; c0 + W <= cols; c0 += W) transpose_square<B>(in + r0 * cols + c0, cols, out + c0 * rows + r0, rows);
+  transpose_band(in, out, rows, cols, r0, nr, c0);
 }
 
 /// out[b] = in[b]ᵀ for `batch` matrices of rows x cols, in bands of `band` input rows on the threads.
@@ -82,6 +76,17 @@ void swap_last_two(const T* in, T* out, std::int64_t batch, std::int64_t rows, s
                });
 }
 
+/// f(U{}) with U the unsigned integer of dtype's item size: a transpose moves bits, whatever they mean.
+template <class F>
+void with_item_bits(DType dtype, F&& f) {
+  switch (itemsize(dtype)) {
+    case 1: return f(std::uint8_t{});
+    case 2: return f(std::uint16_t{});
+    case 4: return f(std::uint32_t{});
+    default: return f(std::uint64_t{});
+  }
+}
+
 }  // namespace
 
 void CpuBackend::transpose(const Tensor& x, const std::vector<std::int64_t>& perm, Tensor& out) {
@@ -98,29 +103,17 @@ void CpuBackend::transpose(const Tensor& x, const std::vector<std::int64_t>& per
   // The last two axes swapped, the others kept (a matrix or a batch of them): blocked.
   bool swap = nd >= 2 && perm[nd - 2] == static_cast<std::int64_t>(nd - 1) && perm[nd - 1] == static_cast<std::int64_t>(nd - 2);
   for (std::size_t i = 0; i + 2 < nd; ++i) swap = swap && perm[i] == static_cast<std::int64_t>(i);
-  if (swap) {
-    const std::int64_t rows = s[nd - 2], cols = s[nd - 1], batch = x.numel() / (rows * cols);
-    switch (itemsize(x.dtype())) {
-      case 1: return swap_last_two(static_cast<const std::uint8_t*>(x.data_ptr()),
-                                   static_cast<std::uint8_t*>(out.data_ptr()), batch, rows, cols);
-      case 2: return swap_last_two(static_cast<const std::uint16_t*>(x.data_ptr()),
-                                   static_cast<std::uint16_t*>(out.data_ptr()), batch, rows, cols);
-      case 4: return swap_last_two(static_cast<const std::uint32_t*>(x.data_ptr()),
-                                   static_cast<std::uint32_t*>(out.data_ptr()), batch, rows, cols);
-      default: return swap_last_two(static_cast<const std::uint64_t*>(x.data_ptr()),
-                                    static_cast<std::uint64_t*>(out.data_ptr()), batch, rows, cols);
+  with_item_bits(x.dtype(), [&](auto u) {
+    using U = decltype(u);
+    const auto* in = static_cast<const U*>(x.data_ptr());
+    auto* o = static_cast<U*>(out.data_ptr());
+    if (swap) {
+      const std::int64_t rows = s[nd - 2], cols = s[nd - 1];
+      swap_last_two(in, o, x.numel() / (rows * cols), rows, cols);
+    } else {
+      permute(in, o, out.shape(), src_stride);
     }
-  }
-  switch (itemsize(x.dtype())) {
-    case 1: return permute(static_cast<const std::uint8_t*>(x.data_ptr()),
-                           static_cast<std::uint8_t*>(out.data_ptr()), out.shape(), src_stride);
-    case 2: return permute(static_cast<const std::uint16_t*>(x.data_ptr()),
-                           static_cast<std::uint16_t*>(out.data_ptr()), out.shape(), src_stride);
-    case 4: return permute(static_cast<const std::uint32_t*>(x.data_ptr()),
-                           static_cast<std::uint32_t*>(out.data_ptr()), out.shape(), src_stride);
-    default: return permute(static_cast<const std::uint64_t*>(x.data_ptr()),
-                            static_cast<std::uint64_t*>(out.data_ptr()), out.shape(), src_stride);
-  }
+  });
 }
 
 }  // namespace mpt::cpu

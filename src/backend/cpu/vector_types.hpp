@@ -340,6 +340,18 @@ template <int B>
   }
 }
 
+/// dst[j · ldd + i] = src[i · lds + j] for i, j < W: one W x W square of float32 through
+/// registers (transpose_lanes), W the lanes of B bytes.
+template <int B>
+[[gnu::always_inline]] inline void transpose_square(const float* src, std::int64_t lds, float* dst, std::int64_t ldd) {
+  using F = typename Lanes<float, B>::V;
+  constexpr std::int64_t W = Lanes<float, B>::W;
+  F sq[W];
+  for (std::int64_t i = 0; i < W; ++i) sq[i] = load_lanes<F>(src + i * lds);
+  transpose_lanes<B>(sq);
+  for (std::int64_t j = 0; j < W; ++j) store_lanes(dst + j * ldd, sq[j]);
+}
+
 /// The dtype whose storage a kernel reads as T.
 template <class T>
 constexpr DType storage_dtype() {
