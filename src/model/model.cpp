@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -206,11 +207,23 @@ void Model::compile(CompileOptions o) {
   distribution_ = o.distribution;
   metrics_.clear(), val_metrics_.clear(), metric_weighted_.clear(), metric_kind_.clear(), metric_output_.clear();
   metrics_resolved_ = false;
-  // The layers that produce the model's outputs: a functional model's output nodes, else the last.
+  // The layers that produce the model's outputs: a functional model's output nodes, else the last;
+  // where one is a model used as a layer, the layers that produce that model's output, and so on
+  // down (a fine-tuned base or a head model whose last layer is the softmax).
   std::vector<LayerRef> out_layers;
-  for (const auto& o : outputs_)
-    if (o.node() && o.node()->layer) out_layers.push_back(LayerRef(o.node()->layer));
-  if (outputs_.empty() && !layers().empty()) out_layers.push_back(layers().back());
+  std::function<void(const Model&)> collect = [&](const Model& m) {
+    std::vector<LayerRef> ends;
+    for (const auto& o : m.outputs_)
+      if (o.node() && o.node()->layer) ends.push_back(LayerRef(o.node()->layer));
+    if (m.outputs_.empty() && !m.layers().empty()) ends.push_back(m.layers().back());
+    for (const auto& l : ends) {
+      if (const std::shared_ptr<Model> inner = detail::nested_model(*l))
+        collect(*inner);
+      else
+        out_layers.push_back(l);
+    }
+  };
+  collect(*this);
   for (const auto& l : out_layers) {
     // Only under a mixed policy (a pure float16 model keeps what it asked for), as Keras.
     if (!l->ends_in_softmax() || l->dtype_policy().name().rfind("mixed_", 0) != 0) continue;

@@ -1,6 +1,8 @@
 // A model used as a layer of another (Keras's nested models, fine-tuning a loaded base): the same
 // values as the flat model with the same weights, gradients into the inner weights, freezing
 // (trainable = false) through fit, save / load both formats, summary and errors.
+#include <algorithm>
+#include <bit>
 #include <sstream>
 
 #include "io/checkpoint_util.hpp"
@@ -80,6 +82,61 @@ TEST_CASE("a nested model computes what the flat model with the same weights doe
         // Training mode and the base alone agree too.
         CHECK(host((*outer)(x, {.training = true})) == host((*flat)(x, {.training = true})));
         CHECK(host(base->predict(x)) == host(flat->layers()[1]((flat->layers()[0])(x))));
+      }
+    }
+  });
+}
+
+TEST_CASE("compile forces the softmax that ends a nested model to float32 under mixed policies") {
+  // Input(4) -> Dense(8, relu) -> head, the head a model ending in a softmax (an Activation, a
+  // Softmax layer or a Dense with softmax), nested one or two models deep: compile switches that
+  // softmax to float32, so the probabilities are not rounded to 16 bits, and equals the flat model.
+  test::for_each_device([](Device dev) {
+    for (const char* policy : {"mixed_bfloat16", "mixed_float16"}) {
+      CAPTURE(policy);
+      test::PolicyDeviceScope scope(policy, dev);
+      const Tensor x = Tensor::random_uniform({16, 4}, -2, 2, 3, float32, dev);
+      for (int kind = 0; kind < 3; ++kind) {
+        for (int depth = 1; depth <= 2; ++depth) {
+          CAPTURE(kind);
+          CAPTURE(depth);
+          set_random_seed(17);
+          auto final_softmax = [&]() -> LayerRef {
+            return kind == 0 ? LayerRef(layers::Activation("softmax")) : LayerRef(layers::Softmax());
+          };
+          std::shared_ptr<Model> head;
+          LayerRef last;
+          if (kind < 2) {
+            last = final_softmax();
+            head = std::make_shared<Sequential>(std::vector<LayerRef>{layers::Input({8}), layers::Dense(5), last});
+          } else {  // functional, its output a Dense with softmax
+            auto in = mpt::Input({8});
+            last = layers::Dense(5, {.activation = "softmax"});
+            head = std::make_shared<Model>(in, last(in), "head");
+          }
+          std::shared_ptr<Model> inner = head;
+          if (depth == 2) {
+            auto in = mpt::Input({8});
+            inner = std::make_shared<Model>(in, (*head)(in), "middle");
+          }
+          Sequential outer({layers::Input({4}), layers::Dense(8, {.activation = "relu"}), inner});
+          REQUIRE(last->dtype_policy().name() == policy);
+          outer.compile({.optimizer = "sgd", .loss = "categorical_crossentropy"});
+          CHECK(last->dtype_policy().name() == "float32");
+          CHECK(outer.layers()[0]->dtype_policy().name() == policy);  // only the softmax switches
+          const Tensor got = outer.predict(x);
+          CHECK(got.dtype() == float32);
+          // Float32 probabilities: some carry bits below a 16-bit mantissa (float16 keeps 10 bits).
+          const std::vector<float> p = got.to(Device::cpu()).to_vector<float>();
+          CHECK(std::any_of(p.begin(), p.end(), [](float v) { return (std::bit_cast<std::uint32_t>(v) & 0x1fffu) != 0; }));
+          // The flat model with the same weights, its own softmax forced by compile: the same bits.
+          Sequential flat({layers::Input({4}), layers::Dense(8, {.activation = "relu"}),
+                           kind < 2 ? layers::Dense(5) : layers::Dense(5, {.activation = "softmax"})});
+          if (kind < 2) flat.add(final_softmax());
+          flat.compile({.optimizer = "sgd", .loss = "categorical_crossentropy"});
+          flat.set_weights(outer.get_weights());
+          CHECK(host(flat.predict(x)) == host(got));
+        }
       }
     }
   });
