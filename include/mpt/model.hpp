@@ -392,8 +392,14 @@ class Model : public std::enable_shared_from_this<Model> {
   /// The results of loss_mean and each of `ms`, over all ranks under a strategy (one message).
   std::vector<std::vector<double>> reduced_results(const distributed::DataParallel* strategy, const metrics::Mean& loss_mean,
                                       const std::vector<std::shared_ptr<metrics::Metric>>& ms) const;
+  /// sums_scale: the factor for the parts of losses reduced by "sum" (a rank's share of a batch).
   Tensor test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const Tensor& sample_weight,
-                   std::vector<std::shared_ptr<metrics::Metric>>& metrics);
+                   std::vector<std::shared_ptr<metrics::Metric>>& metrics, double sums_scale = 1.0);
+  /// Whether a loss of the model reduces by "sum".
+  bool sums_a_loss() const;
+  /// loss, with each "sum"-reduced output's part (per_output[o] · its loss weight) counted
+  /// `factor` times instead of once.
+  Tensor with_sums_scaled(const Tensor& loss, const std::vector<Tensor>& per_output, double factor) const;
   /// The model's outputs for these inputs (call(x) for one input and output, else call(xs)).
   std::vector<Tensor> forward(const std::vector<Tensor>& xs, bool training);
   /// The compiled loss of every output weighted and summed, plus the penalties; each output's

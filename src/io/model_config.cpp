@@ -120,6 +120,7 @@ Json loss_json(const losses::Loss& loss) {
   if (o && o->ignore_class) c["ignore_class"] = *o->ignore_class;
   if (auto* l = dynamic_cast<const losses::Huber*>(&loss)) c["delta"] = l->delta();
   if (auto* l = dynamic_cast<const losses::CosineSimilarity*>(&loss)) c["axis"] = l->axis();
+  if (loss.reduction() != losses::Reduction::sum_over_batch_size) c["reduction"] = losses::to_string(loss.reduction());
   return {{"name", loss.name()}, {"config", c}};
 }
 
@@ -128,25 +129,36 @@ std::shared_ptr<losses::Loss> loss_from(const Json& v, const std::string& w) {
   const Json* n = find(v, "name");                               // ... or {"class_name": ..., "config": ...}
   const std::string name = n ? as_string(*n, w + ", loss") : to_snake_case(as_string(at(v, "class_name", w), w + ", loss"));
   const Json& c = at(v, "config", w);
-  const Json inert = {{"reduction", "sum_over_batch_size"}, {"axis", -1}};
+  const Json inert = {{"axis", -1}};
   const std::string who = w + ", loss " + name;
   if (name == "sparse_categorical_crossentropy")
-    check_fields(c, {"name", "from_logits", "ignore_class", "label_smoothing"}, inert, who);
+    check_fields(c, {"name", "reduction", "from_logits", "ignore_class", "label_smoothing"}, inert, who);
   else if (name == "categorical_crossentropy" || name == "binary_crossentropy")
-    check_fields(c, {"name", "from_logits", "label_smoothing"}, inert, who);
+    check_fields(c, {"name", "reduction", "from_logits", "label_smoothing"}, inert, who);
   else if (name == "huber" || name == "huber_loss")  // Keras's class name, or mpt's (Keras's default name)
-    check_fields(c, {"name", "delta"}, inert, who);
+    check_fields(c, {"name", "reduction", "delta"}, inert, who);
   else if (name == "cosine_similarity")
-    check_fields(c, {"name", "axis"}, Json{{"reduction", "sum_over_batch_size"}}, who);
-  else check_fields(c, {"name"}, inert, who);
+    check_fields(c, {"name", "reduction", "axis"}, Json::object(), who);
+  else check_fields(c, {"name", "reduction"}, inert, who);
+  // Keras's reduction (null: none, as Keras's standardize_reduction takes it).
+  const Json* red = find(c, "reduction");
+  const losses::Reduction reduction =
+      !red ? losses::Reduction::sum_over_batch_size
+      : red->is_null()
+          ? losses::Reduction::none
+          : losses::detail::named_errors(who, [&] { return losses::reduction_from_string(as_string(*red, who + ", reduction")); });
+  auto with_reduction = [&](std::shared_ptr<losses::Loss> l) {
+    l->set_reduction(reduction);
+    return l;
+  };
   if (name == "huber" || name == "huber_loss") {
     const Json* d = find(c, "delta");
-    return std::make_shared<losses::Huber>(d && !d->is_null() ? as_double(*d, who + ", delta") : 1.0);
+    return with_reduction(std::make_shared<losses::Huber>(d && !d->is_null() ? as_double(*d, who + ", delta") : 1.0));
   }
   if (name == "cosine_similarity") {
     const Json* a = find(c, "axis");
     if (a && a->is_array() && a->size() == 1) a = &(*a)[0];  // [1] as Keras's ops take it
-    return std::make_shared<losses::CosineSimilarity>(a && !a->is_null() ? as_int(*a, who + ", axis") : -1);
+    return with_reduction(std::make_shared<losses::CosineSimilarity>(a && !a->is_null() ? as_int(*a, who + ", axis") : -1));
   }
   losses::CrossentropyOptions o;
   if (const Json* f = find(c, "from_logits")) o.from_logits = as_bool(*f, w + ", from_logits");
@@ -155,10 +167,10 @@ std::shared_ptr<losses::Loss> loss_from(const Json& v, const std::string& w) {
     MPT_CHECK(i->is_number_integer(), w, ", ignore_class: expected an integer or null, got ", i->dump());
     o.ignore_class = i->get<std::int64_t>();
   }
-  if (name == "sparse_categorical_crossentropy") return std::make_shared<losses::SparseCategoricalCrossentropy>(o);
-  if (name == "categorical_crossentropy") return std::make_shared<losses::CategoricalCrossentropy>(o);
-  if (name == "binary_crossentropy") return std::make_shared<losses::BinaryCrossentropy>(o);
-  return losses::get(name);
+  if (name == "sparse_categorical_crossentropy") return with_reduction(std::make_shared<losses::SparseCategoricalCrossentropy>(o));
+  if (name == "categorical_crossentropy") return with_reduction(std::make_shared<losses::CategoricalCrossentropy>(o));
+  if (name == "binary_crossentropy") return with_reduction(std::make_shared<losses::BinaryCrossentropy>(o));
+  return with_reduction(losses::get(name));
 }
 
 // ---- metrics in compile_config ----------------------------------------------------------------
@@ -396,16 +408,22 @@ Json keras_loss_value(const losses::Loss& loss) {
   if (auto* l = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(&loss)) o = &l->options(), cls = "SparseCategoricalCrossentropy";
   if (auto* l = dynamic_cast<const losses::CategoricalCrossentropy*>(&loss)) o = &l->options(), cls = "CategoricalCrossentropy";
   if (auto* l = dynamic_cast<const losses::BinaryCrossentropy*>(&loss)) o = &l->options(), cls = "BinaryCrossentropy";
-  if (o && (o->from_logits || o->label_smoothing != 0 || o->ignore_class)) {
+  // Another reduction than Keras's default needs the loss as an object (a name takes the default).
+  const bool reduced = loss.reduction() != losses::Reduction::sum_over_batch_size;
+  if (o && (o->from_logits || o->label_smoothing != 0 || o->ignore_class || reduced)) {
     Json c = {{"from_logits", o->from_logits}};
     if (cls != "SparseCategoricalCrossentropy") c["label_smoothing"] = o->label_smoothing;
     else c["ignore_class"] = o->ignore_class ? Json(*o->ignore_class) : Json(nullptr);
+    if (reduced) c["reduction"] = losses::to_string(loss.reduction());
     loss_value = {{"module", "keras.losses"}, {"class_name", cls}, {"config", c}, {"registered_name", nullptr}};
   }
   // Huber, KLDivergence, LogCosh and CosineSimilarity as Keras's Loss objects: their names
   // ("huber_loss", ...) are not all keras.losses.get names. delta and axis are written although
-  // Keras's own get_config leaves them out: its from_config takes them.
-  Json c = {{"name", loss.name()}, {"reduction", "sum_over_batch_size"}};
+  // Keras's own get_config leaves them out: its from_config takes them. MeanSquaredError and
+  // MeanAbsoluteError too where they reduce otherwise than by the mean.
+  Json c = {{"name", loss.name()}, {"reduction", losses::to_string(loss.reduction())}};
+  if (reduced && dynamic_cast<const losses::MeanSquaredError*>(&loss)) cls = "MeanSquaredError";
+  if (reduced && dynamic_cast<const losses::MeanAbsoluteError*>(&loss)) cls = "MeanAbsoluteError";
   if (auto* l = dynamic_cast<const losses::Huber*>(&loss)) cls = "Huber", c["delta"] = l->delta();
   if (dynamic_cast<const losses::KLDivergence*>(&loss)) cls = "KLDivergence";
   if (dynamic_cast<const losses::LogCosh*>(&loss)) cls = "LogCosh";

@@ -28,6 +28,12 @@ SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(CrossentropyOptions
 }
 
 Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y_pred) const {
+  Tensor mask;
+  return call_masked(y_true, y_pred, mask);
+}
+
+Tensor SparseCategoricalCrossentropy::call_masked(const Tensor& y_true, const Tensor& y_pred, Tensor& mask) const {
+  mask = Tensor();
   return named_errors(who(*this), [&] {
     MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
     Tensor labels = y_true;
@@ -42,18 +48,16 @@ Tensor SparseCategoricalCrossentropy::call(const Tensor& y_true, const Tensor& y
     }
     Tensor x = cast_to(y_pred, compute_dtype(y_pred));
     if (!o_.ignore_class) return ops::softmax_cross_entropy(x, labels, {.from_logits = o_.from_logits});
-    // Keras's ignore_class: ignored positions take class 0 and a zero weight, and the others
-    // are weighted by total / valid, so that the batch mean is the mean over the valid ones
-    // (all on the device: no host read; nothing here needs a gradient).
+    // Keras's ignore_class: ignored positions take class 0 and give 0, and the mask says which
+    // count; Loss::operator() weighs them by the reduction (all on the device: no host read;
+    // nothing here needs a gradient).
     const Tensor ignore = Tensor::scalar(static_cast<double>(*o_.ignore_class), labels.dtype(), labels.device());
     const Tensor valid = ops::not_equal(labels.detach(), ignore);
     const Tensor safe = ops::where(valid, labels.detach(), Tensor::zeros({}, labels.dtype(), labels.device()));
-    const DType d = x.dtype();
-    const Tensor w = ops::cast(valid, d);
-    const Tensor count = ops::add(ops::sum(w), Tensor::scalar(kEpsilon, d, x.device()));
-    const Tensor weight = ops::mul(w, ops::div(Tensor::scalar(static_cast<double>(w.numel()), d, x.device()), count));
     Tensor per = ops::softmax_cross_entropy(x, safe, {.from_logits = o_.from_logits});
-    return ops::mul(per, weight.reshape(per.shape()));
+    const Tensor counts = valid.reshape(per.shape());
+    mask = ops::cast(counts, per.dtype());
+    return ops::where(counts, per, Tensor::zeros({}, per.dtype(), per.device()));
   });
 }
 

@@ -48,10 +48,58 @@ Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor
             who, ": sample_weight ", sample_weight.defined() ? to_string(sample_weight.shape()) : "",
             " needs one row per example of y_pred ", to_string(y_pred.shape()));
   return named_errors(who, [&] {
-    Tensor values = call(y_true, y_pred);
-    if (sample_weight.defined()) values = ops::mul(values, weights_like(values, sample_weight));
-    return ops::mean(values);  // "sum_over_batch_size": sum(values * w) / values.numel()
+    Tensor mask;
+    Tensor values = call_masked(y_true, y_pred, mask);
+    Tensor w = sample_weight.defined() ? weights_like(values, sample_weight) : Tensor();
+    const Reduction r = reduction();
+    const bool mean_like = r == Reduction::sum_over_batch_size || r == Reduction::mean;
+    const DType d = values.dtype();
+    const Device dev = values.device();
+    // b / a, and 0 where a is 0 (Keras's divide_no_nan; a finite gradient either way).
+    auto divide_no_nan = [&](const Tensor& b, const Tensor& a) {
+      const Tensor zero = ops::equal(a, Tensor::scalar(0.0, d, dev));
+      return ops::where(zero, Tensor::scalar(0.0, d, dev), ops::div(b, ops::where(zero, Tensor::scalar(1.0, d, dev), a)));
+    };
+    if (mask.defined()) {
+      // Keras's apply_mask: under the means, the positions that count weigh numel / count.
+      const Tensor m =
+          mean_like ? ops::mul(mask, divide_no_nan(Tensor::scalar(static_cast<double>(mask.numel()), d, dev), ops::sum(mask)))
+                    : mask;
+      w = w.defined() ? ops::mul(w, m) : m;
+    }
+    if (w.defined()) values = ops::mul(values, w);
+    switch (r) {
+      case Reduction::none: return values;
+      case Reduction::sum: return ops::sum(values);
+      case Reduction::mean_with_sample_weight:
+        if (w.defined()) {  // the weights' sum over the values' shape (w broadcasts along its 1s)
+          const double spread = static_cast<double>(values.numel()) / static_cast<double>(std::max<std::int64_t>(w.numel(), 1));
+          return divide_no_nan(ops::sum(values), ops::mul(ops::sum(w), Tensor::scalar(spread, d, dev)));
+        }
+        return ops::mean(values);
+      case Reduction::sum_over_batch_size:
+      case Reduction::mean: break;
+    }
+    return ops::mean(values);  // sum(values * w) / values.numel()
   });
+}
+
+Reduction reduction_from_string(const std::string& name) {
+  for (Reduction r : {Reduction::sum_over_batch_size, Reduction::mean, Reduction::sum, Reduction::mean_with_sample_weight,
+                      Reduction::none})
+    if (name == to_string(r)) return r;
+  fail("loss reduction '", name, "' is not one of sum_over_batch_size, mean, sum, mean_with_sample_weight, none");
+}
+
+std::string to_string(Reduction r) {
+  switch (r) {
+    case Reduction::sum_over_batch_size: return "sum_over_batch_size";
+    case Reduction::mean: return "mean";
+    case Reduction::sum: return "sum";
+    case Reduction::mean_with_sample_weight: return "mean_with_sample_weight";
+    case Reduction::none: return "none";
+  }
+  return "?";
 }
 
 namespace {

@@ -485,6 +485,11 @@ Tensor Model::compiled_loss(const std::vector<Tensor>& y, const std::vector<Tens
             y_pred.size(), " predictions");
   Tensor total;
   for (std::size_t o = 0; o < losses_.size(); ++o) {
+    // (Keras compiles such a loss too, and fails where it differentiates or tracks it.)
+    MPT_CHECK(losses_[o]->reduction() != losses::Reduction::none, "compute_loss: model '", name_, "': the loss ",
+              losses_[o]->name(), losses_.size() > 1 ? " of output " + std::to_string(o) : std::string(),
+              " has reduction \"none\", and the model's loss (fit, evaluate, train_on_batch) is a scalar: use ",
+              "sum_over_batch_size (the mean), mean, sum or mean_with_sample_weight, or call the loss yourself");
     Tensor l = (*losses_[o])(y[o], as_loss_input(y_pred[o]), sample_weight);
     if (per_output) per_output->push_back(l);
     if (loss_weights_[o] != 1.0) l = ops::mul(l, Tensor::scalar(loss_weights_[o], l.dtype(), l.device()));
@@ -519,11 +524,17 @@ Model::StepResult Model::default_step(const std::vector<Tensor>& x, const std::v
     for (auto& p : y_pred) p = as_loss_input(p);
     vars = trainable_variables();  // after the call: the first one builds the layers
     MPT_CHECK(compiled(), "compute_loss: model '", name_, "' is not compiled; call compile() first");
-    r.loss = compiled_loss(y, y_pred, sample_weight, multi ? &per_output : nullptr);
+    const bool share = strategy && weight != 1.0;
+    r.loss = compiled_loss(y, y_pred, sample_weight, multi || (share && sums_a_loss()) ? &per_output : nullptr);
     // Under a strategy this rank's share of the global mean is weight·loss: the weight rides on
-    // the scalar loss, so the all-reduce is a plain sum with no pass over the gradients.
-    const Tensor objective =
-        strategy && weight != 1.0 ? ops::mul(r.loss, Tensor::scalar(weight, r.loss.dtype(), r.loss.device())) : r.loss;
+    // the scalar loss, so the all-reduce is a plain sum with no pass over the gradients. A loss
+    // reduced by "sum" is the sum over every rank's examples: its part counts whole (1 / weight
+    // first). The loss logged is then the global batch's (fit averages the ranks' by their rows).
+    Tensor objective = r.loss;
+    if (share) {
+      if (sums_a_loss()) r.loss = with_sums_scaled(r.loss, per_output, 1.0 / weight);
+      objective = ops::mul(r.loss, Tensor::scalar(weight, r.loss.dtype(), r.loss.device()));
+    }
     const Tensor target = lso ? lso->get_scaled_loss(objective) : optimizer_->scale_loss(objective);
     if (strategy) {
       start_reducer();
@@ -632,15 +643,30 @@ Model::StepResult Model::run_train_step(const StepData& data, const StepContext&
 }
 
 Tensor Model::test_step(const std::vector<Tensor>& x, const std::vector<Tensor>& y, const Tensor& sample_weight,
-                        std::vector<std::shared_ptr<metrics::Metric>>& ms) {
+                        std::vector<std::shared_ptr<metrics::Metric>>& ms, double sums_scale) {
   NoGradGuard no_grad;
   std::vector<Tensor> y_pred = forward(x, false), per_output;
   for (auto& p : y_pred) p = as_loss_input(p);
   const bool multi = losses_.size() > 1;
-  Tensor loss = compiled_loss(y, y_pred, sample_weight, multi ? &per_output : nullptr);
+  const bool scaled = sums_scale != 1.0 && sums_a_loss();
+  Tensor loss = compiled_loss(y, y_pred, sample_weight, multi || scaled ? &per_output : nullptr);
+  if (scaled) loss = with_sums_scaled(loss, per_output, sums_scale);
   resolve_metrics(y, y_pred);
   update_metrics(ms, y, y_pred, sample_weight, multi ? &per_output : nullptr);
   return loss;
+}
+
+bool Model::sums_a_loss() const {
+  return std::any_of(losses_.begin(), losses_.end(), [](const auto& l) { return l->reduction() == losses::Reduction::sum; });
+}
+
+Tensor Model::with_sums_scaled(const Tensor& loss, const std::vector<Tensor>& per_output, double factor) const {
+  Tensor out = loss;
+  for (std::size_t o = 0; o < losses_.size(); ++o)
+    if (losses_[o]->reduction() == losses::Reduction::sum)
+      out = ops::add(out, ops::mul(per_output[o], Tensor::scalar((factor - 1.0) * loss_weights_[o], per_output[o].dtype(),
+                                                                 per_output[o].device())));
+  return out;
 }
 
 // ---- evaluate / predict (fit: fit.cpp) ----------------------------------------------------
@@ -711,7 +737,10 @@ std::map<std::string, double> Model::evaluate_with(const std::vector<Tensor>& x,
     for (std::int64_t step = 0; step * batch_size < end - begin; ++step) {
       for (auto& c : cbs) c->on_test_batch_begin(step, {});
       const detail::StagedBatch b = batches.get(step);
-      loss_mean.update(test_step(b.x, b.y, b.w, val_metrics_), static_cast<double>(batches.rows(step)));
+      // A rank's batch is 1 / size of the global one: a summed loss counts size times (as
+      // Keras's unscale_loss_for_distribution), so the result is one process's.
+      loss_mean.update(test_step(b.x, b.y, b.w, val_metrics_, dp ? static_cast<double>(dp->size()) : 1.0),
+                       static_cast<double>(batches.rows(step)));
       for (auto& c : cbs) c->on_test_batch_end(step, {});
     }
   } else {

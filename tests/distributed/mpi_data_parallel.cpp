@@ -135,6 +135,37 @@ TEST_CASE("fit on 2 ranks with batch 64 each matches one process with batch 128 
   }
 }
 
+TEST_CASE("a loss reduced by \"sum\" on 2 ranks: the gradient, the logged loss and evaluate of one process") {
+  // The sum over the global batch: each rank's part counts whole (not by its share of the rows),
+  // as Keras's reductions under tf.distribute; a second output keeps the mean.
+  for_each_device([&](Device d) {
+    PolicyDeviceScope scope("float32", d);
+    auto [x, y] = make_data(10 * 128, 15);
+    auto compile = [](Model& m, std::optional<dist::DataParallel> strategy) {
+      losses::SparseCategoricalCrossentropy sum;
+      sum.set_reduction("sum");
+      m.compile({.optimizer = opt::SGD({.learning_rate = 0.1 / 128}), .loss = sum, .metrics = {"accuracy"},
+                 .distribution = std::move(strategy)});
+    };
+    auto ref = mlp(21);
+    compile(*ref, std::nullopt);
+    const History hr = ref->fit(x, y, {.batch_size = 128, .epochs = 1, .verbose = 0, .seed = 3});
+    auto m = mlp(21);
+    compile(*m, dist::DataParallel());
+    const History h = m->fit(x, y, {.batch_size = 128, .epochs = 1, .verbose = 0, .seed = 3});
+    const auto w = flat_weights(*m), wr = flat_weights(*ref);
+    const double diff = max_abs_diff(w, wr), tol = weight_tolerance("float32", wr);
+    MESSAGE("summed loss on ", d.str(), ": max |w(2 ranks) - w(1 process)| = ", diff, " (tolerance ", tol, ")");
+    CHECK(diff <= tol);
+    CHECK(same_on_all_ranks(w));
+    CHECK(h.history.at("loss")[0] == doctest::Approx(hr.history.at("loss")[0]).epsilon(1e-4));
+    CHECK(hr.history.at("loss")[0] > 20.0);  // a sum over 128 rows, not a mean
+    const double e = m->evaluate(x, y, {.batch_size = 128}).at("loss");
+    CHECK(e == doctest::Approx(ref->evaluate(x, y, {.batch_size = 128}).at("loss")).epsilon(1e-4));
+    CHECK(same_on_all_ranks({e}));
+  });
+}
+
 namespace {
 /// Identity whose variable's gradient is NaN on rank `rank` at training call `step` (sqrt(0) has
 /// an infinite derivative, times 0), and 0 elsewhere: an overflow on one rank only.

@@ -411,10 +411,17 @@ TEST_CASE("optimizer, schedule and loss configs load nothing silently") {
                          {"cycle", true}}}};
                  }),
                  "cycle = true"));
+  CHECK(error_for([](io::Json& c) {
+          c["loss"] = {{"class_name", "MeanSquaredError"}, {"config", {{"reduction", "sum"}}}};
+        }) == "(no error)");
   CHECK(contains(error_for([](io::Json& c) {
-                   c["loss"] = {{"class_name", "MeanSquaredError"}, {"config", {{"reduction", "sum"}}}};
+                   c["loss"] = {{"class_name", "MeanSquaredError"}, {"config", {{"reduction", "auto"}}}};
                  }),
-                 "reduction = \"sum\""));
+                 "loss reduction 'auto' is not one of"));
+  CHECK(contains(error_for([](io::Json& c) {
+                   c["loss"] = {{"class_name", "MeanSquaredError"}, {"config", {{"reduction", 3}}}};
+                 }),
+                 "reduction"));
   CHECK(error_for([](io::Json& c) {
           c["loss"] = {{"class_name", "MeanSquaredError"}, {"config", {{"reduction", "sum_over_batch_size"}}}};
         }) == "(no error)");
@@ -470,8 +477,7 @@ TEST_CASE("Huber, KLDivergence, LogCosh and CosineSimilarity survive save and lo
     }
   }
   // Keras's own files: get_config writes neither delta nor axis (they load as Keras reloads them,
-  // at the defaults); written by hand, or by mpt, they are honoured; reduction other than
-  // sum_over_batch_size is refused naming it.
+  // at the defaults); written by hand, or by mpt, they are honoured, as is every loss's reduction.
   m.compile({.optimizer = optimizers::SGD(), .loss = "mse"});
   const io::Json good = io::compile_config_json(m);
   auto load = [&](const io::Json& loss, const std::function<void(const losses::Loss&)>& check) {
@@ -511,13 +517,24 @@ TEST_CASE("Huber, KLDivergence, LogCosh and CosineSimilarity survive save and lo
   for (const char* n : {"kld", "KLD", "kl_divergence"}) CHECK(load(n, is_kld) == "(no error)");
   CHECK(load(keras_loss("LogCosh", {{"name", "log_cosh"}}), is_log_cosh) == "(no error)");
   CHECK(load("log_cosh", is_log_cosh) == "(no error)");
-  // Refused, naming the field.
+  // Keras's reductions load (null is Keras's None: no reduction); others are refused by name.
+  auto reduces = [](losses::Reduction r) { return [r](const losses::Loss& l) { CHECK(l.reduction() == r); }; };
   auto none = [](const losses::Loss&) {};
-  for (const char* cls : {"Huber", "KLDivergence", "LogCosh", "CosineSimilarity"}) {
+  for (const char* cls : {"Huber", "KLDivergence", "LogCosh", "CosineSimilarity", "MeanSquaredError",
+                          "MeanAbsoluteError", "SparseCategoricalCrossentropy", "CategoricalCrossentropy",
+                          "BinaryCrossentropy"}) {
     CAPTURE(cls);
-    const std::string e = load(keras_loss(cls, {{"reduction", "sum"}}), none);
-    CHECK(contains(e, "reduction = \"sum\""));
-    CHECK(contains(load(keras_loss(cls, {{"from_logits", true}}), none), "from_logits = true"));
+    CHECK(load(keras_loss(cls, {{"reduction", "sum"}}), reduces(losses::Reduction::sum)) == "(no error)");
+    CHECK(load(keras_loss(cls, {{"reduction", "mean_with_sample_weight"}}),
+               reduces(losses::Reduction::mean_with_sample_weight)) == "(no error)");
+    CHECK(load(keras_loss(cls, {{"reduction", "mean"}}), reduces(losses::Reduction::mean)) == "(no error)");
+    CHECK(load(keras_loss(cls, {{"name", "x"}}), reduces(losses::Reduction::sum_over_batch_size)) == "(no error)");
+    // "none" (and null, Keras's None) load: fit refuses it (tests/losses/test_losses.cpp).
+    CHECK(load(keras_loss(cls, {{"reduction", "none"}}), reduces(losses::Reduction::none)) == "(no error)");
+    CHECK(load(keras_loss(cls, {{"reduction", nullptr}}), reduces(losses::Reduction::none)) == "(no error)");
+    CHECK(contains(load(keras_loss(cls, {{"reduction", "weighted"}}), none), "loss reduction 'weighted' is not one of"));
+    if (std::string(cls).find("Crossentropy") == std::string::npos)
+      CHECK(contains(load(keras_loss(cls, {{"from_logits", true}}), none), "from_logits = true"));
   }
   CHECK(contains(load(keras_loss("Huber", {{"delta", -1.0}}), none), "delta"));
   CHECK(contains(load(keras_loss("Huber", {{"delta", "big"}}), none), "delta"));

@@ -675,3 +675,137 @@ TEST_CASE("new loss errors name the loss") {
   msg = error_of([&] { losses::CosineSimilarity(-3).call(p, p); });
   CHECK(contains(msg, "axis -3"));
 }
+
+TEST_CASE("loss reductions (Keras's): sum, mean, mean_with_sample_weight, none, with sample weights and the ignore_class mask") {
+  using R = losses::Reduction;
+  for_each_device([](Device dev) {
+    for (DType dt : {float32, float64}) {
+      CAPTURE(dt);
+      // Mean squared error: one value per example of [5, 3].
+      const Tensor t = test::random({5, 3}, dt, dev, 31, -1, 1);
+      Tensor p = test::random({5, 3}, dt, dev, 32, -1, 1);
+      const std::vector<double> tv = t.to_vector<double>(), pv = p.to_vector<double>();
+      std::vector<double> per(5, 0.0);
+      for (std::size_t i = 0; i < 15; ++i) per[i / 3] += (pv[i] - tv[i]) * (pv[i] - tv[i]) / 3.0;
+      const std::vector<double> w = {0.5, 0.0, 2.0, 1.0, 0.25};
+      const Tensor sw = Tensor::from_vector<double>(w, {5}).to(dt).to(dev);
+      double sum = 0, wsum = 0, weights = 0;
+      for (std::size_t i = 0; i < 5; ++i) sum += per[i], wsum += per[i] * w[i], weights += w[i];
+      const double tol = dt == float64 ? 1e-12 : 1e-5;
+      losses::MeanSquaredError mse;
+      auto with = [&](R r, const Tensor& weight) {
+        mse.set_reduction(r);
+        return mse(t, p, weight);
+      };
+      check_close(with(R::sum_over_batch_size, Tensor()), {sum / 5}, {tol, 0}, "sum_over_batch_size");
+      check_close(with(R::mean, sw), {wsum / 5}, {tol, 0}, "mean, weighted");
+      check_close(with(R::sum, Tensor()), {sum}, {tol, 0}, "sum");
+      check_close(with(R::sum, sw), {wsum}, {tol, 0}, "sum, weighted");
+      check_close(with(R::mean_with_sample_weight, sw), {wsum / weights}, {tol, 0}, "mean_with_sample_weight");
+      check_close(with(R::mean_with_sample_weight, Tensor()), {sum / 5}, {tol, 0}, "mean_with_sample_weight, no weights");
+      check_close(with(R::mean_with_sample_weight, ops::mul(sw, Tensor::scalar(0.0, dt, dev))), {0.0}, {0, 0},
+                  "mean_with_sample_weight, weights summing to 0");
+      const Tensor none = with(R::none, sw);
+      REQUIRE(none.shape() == Shape{5});
+      std::vector<double> want(5);
+      for (std::size_t i = 0; i < 5; ++i) want[i] = per[i] * w[i];
+      check_close(none, want, {tol, 0}, "none");
+      // The sum's gradient is the mean's times the batch size.
+      GradientTape tape;
+      tape.watch(p);
+      mse.set_reduction(R::sum);
+      const Tensor gs = tape.gradient(mse(t, p), {p})[0];
+      GradientTape tape2;
+      tape2.watch(p);
+      mse.set_reduction(R::sum_over_batch_size);
+      const Tensor gm = tape2.gradient(mse(t, p), {p})[0];
+      check_close(gs, ops::mul(gm, Tensor::scalar(5.0, dt, dev)).to_vector<double>(), {tol, 0}, "sum's gradient");
+    }
+    // ignore_class over [2, 3] positions: the mask weighs numel / count under the means, 1 under
+    // the others (Keras's apply_mask), times the per-example weights.
+    Tensor logits = test::random({2, 3, 4}, float32, dev, 33, -2, 2);
+    const std::vector<double> lab = {2, -1, 0, 3, 1, -1};
+    const Tensor labels = Tensor::from_vector<double>(lab, {2, 3}).to(int64).to(dev);
+    const std::vector<double> x = logits.to_vector<double>();
+    std::vector<double> ce(6, 0.0);
+    for (std::size_t q = 0; q < 6; ++q) {
+      if (lab[q] < 0) continue;
+      double m = -1e300, z = 0;
+      for (std::size_t c = 0; c < 4; ++c) m = std::max(m, x[q * 4 + c]);
+      for (std::size_t c = 0; c < 4; ++c) z += std::exp(x[q * 4 + c] - m);
+      ce[q] = m + std::log(z) - x[q * 4 + static_cast<std::size_t>(lab[q])];
+    }
+    const std::vector<double> w = {3.0, 0.5};  // per example: over its 3 positions
+    const Tensor sw = Tensor::from_vector<double>(w, {2}).to(dev);
+    double sum = 0, wsum = 0, wcount = 0;
+    for (std::size_t q = 0; q < 6; ++q)
+      if (lab[q] >= 0) sum += ce[q], wsum += ce[q] * w[q / 3], wcount += w[q / 3];
+    losses::SparseCategoricalCrossentropy scce({.from_logits = true, .ignore_class = -1});
+    auto with = [&](R r, const Tensor& weight) {
+      scce.set_reduction(r);
+      return scce(labels, logits, weight);
+    };
+    check_close(with(R::sum_over_batch_size, Tensor()), {sum / 4}, {1e-5, 0}, "masked mean");
+    check_close(with(R::mean, sw), {wsum / 4}, {1e-5, 0}, "masked mean, weighted");
+    check_close(with(R::sum, Tensor()), {sum}, {1e-5, 0}, "masked sum");
+    check_close(with(R::sum, sw), {wsum}, {1e-5, 0}, "masked sum, weighted");
+    check_close(with(R::mean_with_sample_weight, Tensor()), {sum / 4}, {1e-5, 0}, "masked mean_with_sample_weight");
+    check_close(with(R::mean_with_sample_weight, sw), {wsum / wcount}, {1e-5, 0}, "masked, weighted mean_with_sample_weight");
+    const Tensor none = with(R::none, Tensor());
+    REQUIRE(none.shape() == Shape{2, 3});
+    check_close(none, ce, {1e-5, 0}, "masked none: 0 at ignored positions");
+    check_close(scce.call(labels, logits), ce, {1e-5, 0}, "call()");
+    // Every position ignored: 0 under every reduction, and a finite (zero) gradient.
+    const Tensor all_ignored = Tensor::full({2, 3}, -1.0, int64, dev);
+    for (R r : {R::sum_over_batch_size, R::sum, R::mean_with_sample_weight}) {
+      scce.set_reduction(r);
+      GradientTape tape;
+      tape.watch(logits);
+      const Tensor l = scce(all_ignored, logits);
+      CHECK(l.item() == 0.0);
+      for (double g : tape.gradient(l, {logits})[0].to_vector<double>()) CHECK(g == 0.0);
+    }
+  });
+  // Names, as Keras's.
+  CHECK(losses::reduction_from_string("mean_with_sample_weight") == losses::Reduction::mean_with_sample_weight);
+  CHECK(losses::to_string(losses::Reduction::sum) == "sum");
+  CHECK(contains(error_of([] { losses::MeanSquaredError().set_reduction("auto"); }),
+                 "loss reduction 'auto' is not one of sum_over_batch_size, mean, sum, mean_with_sample_weight, none"));
+}
+
+TEST_CASE("fit with a summed loss: SGD steps of the mean's at batch-size times the rate; \"none\" is refused by name") {
+  for_each_device([](Device dev) {
+    test::PolicyDeviceScope scope("float32", dev);
+    const Tensor x = test::random({64, 6}, float32, dev, 41, -1, 1);
+    const Tensor y = test::random({64, 2}, float32, dev, 42, -1, 1);
+    std::vector<std::vector<double>> weights;
+    std::vector<double> logged;
+    for (int summed = 0; summed < 2; ++summed) {
+      set_random_seed(9);
+      Sequential m({layers::Input({6}), layers::Dense(5, {.activation = "tanh"}), layers::Dense(2)});
+      losses::MeanSquaredError loss;
+      if (summed) loss.set_reduction("sum");
+      m.compile({.optimizer = optimizers::SGD({.learning_rate = summed ? 0.05 / 16 : 0.05}), .loss = loss});
+      const History h = m.fit(x, y, {.batch_size = 16, .epochs = 2, .verbose = 0, .shuffle = false});
+      logged.push_back(h.history.at("loss").back());
+      std::vector<double> w;
+      for (const auto& v : m.get_weights())
+        for (double e : v.to_vector<double>()) w.push_back(e);
+      weights.push_back(w);
+      if (summed) {  // evaluate reports the batches' sums, averaged by rows
+        const double e = m.evaluate(x, y, {.batch_size = 16}).at("loss");
+        m.compile({.optimizer = "sgd", .loss = "mse"});
+        CHECK(e == doctest::Approx(16 * m.evaluate(x, y, {.batch_size = 16}).at("loss")).epsilon(1e-5));
+      }
+    }
+    check_close(weights[1], weights[0], {1e-5, 1e-6}, "summed loss at rate / 16 against the mean's");
+    CHECK(logged[1] == doctest::Approx(16 * logged[0]).epsilon(1e-3));  // the same steps: sums of 16
+    Sequential m({layers::Input({6}), layers::Dense(2)});
+    losses::MeanSquaredError none;
+    none.set_reduction(losses::Reduction::none);
+    m.compile({.optimizer = "sgd", .loss = none});
+    const std::string e = error_of([&] { m.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0}); });
+    CHECK(contains(e, "mean_squared_error has reduction \"none\""));
+    CHECK(m.predict(x).shape() == Shape{64, 2});  // compiled, and usable
+  });
+}

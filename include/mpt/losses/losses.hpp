@@ -1,10 +1,13 @@
 #pragma once
 /// Losses (float32 inside whatever the prediction dtype), by object or by Keras name.
-/// A loss reduces per-example values with "sum_over_batch_size" (the mean), as Keras.
+/// A loss reduces per-example values with "sum_over_batch_size" (the mean) unless told otherwise
+/// (Keras's `reduction`: set_reduction).
 ///
 ///   mpt::losses::SparseCategoricalCrossentropy loss_fn;            // from_logits = false
 ///   mpt::Tensor loss = loss_fn(y_true, y_pred);                   // float32 scalar
 ///   auto bce = mpt::losses::get("binary_crossentropy");
+///   mpt::losses::MeanSquaredError sse;
+///   sse.set_reduction("sum");                                     // the sum over the batch
 #include <concepts>
 #include <initializer_list>
 #include <memory>
@@ -18,31 +21,64 @@
 
 namespace mpt::losses {
 
+/// How a loss reduces its per-example values, after sample weights and masks (Keras's
+/// `reduction`, keras/src/losses/loss.py):
+///   - sum_over_batch_size (the default) and mean: sum(values · w) / values.numel();
+///   - sum: sum(values · w);
+///   - mean_with_sample_weight: sum(values · w) / sum(w) (w broadcast to the values' shape; the
+///     plain mean without weights or mask); 0 where the weights sum to 0;
+///   - none: values · w themselves, one per example (or position). fit and evaluate need a
+///     scalar: compile refuses it.
+/// A mask (SparseCategoricalCrossentropy's ignore_class) weighs the positions that count by
+/// numel / count under sum_over_batch_size and mean (so those are the mean over the positions
+/// that count), by 1 under the others; the others weigh 0.
+enum class Reduction { sum_over_batch_size, mean, sum, mean_with_sample_weight, none };
+
+/// Keras's names ("sum_over_batch_size", "mean", "sum", "mean_with_sample_weight", "none");
+/// another is an mpt::Error listing them.
+Reduction reduction_from_string(const std::string& name);
+std::string to_string(Reduction r);
+using mpt::to_string;  // the shapes' and dtypes' beside it
+
 class Loss {
  public:
   explicit Loss(std::string name) : name_(std::move(name)) {}
   virtual ~Loss() = default;
   /// Per-example losses (float32), shape y_pred.shape()[:-1] (or y_pred's for elementwise losses
-  /// averaged over the last axis).
+  /// averaged over the last axis). Positions a mask leaves out (ignore_class) hold 0.
   virtual Tensor call(const Tensor& y_true, const Tensor& y_pred) const = 0;
-  /// The mean of call() over the batch: a float32 scalar (float64 for float64 predictions).
+  /// call() reduced by reduction() (by default the mean over the batch): a float32 scalar
+  /// (float64 for float64 predictions; call()'s values under Reduction::none).
   /// Validates batch sizes, shapes and label ranges; errors name the loss.
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const;
-  /// Keras's sample_weight: sum(call() * w) / call().numel() ("sum_over_batch_size"). Weights
-  /// [N] (or [N, 1]) scale each example, over all its positions where call() gives one value
-  /// per position; weights of call()'s shape scale each position. Undefined: the plain mean.
+  /// Keras's sample_weight, then the reduction: by default sum(call() * w) / call().numel()
+  /// ("sum_over_batch_size"). Weights [N] (or [N, 1]) scale each example, over all its
+  /// positions where call() gives one value per position; weights of call()'s shape scale each
+  /// position. Undefined: no weights.
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const;
   const std::string& name() const { return name_; }
+  Reduction reduction() const { return reduction_; }
+  void set_reduction(Reduction r) { reduction_ = r; }
+  void set_reduction(const std::string& name) { reduction_ = reduction_from_string(name); }
+
+ protected:
+  /// call() and, where the loss masks positions (ignore_class), `mask`: 1 where a position
+  /// counts and 0 where not, in call()'s shape and dtype. The default: call(), no mask.
+  virtual Tensor call_masked(const Tensor& y_true, const Tensor& y_pred, Tensor& mask) const {
+    mask = Tensor();
+    return call(y_true, y_pred);
+  }
 
  private:
   std::string name_;
+  Reduction reduction_ = Reduction::sum_over_batch_size;
 };
 
 struct CrossentropyOptions {
   bool from_logits = false;
   double label_smoothing = 0.0;  ///< categorical/binary only
   /// Sparse only (Keras's ignore_class): positions whose label is this class (padding) add
-  /// nothing, and the batch mean runs over the other positions.
+  /// nothing, and the batch mean runs over the other positions (Reduction: the mask).
   std::optional<std::int64_t> ignore_class = std::nullopt;
 };
 
@@ -52,6 +88,9 @@ class SparseCategoricalCrossentropy : public Loss {
   Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
   const CrossentropyOptions& options() const { return o_; }
   bool from_logits() const { return o_.from_logits; }
+
+ protected:
+  Tensor call_masked(const Tensor& y_true, const Tensor& y_pred, Tensor& mask) const override;
 
  private:
   CrossentropyOptions o_;
