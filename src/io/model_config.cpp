@@ -105,7 +105,10 @@ void check_loss_is_builtin(const losses::Loss& loss) {
                 t == typeid(losses::BinaryCrossentropy) || t == typeid(losses::MeanSquaredError) ||
                 t == typeid(losses::MeanAbsoluteError) || t == typeid(losses::Huber) ||
                 t == typeid(losses::KLDivergence) || t == typeid(losses::LogCosh) ||
-                t == typeid(losses::CosineSimilarity),
+                t == typeid(losses::CosineSimilarity) || t == typeid(losses::Hinge) ||
+                t == typeid(losses::SquaredHinge) || t == typeid(losses::CategoricalHinge) ||
+                t == typeid(losses::Poisson) || t == typeid(losses::MeanAbsolutePercentageError) ||
+                t == typeid(losses::MeanSquaredLogarithmicError),
             "save: loss '", loss.name(), "' is not a built-in loss that load_model can rebuild; use save_weights");
 }
 
@@ -200,6 +203,12 @@ std::optional<std::pair<std::string, Json>> metric_config(const metrics::Metric&
   if (t == typeid(metrics::MeanAbsoluteError)) return std::pair{std::string("MeanAbsoluteError"), c};
   if (t == typeid(metrics::MeanSquaredError)) return std::pair{std::string("MeanSquaredError"), c};
   if (t == typeid(RootMeanSquaredError)) return std::pair{std::string("RootMeanSquaredError"), c};
+  if (t == typeid(metrics::Hinge)) return std::pair{std::string("Hinge"), c};
+  if (t == typeid(metrics::SquaredHinge)) return std::pair{std::string("SquaredHinge"), c};
+  if (t == typeid(metrics::CategoricalHinge)) return std::pair{std::string("CategoricalHinge"), c};
+  if (t == typeid(metrics::Poisson)) return std::pair{std::string("Poisson"), c};
+  if (t == typeid(metrics::MeanAbsolutePercentageError)) return std::pair{std::string("MeanAbsolutePercentageError"), c};
+  if (t == typeid(metrics::MeanSquaredLogarithmicError)) return std::pair{std::string("MeanSquaredLogarithmicError"), c};
   if (t == typeid(TopKCategoricalAccuracy)) {
     c["k"] = static_cast<const TopKCategoricalAccuracy&>(m).k();
     return std::pair{std::string("TopKCategoricalAccuracy"), c};
@@ -289,10 +298,14 @@ metrics::MetricArg metric_from_json(const Json& v, const std::string& where) {
     const std::string fn = as_string(at(v, "config", where), where + ", config");
     static const std::set<std::string> same = {
         "sparse_categorical_accuracy", "categorical_accuracy", "binary_accuracy", "mean_absolute_error",
-        "mean_squared_error", "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy"};
+        "mean_squared_error", "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy", "hinge",
+        "squared_hinge", "categorical_hinge", "poisson", "mean_absolute_percentage_error",
+        "mean_squared_logarithmic_error"};
     MPT_CHECK(same.count(fn), where, ": metric function '", fn, "' is not supported by mpt (supported: ",
               "sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, mean_absolute_error, ",
-              "mean_squared_error, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy)");
+              "mean_squared_error, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, hinge, ",
+              "squared_hinge, categorical_hinge, poisson, mean_absolute_percentage_error, ",
+              "mean_squared_logarithmic_error)");
     return fn;
   }
   const Json& c = at(v, "config", where);
@@ -339,6 +352,12 @@ metrics::MetricArg metric_from_json(const Json& v, const std::string& where) {
     if (cls == "MeanAbsoluteError") return fields({}), metrics::MeanAbsoluteError(name);
     if (cls == "MeanSquaredError") return fields({}), metrics::MeanSquaredError(name);
     if (cls == "RootMeanSquaredError") return fields({}), RootMeanSquaredError(name);
+    if (cls == "Hinge") return fields({}), metrics::Hinge(name);
+    if (cls == "SquaredHinge") return fields({}), metrics::SquaredHinge(name);
+    if (cls == "CategoricalHinge") return fields({}), metrics::CategoricalHinge(name);
+    if (cls == "Poisson") return fields({}), metrics::Poisson(name);
+    if (cls == "MeanAbsolutePercentageError") return fields({}), metrics::MeanAbsolutePercentageError(name);
+    if (cls == "MeanSquaredLogarithmicError") return fields({}), metrics::MeanSquaredLogarithmicError(name);
     if (cls == "BinaryAccuracy") {
       fields({"threshold"});
       const Json* t = find(c, "threshold");
@@ -383,7 +402,8 @@ metrics::MetricArg metric_from_json(const Json& v, const std::string& where) {
     }
     fail("unknown metric class '", cls, "' (mpt has SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, ",
          "MeanAbsoluteError, MeanSquaredError, RootMeanSquaredError, TopKCategoricalAccuracy, ",
-         "SparseTopKCategoricalAccuracy, Precision, Recall, AUC, F1Score)");
+         "SparseTopKCategoricalAccuracy, Precision, Recall, AUC, F1Score, Hinge, SquaredHinge, CategoricalHinge, ",
+         "Poisson, MeanAbsolutePercentageError, MeanSquaredLogarithmicError)");
   });
 }
 
@@ -422,8 +442,17 @@ Json keras_loss_value(const losses::Loss& loss) {
   // Keras's own get_config leaves them out: its from_config takes them. MeanSquaredError and
   // MeanAbsoluteError too where they reduce otherwise than by the mean.
   Json c = {{"name", loss.name()}, {"reduction", losses::to_string(loss.reduction())}};
-  if (reduced && dynamic_cast<const losses::MeanSquaredError*>(&loss)) cls = "MeanSquaredError";
-  if (reduced && dynamic_cast<const losses::MeanAbsoluteError*>(&loss)) cls = "MeanAbsoluteError";
+  if (reduced) {
+    const auto& t = typeid(loss);
+    if (t == typeid(losses::MeanSquaredError)) cls = "MeanSquaredError";
+    if (t == typeid(losses::MeanAbsoluteError)) cls = "MeanAbsoluteError";
+    if (t == typeid(losses::Hinge)) cls = "Hinge";
+    if (t == typeid(losses::SquaredHinge)) cls = "SquaredHinge";
+    if (t == typeid(losses::CategoricalHinge)) cls = "CategoricalHinge";
+    if (t == typeid(losses::Poisson)) cls = "Poisson";
+    if (t == typeid(losses::MeanAbsolutePercentageError)) cls = "MeanAbsolutePercentageError";
+    if (t == typeid(losses::MeanSquaredLogarithmicError)) cls = "MeanSquaredLogarithmicError";
+  }
   if (auto* l = dynamic_cast<const losses::Huber*>(&loss)) cls = "Huber", c["delta"] = l->delta();
   if (dynamic_cast<const losses::KLDivergence*>(&loss)) cls = "KLDivergence";
   if (dynamic_cast<const losses::LogCosh*>(&loss)) cls = "LogCosh";

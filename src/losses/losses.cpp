@@ -106,15 +106,38 @@ namespace {
 
 constexpr double kEpsilon = 1e-7;  // keras.backend.epsilon()
 
-/// mean(f(y_pred - y_true), axis=-1) in the compute dtype, after Keras's rank alignment.
-Tensor elementwise_loss(const std::string& who, const Tensor& y_true, const Tensor& y_pred,
-                        const std::function<Tensor(const Tensor&)>& f) {
+/// mean(f(y_true, y_pred), axis=-1) in the compute dtype, after Keras's rank alignment.
+Tensor pairwise_loss(const std::string& who, const Tensor& y_true, const Tensor& y_pred,
+                     const std::function<Tensor(const Tensor&, const Tensor&)>& f) {
   return named_errors(who, [&] {
     MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
     const DType d = compute_dtype(y_pred);
     auto [t, p] = squeeze_or_expand_to_same_rank(cast_to(y_true, d), cast_to(y_pred, d));
-    return ops::mean(f(ops::sub(p, t)), {-1});
+    return ops::mean(f(t, p), {-1});
   });
+}
+
+/// mean(f(y_pred - y_true), axis=-1), as pairwise_loss.
+Tensor elementwise_loss(const std::string& who, const Tensor& y_true, const Tensor& y_pred,
+                        const std::function<Tensor(const Tensor&)>& f) {
+  return pairwise_loss(who, y_true, y_pred, [&](const Tensor& t, const Tensor& p) { return f(ops::sub(p, t)); });
+}
+
+Tensor scalar_like(double v, const Tensor& x) { return Tensor::scalar(v, x.dtype(), x.device()); }
+
+/// Keras's convert_binary_labels_to_hinge: labels all 0 or 1 become 2t - 1; otherwise as they
+/// are (one decision for the whole batch, on the device).
+Tensor hinge_labels(const Tensor& t) {
+  const Tensor labels = t.detach();
+  const Tensor neither = ops::mul(ops::cast(ops::not_equal(labels, scalar_like(0.0, labels)), labels.dtype()),
+                                  ops::cast(ops::not_equal(labels, scalar_like(1.0, labels)), labels.dtype()));
+  const Tensor binary = ops::equal(ops::sum(neither), scalar_like(0.0, labels));
+  return ops::where(binary, ops::sub(ops::mul(labels, scalar_like(2.0, labels)), scalar_like(1.0, labels)), labels);
+}
+
+/// max(1 - t·p, 0) with hinge labels.
+Tensor hinge_margin(const Tensor& t, const Tensor& p) {
+  return ops::maximum(ops::sub(scalar_like(1.0, p), ops::mul(hinge_labels(t), p)), scalar_like(0.0, p));
 }
 
 /// log(1 + e) for e in [0, 1], accurate where 1 + e rounds (Goldberg's form of log1p:
@@ -216,6 +239,60 @@ Tensor CosineSimilarity::call(const Tensor& y_true, const Tensor& y_pred) const 
   });
 }
 
+Hinge::Hinge() : Loss("hinge") {}
+
+Tensor Hinge::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return pairwise_loss("loss " + name(), y_true, y_pred, hinge_margin);
+}
+
+SquaredHinge::SquaredHinge() : Loss("squared_hinge") {}
+
+Tensor SquaredHinge::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return pairwise_loss("loss " + name(), y_true, y_pred,
+                       [](const Tensor& t, const Tensor& p) { return ops::square(hinge_margin(t, p)); });
+}
+
+CategoricalHinge::CategoricalHinge() : Loss("categorical_hinge") {}
+
+Tensor CategoricalHinge::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return named_errors("loss " + name(), [&] {
+    MPT_CHECK(y_true.defined() && y_pred.defined(), "y_true and y_pred must be defined");
+    const DType d = compute_dtype(y_pred);
+    const Tensor t = cast_to(y_true, d).detach(), p = cast_to(y_pred, d);
+    const Tensor pos = ops::sum(ops::mul(t, p), {-1});
+    const Tensor neg = ops::max(ops::mul(ops::sub(scalar_like(1.0, t), t), p), {-1});
+    return ops::maximum(ops::add(ops::sub(neg, pos), scalar_like(1.0, p)), scalar_like(0.0, p));
+  });
+}
+
+Poisson::Poisson() : Loss("poisson") {}
+
+Tensor Poisson::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return pairwise_loss("loss " + name(), y_true, y_pred, [](const Tensor& t, const Tensor& p) {
+    return ops::sub(p, ops::mul(t, ops::log(ops::add(p, scalar_like(kEpsilon, p)))));
+  });
+}
+
+MeanAbsolutePercentageError::MeanAbsolutePercentageError() : Loss("mean_absolute_percentage_error") {}
+
+Tensor MeanAbsolutePercentageError::call(const Tensor& y_true, const Tensor& y_pred) const {
+  const Tensor mean = pairwise_loss("loss " + name(), y_true, y_pred, [](const Tensor& t, const Tensor& p) {
+    return ops::abs(ops::div(ops::sub(t, p), ops::maximum(ops::abs(t), scalar_like(kEpsilon, t))));
+  });
+  return ops::mul(mean, scalar_like(100.0, mean));
+}
+
+MeanSquaredLogarithmicError::MeanSquaredLogarithmicError() : Loss("mean_squared_logarithmic_error") {}
+
+Tensor MeanSquaredLogarithmicError::call(const Tensor& y_true, const Tensor& y_pred) const {
+  return pairwise_loss("loss " + name(), y_true, y_pred, [](const Tensor& t, const Tensor& p) {
+    auto log1 = [](const Tensor& x) {
+      return ops::log(ops::add(ops::maximum(x, scalar_like(kEpsilon, x)), scalar_like(1.0, x)));
+    };
+    return ops::square(ops::sub(log1(p), log1(t)));
+  });
+}
+
 std::shared_ptr<Loss> get(const std::string& name) {
   using Make = std::function<std::shared_ptr<Loss>()>;
   // Keras's function names, class names and short aliases (keras.losses.ALL_OBJECTS_DICT).
@@ -248,14 +325,33 @@ std::shared_ptr<Loss> get(const std::string& name) {
       {"logcosh", [] { return std::make_shared<LogCosh>(); }},  // Keras 2
       {"cosine_similarity", [] { return std::make_shared<CosineSimilarity>(); }},
       {"CosineSimilarity", [] { return std::make_shared<CosineSimilarity>(); }},
+      {"hinge", [] { return std::make_shared<Hinge>(); }},
+      {"Hinge", [] { return std::make_shared<Hinge>(); }},
+      {"squared_hinge", [] { return std::make_shared<SquaredHinge>(); }},
+      {"SquaredHinge", [] { return std::make_shared<SquaredHinge>(); }},
+      {"categorical_hinge", [] { return std::make_shared<CategoricalHinge>(); }},
+      {"CategoricalHinge", [] { return std::make_shared<CategoricalHinge>(); }},
+      {"poisson", [] { return std::make_shared<Poisson>(); }},
+      {"Poisson", [] { return std::make_shared<Poisson>(); }},
+      {"mean_absolute_percentage_error", [] { return std::make_shared<MeanAbsolutePercentageError>(); }},
+      {"MeanAbsolutePercentageError", [] { return std::make_shared<MeanAbsolutePercentageError>(); }},
+      {"mape", [] { return std::make_shared<MeanAbsolutePercentageError>(); }},
+      {"MAPE", [] { return std::make_shared<MeanAbsolutePercentageError>(); }},
+      {"mean_squared_logarithmic_error", [] { return std::make_shared<MeanSquaredLogarithmicError>(); }},
+      {"MeanSquaredLogarithmicError", [] { return std::make_shared<MeanSquaredLogarithmicError>(); }},
+      {"msle", [] { return std::make_shared<MeanSquaredLogarithmicError>(); }},
+      {"MSLE", [] { return std::make_shared<MeanSquaredLogarithmicError>(); }},
   };
   auto it = table.find(name);
   if (it == table.end())
     fail("losses::get: unknown loss '", name,
          "'; valid names: sparse_categorical_crossentropy, categorical_crossentropy, binary_crossentropy (bce), "
          "mean_squared_error (mse), mean_absolute_error (mae), huber, kl_divergence (kld), log_cosh, "
-         "cosine_similarity, or the class names SparseCategoricalCrossentropy, CategoricalCrossentropy, "
-         "BinaryCrossentropy, MeanSquaredError, MeanAbsoluteError, Huber, KLDivergence, LogCosh, CosineSimilarity");
+         "cosine_similarity, hinge, squared_hinge, categorical_hinge, poisson, mean_absolute_percentage_error (mape), "
+         "mean_squared_logarithmic_error (msle), or the class names SparseCategoricalCrossentropy, "
+         "CategoricalCrossentropy, BinaryCrossentropy, MeanSquaredError, MeanAbsoluteError, Huber, KLDivergence, "
+         "LogCosh, CosineSimilarity, Hinge, SquaredHinge, CategoricalHinge, Poisson, MeanAbsolutePercentageError, "
+         "MeanSquaredLogarithmicError");
   return it->second();
 }
 

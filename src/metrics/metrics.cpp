@@ -238,6 +238,19 @@ Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred) {
                       [&] { return losses::MeanSquaredError().call(y_true.detach(), y_pred.detach()); });
 }
 
+#define MPT_LOSS_METRIC_FN(fn, Loss)                                                                 \
+  Tensor fn(const Tensor& y_true, const Tensor& y_pred) {                                             \
+    NoGradGuard no_grad;                                                                              \
+    return named_errors("metric " #fn, [&] { return losses::Loss().call(y_true.detach(), y_pred.detach()); }); \
+  }
+MPT_LOSS_METRIC_FN(hinge, Hinge)
+MPT_LOSS_METRIC_FN(squared_hinge, SquaredHinge)
+MPT_LOSS_METRIC_FN(categorical_hinge, CategoricalHinge)
+MPT_LOSS_METRIC_FN(poisson, Poisson)
+MPT_LOSS_METRIC_FN(mean_absolute_percentage_error, MeanAbsolutePercentageError)
+MPT_LOSS_METRIC_FN(mean_squared_logarithmic_error, MeanSquaredLogarithmicError)
+#undef MPT_LOSS_METRIC_FN
+
 // ---- root mean squared error and the top-k accuracies ------------------------------------
 
 void RootMeanSquaredError::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
@@ -412,16 +425,34 @@ std::shared_ptr<Metric> get(const std::string& name, const std::string& loss_nam
       {"AUC", auc},
       {"f1_score", f1},
       {"F1Score", f1},
+      {"hinge", make(std::type_identity<Hinge>{})},
+      {"Hinge", make(std::type_identity<Hinge>{})},
+      {"squared_hinge", make(std::type_identity<SquaredHinge>{})},
+      {"SquaredHinge", make(std::type_identity<SquaredHinge>{})},
+      {"categorical_hinge", make(std::type_identity<CategoricalHinge>{})},
+      {"CategoricalHinge", make(std::type_identity<CategoricalHinge>{})},
+      {"poisson", make(std::type_identity<Poisson>{})},
+      {"Poisson", make(std::type_identity<Poisson>{})},
+      {"mean_absolute_percentage_error", make(std::type_identity<MeanAbsolutePercentageError>{})},
+      {"MeanAbsolutePercentageError", make(std::type_identity<MeanAbsolutePercentageError>{})},
+      {"mape", make(std::type_identity<MeanAbsolutePercentageError>{})},
+      {"MAPE", make(std::type_identity<MeanAbsolutePercentageError>{})},
+      {"mean_squared_logarithmic_error", make(std::type_identity<MeanSquaredLogarithmicError>{})},
+      {"MeanSquaredLogarithmicError", make(std::type_identity<MeanSquaredLogarithmicError>{})},
+      {"msle", make(std::type_identity<MeanSquaredLogarithmicError>{})},
+      {"MSLE", make(std::type_identity<MeanSquaredLogarithmicError>{})},
   };
   auto it = table.find(name);
   if (it == table.end())
     fail("metrics::get: unknown metric '", name,
          "'; valid names: accuracy (acc), sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, "
          "mean_absolute_error (mae), mean_squared_error (mse), root_mean_squared_error, "
-         "top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, precision, recall, auc, f1_score, or the "
-         "class names SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, MeanAbsoluteError, "
-         "MeanSquaredError, RootMeanSquaredError, TopKCategoricalAccuracy, SparseTopKCategoricalAccuracy, "
-         "Precision, Recall, AUC, F1Score");
+         "top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, precision, recall, auc, f1_score, hinge, "
+         "squared_hinge, categorical_hinge, poisson, mean_absolute_percentage_error (mape), "
+         "mean_squared_logarithmic_error (msle), or the class names SparseCategoricalAccuracy, CategoricalAccuracy, "
+         "BinaryAccuracy, MeanAbsoluteError, MeanSquaredError, RootMeanSquaredError, TopKCategoricalAccuracy, "
+         "SparseTopKCategoricalAccuracy, Precision, Recall, AUC, F1Score, Hinge, SquaredHinge, CategoricalHinge, "
+         "Poisson, MeanAbsolutePercentageError, MeanSquaredLogarithmicError");
   return it->second(name);  // the metric keeps the name the user gave, as in Keras
 }
 

@@ -1,6 +1,7 @@
-"""Records Keras 3's Huber, KLDivergence, LogCosh and CosineSimilarity losses into test data that
-tests/losses/test_losses.cpp compares mpt's losses with (expected values from Keras, not from
-mpt's own formulas).
+"""Records Keras 3's Huber, KLDivergence, LogCosh, CosineSimilarity, Hinge, SquaredHinge,
+CategoricalHinge, Poisson, MeanAbsolutePercentageError and MeanSquaredLogarithmicError losses, and
+their reductions with sample weights, into test data that tests/losses/test_losses.cpp compares
+mpt's losses with (expected values from Keras, not from mpt's own formulas).
 
     KERAS_BACKEND=jax python tests/interop/record_keras_losses.py [tests/data/keras_losses.json]
 
@@ -9,7 +10,10 @@ Keras's rank alignment [N] vs [N, 1]), the per-example values (the same loss wit
 reduction=None) and the scalar with the default reduction "sum_over_batch_size". Huber runs
 around its delta (errors of exactly delta, just under and over), KLDivergence through its clip
 (zeros, negatives, values over 1), LogCosh from tiny to large errors (where exp(-2|x|) rounds
-1 + e to 1), CosineSimilarity along axes -1, 0 and 1, with a zero vector.
+1 + e to 1), CosineSimilarity along axes -1, 0 and 1, with a zero vector; the hinges with -1/1
+labels and with 0/1 labels (which Keras converts), Poisson, MAPE (with zero labels) and MSLE
+(with negative values, clipped). "reductions": the scalar under each of Keras's reductions, with
+and without sample weights, and SparseCategoricalCrossentropy's ignore_class mask under each.
 """
 import json
 import os
@@ -106,11 +110,63 @@ def main():
     cases.append(case("cosine rank 2 axis 0", "CosineSimilarity", {"axis": 0}, rng.normal(size=(3, 4)),
                       rng.normal(size=(3, 4))))
 
-    out = {"keras_version": keras.__version__, "backend": keras.backend.backend(), "cases": cases}
+    # The hinges: -1/1 labels, 0/1 labels (converted to -1/1), and labels neither (kept).
+    signs = np.where(rng.uniform(size=(4, 5)) < 0.5, -1.0, 1.0)
+    bits = (rng.uniform(size=(4, 5)) < 0.5).astype("float64")
+    for cls in ("Hinge", "SquaredHinge"):
+        cases.append(case(f"{cls} -1/1 labels", cls, {}, signs, rng.normal(size=(4, 5))))
+        cases.append(case(f"{cls} 0/1 labels", cls, {}, bits, rng.normal(size=(4, 5))))
+        cases.append(case(f"{cls} labels neither", cls, {}, [[0.0, 1.0, 0.5], [1.0, 0.0, -1.0]],
+                          [[0.3, -0.2, 1.5], [0.9, -1.4, 0.1]]))
+        cases.append(case(f"{cls} rank 3", cls, {}, np.where(rng.uniform(size=(2, 3, 4)) < 0.5, -1.0, 1.0),
+                          rng.normal(size=(2, 3, 4))))
+    one_hot = np.eye(5)[rng.integers(0, 5, 4)]
+    cases.append(case("CategoricalHinge one-hot", "CategoricalHinge", {}, one_hot, rng.normal(size=(4, 5))))
+    cases.append(case("CategoricalHinge rank 3", "CategoricalHinge", {}, np.eye(4)[rng.integers(0, 4, (2, 3))],
+                      rng.normal(size=(2, 3, 4))))
+    cases.append(case("Poisson", "Poisson", {}, rng.poisson(2.0, (4, 5)), rng.uniform(0.1, 4, (4, 5))))
+    cases.append(case("Poisson with zero predictions", "Poisson", {}, [[0.0, 1.0, 3.0]], [[0.0, 0.5, 0.0]]))
+    cases.append(case("MeanAbsolutePercentageError", "MeanAbsolutePercentageError", {},
+                      rng.uniform(-3, 3, (4, 5)), rng.uniform(-3, 3, (4, 5))))
+    cases.append(case("MeanAbsolutePercentageError zero labels", "MeanAbsolutePercentageError", {},
+                      [[0.0, 1e-8, -2.0], [0.5, 0.0, 1.0]], [[0.1, 0.0, -1.0], [0.5, -3e-7, 2.0]]))
+    cases.append(case("MeanAbsolutePercentageError rank 1 vs [N, 1]", "MeanAbsolutePercentageError", {},
+                      rng.uniform(1, 2, (5,)), rng.uniform(1, 2, (5, 1))))
+    cases.append(case("MeanSquaredLogarithmicError", "MeanSquaredLogarithmicError", {},
+                      rng.uniform(0, 5, (4, 5)), rng.uniform(0, 5, (4, 5))))
+    cases.append(case("MeanSquaredLogarithmicError negatives clipped", "MeanSquaredLogarithmicError", {},
+                      [[-1.0, 0.0, 2.0], [3.0, -0.5, 1e-9]], [[0.5, -2.0, 2.0], [0.0, 1.0, -1e-9]]))
+
+    # Reductions: MeanSquaredError over [4, 3] (one value per example) with [4] weights, and
+    # SparseCategoricalCrossentropy with ignore_class over [2, 3] positions with [2, 3] weights.
+    reductions = []
+    t, p = f32(rng.normal(size=(4, 3))), f32(rng.normal(size=(4, 3)))
+    w = f32([0.5, 0.0, 2.0, 1.25])
+    labels = np.array([[2, -1, 0], [3, 1, -1]])
+    logits = f32(rng.normal(size=(2, 3, 4)))
+    wp = f32([[1.0, 3.0, 0.5], [2.0, 0.25, 1.0]])
+    for red in ("sum_over_batch_size", "mean", "sum", "mean_with_sample_weight", None):
+        for weights in (None, w):
+            value = K.MeanSquaredError(reduction=red)(t, p, sample_weight=weights)
+            reductions.append({"class": "MeanSquaredError", "options": {}, "reduction": red or "none",
+                               "y_true": tensor_json(t), "y_pred": tensor_json(p),
+                               "sample_weight": None if weights is None else tensor_json(weights),
+                               "value": tensor_json(keras.ops.convert_to_numpy(value).astype("float64"))})
+        for weights in (None, wp):
+            loss = K.SparseCategoricalCrossentropy(from_logits=True, ignore_class=-1, reduction=red)
+            value = loss(labels, logits, sample_weight=weights)
+            reductions.append({"class": "SparseCategoricalCrossentropy", "options": {"ignore_class": -1},
+                               "reduction": red or "none", "y_true": tensor_json(labels),
+                               "y_pred": tensor_json(logits),
+                               "sample_weight": None if weights is None else tensor_json(weights),
+                               "value": tensor_json(keras.ops.convert_to_numpy(value).astype("float64"))})
+
+    out = {"keras_version": keras.__version__, "backend": keras.backend.backend(), "cases": cases,
+           "reductions": reductions}
     with open(OUT, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
-    print(f"wrote {len(cases)} cases to {OUT}")
+    print(f"wrote {len(cases)} cases and {len(reductions)} reductions to {OUT}")
 
 
 if __name__ == "__main__":

@@ -522,7 +522,8 @@ TEST_CASE("Huber, KLDivergence, LogCosh and CosineSimilarity survive save and lo
   auto none = [](const losses::Loss&) {};
   for (const char* cls : {"Huber", "KLDivergence", "LogCosh", "CosineSimilarity", "MeanSquaredError",
                           "MeanAbsoluteError", "SparseCategoricalCrossentropy", "CategoricalCrossentropy",
-                          "BinaryCrossentropy"}) {
+                          "BinaryCrossentropy", "Hinge", "SquaredHinge", "CategoricalHinge", "Poisson",
+                          "MeanAbsolutePercentageError", "MeanSquaredLogarithmicError"}) {
     CAPTURE(cls);
     CHECK(load(keras_loss(cls, {{"reduction", "sum"}}), reduces(losses::Reduction::sum)) == "(no error)");
     CHECK(load(keras_loss(cls, {{"reduction", "mean_with_sample_weight"}}),

@@ -467,6 +467,12 @@ std::shared_ptr<losses::Loss> loss_of(const std::string& cls, const nlohmann::js
   if (cls == "KLDivergence") return std::make_shared<losses::KLDivergence>();
   if (cls == "LogCosh") return std::make_shared<losses::LogCosh>();
   if (cls == "CosineSimilarity") return std::make_shared<losses::CosineSimilarity>(options.value("axis", -1));
+  if (cls == "SparseCategoricalCrossentropy")
+    return std::make_shared<losses::SparseCategoricalCrossentropy>(
+        losses::CrossentropyOptions{.from_logits = true, .ignore_class = options.value("ignore_class", -1)});
+  if (cls == "Hinge" || cls == "SquaredHinge" || cls == "CategoricalHinge" || cls == "Poisson" ||
+      cls == "MeanAbsolutePercentageError" || cls == "MeanSquaredLogarithmicError" || cls == "MeanSquaredError")
+    return losses::get(cls);
   FAIL("no loss class ", cls);
   return nullptr;
 }
@@ -505,14 +511,24 @@ std::vector<NewLossCase> new_loss_cases(Device dev) {
       {"cosine_similarity", std::make_shared<losses::CosineSimilarity>(), t, p},
       {"cosine_similarity axis 1", std::make_shared<losses::CosineSimilarity>(1), t3, p3},
       {"cosine_similarity axis 0", std::make_shared<losses::CosineSimilarity>(0), t, p},
+      // (p · 1.3: no margin 1 - t·p exactly at the hinge's kink.)
+      {"hinge -1/1 labels", std::make_shared<losses::Hinge>(),
+       Tensor::from_vector<double>({1, -1, 1, -1, 1, -1, 1, -1, 1, 1, -1, 1}, {4, 3}, dev), p * 1.3},
+      {"hinge 0/1 labels", std::make_shared<losses::Hinge>(), ops::cast(ops::greater(t, t * 0.0), float64), p * 1.3},
+      {"squared_hinge rank 3", std::make_shared<losses::SquaredHinge>(), ops::sign(t3), p3},
+      {"categorical_hinge", std::make_shared<losses::CategoricalHinge>(),
+       Tensor::from_vector<double>({1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 0}, {4, 3}, dev), p},
+      {"poisson", std::make_shared<losses::Poisson>(), pt * 3.0, pp * 2.0},
+      {"mean_absolute_percentage_error", std::make_shared<losses::MeanAbsolutePercentageError>(), t3, p3},
+      {"mean_squared_logarithmic_error", std::make_shared<losses::MeanSquaredLogarithmicError>(), pt * 4.0, pp * 3.0},
   };
 }
 
 }  // namespace
 
-TEST_CASE("Huber, KLDivergence, LogCosh and CosineSimilarity give Keras 3's recorded values") {
+TEST_CASE("Huber, KLDivergence, LogCosh, CosineSimilarity, the hinges, Poisson, MAPE and MSLE give Keras 3's recorded values") {
   const auto& rec = keras_losses();
-  REQUIRE(rec["cases"].size() >= 18);
+  REQUIRE(rec["cases"].size() >= 35);
   // float32 against Keras's float32 (JAX): 1e-6 relative, with a 1e-7 floor for values near 0
   // (cosine of orthogonal vectors, LogCosh's x + softplus(-2x) - log 2 cancelling to a small value).
   const Tolerance tol{1e-6, 1e-7};
@@ -531,6 +547,36 @@ TEST_CASE("Huber, KLDivergence, LogCosh and CosineSimilarity give Keras 3's reco
       CHECK(l.dtype() == float32);
       CHECK(l.dim() == 0);
       check_close(l, {c["value"].get<double>()}, tol, what + " sum_over_batch_size");
+      // The metric of the same name (Keras's metrics of the losses): the mean of the values.
+      const std::string cls = c["class"];
+      if (cls != "Huber" && cls != "KLDivergence" && cls != "LogCosh" && cls != "CosineSimilarity") {
+        auto metric = metrics::get(cls);
+        metric->update_state(y_true, y_pred);
+        CHECK(metric->result() == doctest::Approx(c["value"].get<double>()).epsilon(1e-6).scale(1e-1));
+        CHECK(metric->name() == cls);
+        CHECK(metrics::get(loss->name())->clone()->name() == loss->name());  // by the function name too
+      }
+    }
+  });
+}
+
+TEST_CASE("Keras's reductions, with sample weights and ignore_class's mask, give Keras 3's recorded values") {
+  const auto& rec = keras_losses();
+  REQUIRE(rec["reductions"].size() == 20);
+  for_each_device([&](Device dev) {
+    for (const auto& c : rec["reductions"]) {
+      const std::string what = c["class"].get<std::string>() + " " + c["reduction"].get<std::string>() +
+                               (c["sample_weight"].is_null() ? "" : " weighted");
+      CAPTURE(what);
+      auto loss = loss_of(c["class"], c["options"]);
+      loss->set_reduction(c["reduction"].get<std::string>());
+      const bool sparse = c["class"] == "SparseCategoricalCrossentropy";
+      const Tensor y_true = recorded_tensor(c["y_true"], sparse ? int64 : float32, dev);
+      const Tensor y_pred = recorded_tensor(c["y_pred"], float32, dev);
+      const Tensor w = c["sample_weight"].is_null() ? Tensor() : recorded_tensor(c["sample_weight"], float32, dev);
+      const Tensor l = (*loss)(y_true, y_pred, w);
+      CHECK(l.shape() == c["value"]["shape"].get<Shape>());
+      check_close(l, c["value"]["values"].get<std::vector<double>>(), {1e-6, 1e-7}, what);
     }
   });
 }
@@ -566,6 +612,17 @@ TEST_CASE("the new losses by Keras's names, with Keras's defaults") {
     CAPTURE(n);
     CHECK(contains(msg, n));
   }
+  for (const char* n : {"hinge", "Hinge"}) CHECK(is_a<losses::Hinge>(losses::get(n)));
+  for (const char* n : {"squared_hinge", "SquaredHinge"}) CHECK(is_a<losses::SquaredHinge>(losses::get(n)));
+  for (const char* n : {"categorical_hinge", "CategoricalHinge"}) CHECK(is_a<losses::CategoricalHinge>(losses::get(n)));
+  for (const char* n : {"poisson", "Poisson"}) CHECK(is_a<losses::Poisson>(losses::get(n)));
+  for (const char* n : {"mean_absolute_percentage_error", "MeanAbsolutePercentageError", "mape", "MAPE"})
+    CHECK(is_a<losses::MeanAbsolutePercentageError>(losses::get(n)));
+  for (const char* n : {"mean_squared_logarithmic_error", "MeanSquaredLogarithmicError", "msle", "MSLE"})
+    CHECK(is_a<losses::MeanSquaredLogarithmicError>(losses::get(n)));
+  for (const char* n : {"hinge", "squared_hinge", "categorical_hinge", "poisson", "mean_absolute_percentage_error",
+                        "mean_squared_logarithmic_error"})
+    CHECK(losses::get(n)->name() == n);  // Keras's default names
   CHECK(dynamic_cast<losses::LogCosh*>(losses::LossArg("log_cosh").get().get()) != nullptr);
   CHECK(dynamic_cast<losses::Huber*>(losses::LossArg(losses::Huber(0.5)).get().get())->delta() == 0.5);
 }
@@ -648,7 +705,12 @@ TEST_CASE("new loss errors name the loss") {
       {"huber_loss", std::make_shared<losses::Huber>()},
       {"kl_divergence", std::make_shared<losses::KLDivergence>()},
       {"log_cosh", std::make_shared<losses::LogCosh>()},
-      {"cosine_similarity", std::make_shared<losses::CosineSimilarity>()}};
+      {"cosine_similarity", std::make_shared<losses::CosineSimilarity>()},
+      {"hinge", std::make_shared<losses::Hinge>()},
+      {"squared_hinge", std::make_shared<losses::SquaredHinge>()},
+      {"poisson", std::make_shared<losses::Poisson>()},
+      {"mean_absolute_percentage_error", std::make_shared<losses::MeanAbsolutePercentageError>()},
+      {"mean_squared_logarithmic_error", std::make_shared<losses::MeanSquaredLogarithmicError>()}};
   for (const auto& entry : all) {  // no structured binding: clang 14 cannot capture one
     const std::string& name = entry.first;
     const auto& loss = entry.second;

@@ -614,7 +614,8 @@ TEST_CASE("a model compiled with the new metrics saves as .keras and .h5 and loa
                               metrics::AUC({.name = "auc_t", .thresholds = std::vector<double>{0.2, 0.5}}),
                               metrics::F1Score({.average = "macro", .threshold = 0.3}),
                               metrics::RootMeanSquaredError("rmse"), metrics::BinaryAccuracy("bin", 0.3), "auc",
-                              "precision"}});
+                              "precision", metrics::Hinge("h"), metrics::SquaredHinge(), "categorical_hinge",
+                              metrics::Poisson(), "mape", metrics::MeanSquaredLogarithmicError("log_err")}});
   check_round_trip(*dense, Tensor::from_vector(onehot, {32, 4}), "dense");
   auto sparse = make();
   sparse->compile({.optimizer = "sgd",

@@ -27,8 +27,8 @@ namespace mpt::losses {
 ///   - sum: sum(values · w);
 ///   - mean_with_sample_weight: sum(values · w) / sum(w) (w broadcast to the values' shape; the
 ///     plain mean without weights or mask); 0 where the weights sum to 0;
-///   - none: values · w themselves, one per example (or position). fit and evaluate need a
-///     scalar: compile refuses it.
+///   - none: values · w themselves, one per example (or position). Such a loss compiles and
+///     loads, but fit, evaluate and compute_loss need a scalar and refuse it by name.
 /// A mask (SparseCategoricalCrossentropy's ignore_class) weighs the positions that count by
 /// numel / count under sum_over_batch_size and mean (so those are the mean over the positions
 /// that count), by 1 under the others; the others weigh 0.
@@ -168,9 +168,55 @@ class CosineSimilarity : public Loss {
   std::int64_t axis_;
 };
 
+/// Keras's Hinge: mean over the last axis of max(1 - t·p, 0). Labels that are all 0 or 1 (over
+/// the whole batch, as Keras's convert_binary_labels_to_hinge decides) become -1 and 1.
+class Hinge : public Loss {
+ public:
+  Hinge();
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+};
+
+/// Keras's SquaredHinge: mean over the last axis of max(1 - t·p, 0)², labels as Hinge's.
+class SquaredHinge : public Loss {
+ public:
+  SquaredHinge();
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+};
+
+/// Keras's CategoricalHinge: max(max((1 - t)·p) - sum(t·p) + 1, 0) over the last axis.
+class CategoricalHinge : public Loss {
+ public:
+  CategoricalHinge();
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+};
+
+/// Keras's Poisson: mean over the last axis of p - t·log(p + 1e-7).
+class Poisson : public Loss {
+ public:
+  Poisson();
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+};
+
+/// Keras's MeanAbsolutePercentageError: 100 · mean over the last axis of |t - p| / max(|t|, 1e-7).
+class MeanAbsolutePercentageError : public Loss {
+ public:
+  MeanAbsolutePercentageError();
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+};
+
+/// Keras's MeanSquaredLogarithmicError: mean over the last axis of
+/// (log(max(p, 1e-7) + 1) - log(max(t, 1e-7) + 1))².
+class MeanSquaredLogarithmicError : public Loss {
+ public:
+  MeanSquaredLogarithmicError();
+  Tensor call(const Tensor& y_true, const Tensor& y_pred) const override;
+};
+
 /// By Keras name (keras.losses.get's names: sparse_categorical_crossentropy,
 /// categorical_crossentropy, binary_crossentropy / bce, mean_squared_error / mse,
-/// mean_absolute_error / mae, huber, kl_divergence / kld, log_cosh, cosine_similarity, the class
+/// mean_absolute_error / mae, huber, kl_divergence / kld, log_cosh, cosine_similarity, hinge,
+/// squared_hinge, categorical_hinge, poisson, mean_absolute_percentage_error / mape,
+/// mean_squared_logarithmic_error / msle, the class
 /// names, and Keras 2's logcosh / kullback_leibler_divergence); others are an mpt::Error listing
 /// the valid names. Options take Keras's defaults.
 std::shared_ptr<Loss> get(const std::string& name);
