@@ -209,6 +209,27 @@ std::optional<std::pair<std::string, Json>> metric_config(const metrics::Metric&
   if (t == typeid(metrics::Poisson)) return std::pair{std::string("Poisson"), c};
   if (t == typeid(metrics::MeanAbsolutePercentageError)) return std::pair{std::string("MeanAbsolutePercentageError"), c};
   if (t == typeid(metrics::MeanSquaredLogarithmicError)) return std::pair{std::string("MeanSquaredLogarithmicError"), c};
+  if (t == typeid(metrics::KLDivergence)) return std::pair{std::string("KLDivergence"), c};
+  if (t == typeid(metrics::LogCoshError)) return std::pair{std::string("LogCoshError"), c};
+  if (t == typeid(metrics::CosineSimilarity)) {  // axis too, which Keras's get_config leaves out (its __init__ takes it)
+    c["axis"] = static_cast<const metrics::CosineSimilarity&>(m).axis();
+    return std::pair{std::string("CosineSimilarity"), c};
+  }
+  const losses::CrossentropyOptions* ce = nullptr;
+  std::string ce_class;
+  if (t == typeid(metrics::BinaryCrossentropy))
+    ce = &static_cast<const metrics::BinaryCrossentropy&>(m).options(), ce_class = "BinaryCrossentropy";
+  if (t == typeid(metrics::CategoricalCrossentropy))
+    ce = &static_cast<const metrics::CategoricalCrossentropy&>(m).options(), ce_class = "CategoricalCrossentropy";
+  if (t == typeid(metrics::SparseCategoricalCrossentropy))
+    ce = &static_cast<const metrics::SparseCategoricalCrossentropy&>(m).options(), ce_class = "SparseCategoricalCrossentropy";
+  if (ce) {
+    c["from_logits"] = ce->from_logits;
+    if (ce_class == "SparseCategoricalCrossentropy") c["ignore_class"] = nullptr;
+    else c["label_smoothing"] = ce->label_smoothing;
+    if (ce_class != "BinaryCrossentropy") c["axis"] = -1;
+    return std::pair{ce_class, c};
+  }
   if (t == typeid(TopKCategoricalAccuracy)) {
     c["k"] = static_cast<const TopKCategoricalAccuracy&>(m).k();
     return std::pair{std::string("TopKCategoricalAccuracy"), c};
@@ -300,12 +321,14 @@ metrics::MetricArg metric_from_json(const Json& v, const std::string& where) {
         "sparse_categorical_accuracy", "categorical_accuracy", "binary_accuracy", "mean_absolute_error",
         "mean_squared_error", "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy", "hinge",
         "squared_hinge", "categorical_hinge", "poisson", "mean_absolute_percentage_error",
-        "mean_squared_logarithmic_error"};
+        "mean_squared_logarithmic_error", "kl_divergence", "binary_crossentropy", "categorical_crossentropy",
+        "sparse_categorical_crossentropy"};
     MPT_CHECK(same.count(fn), where, ": metric function '", fn, "' is not supported by mpt (supported: ",
               "sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, mean_absolute_error, ",
               "mean_squared_error, top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, hinge, ",
               "squared_hinge, categorical_hinge, poisson, mean_absolute_percentage_error, ",
-              "mean_squared_logarithmic_error)");
+              "mean_squared_logarithmic_error, kl_divergence, binary_crossentropy, categorical_crossentropy, ",
+              "sparse_categorical_crossentropy)");
     return fn;
   }
   const Json& c = at(v, "config", where);
@@ -358,6 +381,22 @@ metrics::MetricArg metric_from_json(const Json& v, const std::string& where) {
     if (cls == "Poisson") return fields({}), metrics::Poisson(name);
     if (cls == "MeanAbsolutePercentageError") return fields({}), metrics::MeanAbsolutePercentageError(name);
     if (cls == "MeanSquaredLogarithmicError") return fields({}), metrics::MeanSquaredLogarithmicError(name);
+    if (cls == "KLDivergence") return fields({}), metrics::KLDivergence(name);
+    if (cls == "LogCoshError") return fields({}), metrics::LogCoshError(name);
+    if (cls == "CosineSimilarity") return fields({"axis"}), metrics::CosineSimilarity(name, opt_int("axis").value_or(-1));
+    if (cls == "BinaryCrossentropy" || cls == "CategoricalCrossentropy" || cls == "SparseCategoricalCrossentropy") {
+      const bool sparse = cls == "SparseCategoricalCrossentropy";
+      fields(sparse ? std::vector<std::string_view>{"from_logits", "axis"}
+                    : std::vector<std::string_view>{"from_logits", "label_smoothing", "axis"});
+      MPT_CHECK(opt_int("axis").value_or(-1) == -1, "field axis = ", opt_int("axis").value_or(-1),
+                " is not supported by mpt (only -1: the classes on the last axis)");
+      losses::CrossentropyOptions o;
+      o.from_logits = flag("from_logits", false);
+      if (const Json* f = find(c, "label_smoothing"); f && !f->is_null()) o.label_smoothing = as_double(*f, who + ", label_smoothing");
+      if (cls == "BinaryCrossentropy") return metrics::BinaryCrossentropy(name, o);
+      if (cls == "CategoricalCrossentropy") return metrics::CategoricalCrossentropy(name, o);
+      return metrics::SparseCategoricalCrossentropy(name, o);
+    }
     if (cls == "BinaryAccuracy") {
       fields({"threshold"});
       const Json* t = find(c, "threshold");
@@ -403,7 +442,8 @@ metrics::MetricArg metric_from_json(const Json& v, const std::string& where) {
     fail("unknown metric class '", cls, "' (mpt has SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, ",
          "MeanAbsoluteError, MeanSquaredError, RootMeanSquaredError, TopKCategoricalAccuracy, ",
          "SparseTopKCategoricalAccuracy, Precision, Recall, AUC, F1Score, Hinge, SquaredHinge, CategoricalHinge, ",
-         "Poisson, MeanAbsolutePercentageError, MeanSquaredLogarithmicError)");
+         "Poisson, MeanAbsolutePercentageError, MeanSquaredLogarithmicError, KLDivergence, LogCoshError, ",
+         "CosineSimilarity, BinaryCrossentropy, CategoricalCrossentropy, SparseCategoricalCrossentropy)");
   });
 }
 

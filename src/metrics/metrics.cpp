@@ -115,7 +115,9 @@ void MeanMetricWrapper::update_state(const Tensor& y_true, const Tensor& y_pred,
   if (!sample_weight.defined()) return update_state(y_true, y_pred);
   const auto& t = typeid(*this);
   check_known_class(*this, t == typeid(MeanMetricWrapper) || t == typeid(CategoricalAccuracy) ||
-                               t == typeid(MeanAbsoluteError) || t == typeid(MeanSquaredError));
+                               t == typeid(MeanAbsoluteError) || t == typeid(MeanSquaredError) || t == typeid(Hinge) ||
+                               t == typeid(SquaredHinge) || t == typeid(CategoricalHinge) || t == typeid(Poisson) ||
+                               t == typeid(MeanAbsolutePercentageError) || t == typeid(MeanSquaredLogarithmicError));
   update(fn_(y_true, y_pred), sample_weight);
 }
 
@@ -250,6 +252,13 @@ MPT_LOSS_METRIC_FN(poisson, Poisson)
 MPT_LOSS_METRIC_FN(mean_absolute_percentage_error, MeanAbsolutePercentageError)
 MPT_LOSS_METRIC_FN(mean_squared_logarithmic_error, MeanSquaredLogarithmicError)
 #undef MPT_LOSS_METRIC_FN
+
+void LossMean::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
+  NoGradGuard no_grad;
+  Tensor values = named_errors("metric " + name(), [&] { return loss_->call(y_true.detach(), y_pred.detach()); });
+  if (sign_ != 1.0) values = ops::mul(values, Tensor::scalar(sign_, values.dtype(), values.device()));
+  update(values, sample_weight);
+}
 
 // ---- root mean squared error and the top-k accuracies ------------------------------------
 
@@ -441,6 +450,20 @@ std::shared_ptr<Metric> get(const std::string& name, const std::string& loss_nam
       {"MeanSquaredLogarithmicError", make(std::type_identity<MeanSquaredLogarithmicError>{})},
       {"msle", make(std::type_identity<MeanSquaredLogarithmicError>{})},
       {"MSLE", make(std::type_identity<MeanSquaredLogarithmicError>{})},
+      {"kl_divergence", make(std::type_identity<KLDivergence>{})},
+      {"KLDivergence", make(std::type_identity<KLDivergence>{})},
+      {"log_cosh_error", make(std::type_identity<LogCoshError>{})},
+      {"LogCoshError", make(std::type_identity<LogCoshError>{})},
+      {"cosine_similarity", make(std::type_identity<CosineSimilarity>{})},
+      {"CosineSimilarity", make(std::type_identity<CosineSimilarity>{})},
+      {"binary_crossentropy", make(std::type_identity<BinaryCrossentropy>{})},
+      {"BinaryCrossentropy", make(std::type_identity<BinaryCrossentropy>{})},
+      {"bce", make(std::type_identity<BinaryCrossentropy>{})},
+      {"BCE", make(std::type_identity<BinaryCrossentropy>{})},
+      {"categorical_crossentropy", make(std::type_identity<CategoricalCrossentropy>{})},
+      {"CategoricalCrossentropy", make(std::type_identity<CategoricalCrossentropy>{})},
+      {"sparse_categorical_crossentropy", make(std::type_identity<SparseCategoricalCrossentropy>{})},
+      {"SparseCategoricalCrossentropy", make(std::type_identity<SparseCategoricalCrossentropy>{})},
   };
   auto it = table.find(name);
   if (it == table.end())
@@ -449,10 +472,13 @@ std::shared_ptr<Metric> get(const std::string& name, const std::string& loss_nam
          "mean_absolute_error (mae), mean_squared_error (mse), root_mean_squared_error, "
          "top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, precision, recall, auc, f1_score, hinge, "
          "squared_hinge, categorical_hinge, poisson, mean_absolute_percentage_error (mape), "
-         "mean_squared_logarithmic_error (msle), or the class names SparseCategoricalAccuracy, CategoricalAccuracy, "
-         "BinaryAccuracy, MeanAbsoluteError, MeanSquaredError, RootMeanSquaredError, TopKCategoricalAccuracy, "
-         "SparseTopKCategoricalAccuracy, Precision, Recall, AUC, F1Score, Hinge, SquaredHinge, CategoricalHinge, "
-         "Poisson, MeanAbsolutePercentageError, MeanSquaredLogarithmicError");
+         "mean_squared_logarithmic_error (msle), kl_divergence, log_cosh_error, cosine_similarity, "
+         "binary_crossentropy (bce), categorical_crossentropy, sparse_categorical_crossentropy, or the class names "
+         "SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, MeanAbsoluteError, MeanSquaredError, "
+         "RootMeanSquaredError, TopKCategoricalAccuracy, SparseTopKCategoricalAccuracy, Precision, Recall, AUC, "
+         "F1Score, Hinge, SquaredHinge, CategoricalHinge, Poisson, MeanAbsolutePercentageError, "
+         "MeanSquaredLogarithmicError, KLDivergence, LogCoshError, CosineSimilarity, BinaryCrossentropy, "
+         "CategoricalCrossentropy, SparseCategoricalCrossentropy");
   return it->second(name);  // the metric keeps the name the user gave, as in Keras
 }
 

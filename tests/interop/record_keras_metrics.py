@@ -1,4 +1,6 @@
-"""Records Keras 3 metric results into test data that tests/metrics/test_metrics.cpp replays in
+"""Records Keras 3 metric results (accuracies, top-k, Precision, Recall, AUC, F1Score, the
+regression metrics, Mean, the hinge, Poisson, MAPE, MSLE, KLDivergence, LogCoshError, CosineSimilarity
+and crossentropy metrics) into test data that tests/metrics/test_metrics.cpp replays in
 mpt: each case builds one Keras metric from its arguments, feeds it several batches (some with
 sample_weight) and records result() after every batch.
 
@@ -238,6 +240,66 @@ def main():
                         regression([5, 6, 4, 3, 2], (3,), (3,), [None, "n", "nd", "scalar", "n1"])))
     cases.append(record("Mean values [N, T, D], weights [N, T, D] and [N]", "Mean", {},
                         regression([3, 4], (2, 3), (2, 3), ["nd", "n"])))
+    # ---- the metrics of the hinge, Poisson, MAPE and MSLE losses, weighted and not ------------
+    def pairs(n_list, kinds, make_true, make_pred):
+        out = []
+        for n, kind in zip(n_list, kinds):
+            y_true = make_true(n)
+            y_pred = make_pred(n)
+            out.append((y_true, y_pred, weights(rng, kind, n)))
+        return out
+
+    def signs(n):
+        return np.where(rng.uniform(size=(n, 3)) < 0.5, -1.0, 1.0).astype("float32")
+
+    def bits(n):
+        return (rng.uniform(size=(n, 3)) < 0.5).astype("float32")
+
+    def normal(n):
+        return rng.normal(0, 1, (n, 3)).astype("float32")
+
+    def positive(n):
+        return rng.uniform(0.1, 3, (n, 3)).astype("float32")
+
+    def one_hot(n):
+        return np.eye(3, dtype="float32")[rng.integers(0, 3, n)]
+
+    kinds = [None, "n", "n1", "scalar"]
+    cases.append(record("Hinge -1/1 labels", "Hinge", {}, pairs([5, 6, 4, 3], kinds, signs, normal)))
+    cases.append(record("Hinge 0/1 labels", "Hinge", {}, pairs([5, 6], [None, "n"], bits, normal)))
+    cases.append(record("SquaredHinge", "SquaredHinge", {}, pairs([5, 6, 4, 3], kinds, signs, normal)))
+    cases.append(record("CategoricalHinge", "CategoricalHinge", {}, pairs([5, 6, 4, 3], kinds, one_hot, normal)))
+    cases.append(record("Poisson", "Poisson", {}, pairs([5, 6, 4, 3], kinds, positive, positive)))
+    cases.append(record("MeanAbsolutePercentageError", "MeanAbsolutePercentageError", {},
+                        pairs([5, 6, 4, 3], kinds, normal, normal)))
+    cases.append(record("MeanSquaredLogarithmicError", "MeanSquaredLogarithmicError", {},
+                        pairs([5, 6, 4, 3], kinds, positive, normal)))
+    # ---- the metrics of KLDivergence, LogCosh, CosineSimilarity and the crossentropies ---------
+    def distributions(n):
+        return softmaxish(rng, (n, 3), False)
+
+    def unit(n):
+        return rng.uniform(0.05, 0.95, (n, 3)).astype("float32")
+
+    def class_ids(n):
+        return rng.integers(0, 3, n).astype("int32")
+
+    cases.append(record("KLDivergence", "KLDivergence", {}, pairs([5, 6, 4, 3], kinds, distributions, distributions)))
+    cases.append(record("LogCoshError", "LogCoshError", {}, pairs([5, 6, 4, 3], kinds, normal, normal)))
+    cases.append(record("CosineSimilarity", "CosineSimilarity", {}, pairs([5, 6, 4, 3], kinds, normal, normal)))
+    cases.append(record("CosineSimilarity axis 1", "CosineSimilarity", {"axis": 1},
+                        pairs([5, 6], [None, "n"], normal, normal)))
+    cases.append(record("BinaryCrossentropy", "BinaryCrossentropy", {}, pairs([5, 6, 4, 3], kinds, bits, unit)))
+    cases.append(record("BinaryCrossentropy from_logits label_smoothing", "BinaryCrossentropy",
+                        {"from_logits": True, "label_smoothing": 0.1}, pairs([5, 6], [None, "n"], bits, normal)))
+    cases.append(record("CategoricalCrossentropy", "CategoricalCrossentropy", {},
+                        pairs([5, 6, 4, 3], kinds, one_hot, distributions)))
+    cases.append(record("CategoricalCrossentropy from_logits label_smoothing", "CategoricalCrossentropy",
+                        {"from_logits": True, "label_smoothing": 0.2}, pairs([5, 6], [None, "n"], one_hot, normal)))
+    cases.append(record("SparseCategoricalCrossentropy", "SparseCategoricalCrossentropy", {},
+                        pairs([5, 6, 4, 3], kinds, class_ids, distributions)))
+    cases.append(record("SparseCategoricalCrossentropy from_logits", "SparseCategoricalCrossentropy",
+                        {"from_logits": True}, pairs([5, 6], [None, "n"], class_ids, normal)))
     out = {"keras_version": keras.__version__, "cases": cases}
     with open(path, "w") as f:
         json.dump(out, f, separators=(",", ":"))

@@ -323,6 +323,16 @@ std::shared_ptr<metrics::Metric> metric_of(const nlohmann::json& c) {
   if (cls == "MeanAbsoluteError") return std::make_shared<MeanAbsoluteError>();
   if (cls == "MeanSquaredError") return std::make_shared<MeanSquaredError>();
   if (cls == "Mean") return std::make_shared<Mean>();
+  if (cls == "Hinge" || cls == "SquaredHinge" || cls == "CategoricalHinge" || cls == "Poisson" ||
+      cls == "MeanAbsolutePercentageError" || cls == "MeanSquaredLogarithmicError" || cls == "KLDivergence" ||
+      cls == "LogCoshError")
+    return metrics::get(cls);
+  if (cls == "CosineSimilarity") return std::make_shared<metrics::CosineSimilarity>("cosine", a.value("axis", -1));
+  const losses::CrossentropyOptions ce{.from_logits = a.value("from_logits", false),
+                                       .label_smoothing = a.value("label_smoothing", 0.0)};
+  if (cls == "BinaryCrossentropy") return std::make_shared<metrics::BinaryCrossentropy>("bce", ce);
+  if (cls == "CategoricalCrossentropy") return std::make_shared<metrics::CategoricalCrossentropy>("cce", ce);
+  if (cls == "SparseCategoricalCrossentropy") return std::make_shared<metrics::SparseCategoricalCrossentropy>("scce", ce);
   FAIL("no metric for class ", cls);
   return nullptr;
 }
@@ -615,12 +625,18 @@ TEST_CASE("a model compiled with the new metrics saves as .keras and .h5 and loa
                               metrics::F1Score({.average = "macro", .threshold = 0.3}),
                               metrics::RootMeanSquaredError("rmse"), metrics::BinaryAccuracy("bin", 0.3), "auc",
                               "precision", metrics::Hinge("h"), metrics::SquaredHinge(), "categorical_hinge",
-                              metrics::Poisson(), "mape", metrics::MeanSquaredLogarithmicError("log_err")}});
+                              metrics::Poisson(), "mape", metrics::MeanSquaredLogarithmicError("log_err"),
+                              "kl_divergence", metrics::LogCoshError(), metrics::CosineSimilarity("cos", 0),
+                              metrics::BinaryCrossentropy("bce", {.label_smoothing = 0.1}),
+                              metrics::CategoricalCrossentropy("cce", {.from_logits = true}),
+                              "categorical_crossentropy"}});
   check_round_trip(*dense, Tensor::from_vector(onehot, {32, 4}), "dense");
   auto sparse = make();
   sparse->compile({.optimizer = "sgd",
                    .loss = "sparse_categorical_crossentropy",
-                   .metrics = {metrics::SparseTopKCategoricalAccuracy(2, "top2"), "sparse_top_k_categorical_accuracy"}});
+                   .metrics = {metrics::SparseTopKCategoricalAccuracy(2, "top2"), "sparse_top_k_categorical_accuracy",
+                               metrics::SparseCategoricalCrossentropy("scce", {.from_logits = true}),
+                               "sparse_categorical_crossentropy"}});
   check_round_trip(*sparse, Tensor::from_vector(ids, {32}), "sparse");
   // A SparseCategoricalAccuracy with ignore_class has no Keras form: .keras refuses it, .h5 keeps it.
   auto ignoring = make();

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "mpt/losses/losses.hpp"
 #include "mpt/tensor.hpp"
 
 namespace mpt::metrics {
@@ -216,6 +217,68 @@ MPT_LOSS_METRIC(Poisson, poisson)
 MPT_LOSS_METRIC(MeanAbsolutePercentageError, mean_absolute_percentage_error)
 MPT_LOSS_METRIC(MeanSquaredLogarithmicError, mean_squared_logarithmic_error)
 #undef MPT_LOSS_METRIC
+
+/// The (weighted) mean of a loss's per-example values (losses.hpp's `call`), times `sign`:
+/// Keras's metrics of the losses that take arguments. Their loss is kept with its options.
+class LossMean : public Mean {
+ public:
+  LossMean(std::string name, std::shared_ptr<const losses::Loss> loss, double sign = 1.0)
+      : Mean(std::move(name)), loss_(std::move(loss)), sign_(sign) {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred) override { update_state(y_true, y_pred, Tensor()); }
+  void update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) override;
+  std::shared_ptr<Metric> clone() const override { return std::make_shared<LossMean>(name(), loss_, sign_); }
+  const losses::Loss& loss() const { return *loss_; }
+
+ private:
+  std::shared_ptr<const losses::Loss> loss_;
+  double sign_;
+};
+
+/// Keras's KLDivergence metric: the mean of sum(t log(t / p)) over the last axis (clipped).
+class KLDivergence : public LossMean {
+ public:
+  explicit KLDivergence(std::string name = "kl_divergence")
+      : LossMean(std::move(name), std::make_shared<losses::KLDivergence>()) {}
+  std::shared_ptr<Metric> clone() const override { return std::make_shared<KLDivergence>(name()); }
+};
+
+/// Keras's LogCoshError (default name "logcosh"): the mean of log(cosh(p - t)).
+class LogCoshError : public LossMean {
+ public:
+  explicit LogCoshError(std::string name = "logcosh") : LossMean(std::move(name), std::make_shared<losses::LogCosh>()) {}
+  std::shared_ptr<Metric> clone() const override { return std::make_shared<LogCoshError>(name()); }
+};
+
+/// Keras's CosineSimilarity metric: the mean cosine of t and p along `axis` (the loss's negative).
+class CosineSimilarity : public LossMean {
+ public:
+  explicit CosineSimilarity(std::string name = "cosine_similarity", std::int64_t axis = -1)
+      : LossMean(std::move(name), std::make_shared<losses::CosineSimilarity>(axis), -1.0), axis_(axis) {}
+  std::shared_ptr<Metric> clone() const override { return std::make_shared<CosineSimilarity>(name(), axis_); }
+  std::int64_t axis() const { return axis_; }
+
+ private:
+  std::int64_t axis_;
+};
+
+/// Keras's BinaryCrossentropy, CategoricalCrossentropy and SparseCategoricalCrossentropy metrics:
+/// the mean crossentropy, with from_logits and (binary, categorical) label_smoothing. The sparse
+/// one takes no ignore_class (Keras's counts the ignored positions unless weighted).
+#define MPT_CROSSENTROPY_METRIC(Class, default_name)                                                         \
+  class Class : public LossMean {                                                                             \
+   public:                                                                                                    \
+    explicit Class(std::string name = default_name, losses::CrossentropyOptions o = {})                      \
+        : LossMean(std::move(name), std::make_shared<losses::Class>(o)), o_(o) {}                            \
+    std::shared_ptr<Metric> clone() const override { return std::make_shared<Class>(name(), o_); }          \
+    const losses::CrossentropyOptions& options() const { return o_; }                                         \
+                                                                                                              \
+   private:                                                                                                   \
+    losses::CrossentropyOptions o_;                                                                           \
+  };
+MPT_CROSSENTROPY_METRIC(BinaryCrossentropy, "binary_crossentropy")
+MPT_CROSSENTROPY_METRIC(CategoricalCrossentropy, "categorical_crossentropy")
+MPT_CROSSENTROPY_METRIC(SparseCategoricalCrossentropy, "sparse_categorical_crossentropy")
+#undef MPT_CROSSENTROPY_METRIC
 
 /// Keras's RootMeanSquaredError: the square root of the (weighted) mean of the squared errors,
 /// y_true and y_pred first brought to one rank as Keras's squeeze_or_expand_to_same_rank.
