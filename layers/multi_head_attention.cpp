@@ -31,6 +31,9 @@ class MultiHeadAttentionLayer : public Layer {
     if (o_.output_shape && *o_.output_shape <= 0) error("output_shape must be positive, got ", *o_.output_shape);
     set_rules("kernel", o_.kernel_regularizer, o_.kernel_constraint);
     set_rules("bias", o_.bias_regularizer, o_.bias_constraint);
+    // Layer records it on the call's output (the output projection's); attend() adds the
+    // query, key and value projections'.
+    set_activity_regularizer(o_.activity_regularizer);
   }
 
   // One input x is self-attention: {x, x}.
@@ -142,6 +145,7 @@ class MultiHeadAttentionLayer : public Layer {
             to_string(mask.shape()));
     ensure_weights(query.shape()[2], key.shape()[2], value.shape()[2]);
     Tensor q = project(query, kQuery), k = project(key, kKey), v = project(value, kValue);
+    for (const Tensor* t : {&q, &k, &v}) add_activity(*t);
     const double scale = 1.0 / std::sqrt(static_cast<double>(key_dim_));
     Tensor bool_mask = mask.defined() && mask.dtype() != bool_
                            ? ops::not_equal(mask, Tensor::scalar(0, mask.dtype(), mask.device()))

@@ -24,10 +24,12 @@ struct MultiHeadAttentionOptions {
   bool use_causal_mask = false;
   initializers::Initializer kernel_initializer = "glorot_uniform";
   initializers::Initializer bias_initializer = "zeros";
-  /// On every projection's kernel / bias, as Keras's. (Keras's activity_regularizer, on the
-  /// four projections' outputs, is not supported: load_model refuses it.)
+  /// On every projection's kernel / bias, as Keras's.
   std::optional<regularizers::Regularizer> kernel_regularizer = std::nullopt;
   std::optional<regularizers::Regularizer> bias_regularizer = std::nullopt;
+  /// On each of the four projections' outputs (query, key, value and the output: Keras's
+  /// EinsumDense sublayers), each penalty divided by the batch size; not on the scores.
+  std::optional<regularizers::Regularizer> activity_regularizer = std::nullopt;
   std::optional<constraints::Constraint> kernel_constraint = std::nullopt;
   std::optional<constraints::Constraint> bias_constraint = std::nullopt;
   std::optional<std::uint64_t> seed = std::nullopt;  ///< the dropout stream; default: the global seed

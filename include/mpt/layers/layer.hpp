@@ -168,6 +168,9 @@ class Layer {
     activity_regularizer_ = std::move(r);
     has_activity_rule_ = true;
   }
+  /// The activity penalty of a tensor the call computes besides its output (a sublayer's
+  /// output, as MultiHeadAttention's projections), when the layer has an activity regularizer.
+  void add_activity(const Tensor& y) { record_activity(y); }
   /// A variable in the compute dtype (cached cast; gradient flows back in float32).
   Tensor read(const Variable& v) const { return v.read(compute_dtype()); }
   /// Throws mpt::Error "<Class> '<name>': <message>".
