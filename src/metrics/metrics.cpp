@@ -115,9 +115,7 @@ void MeanMetricWrapper::update_state(const Tensor& y_true, const Tensor& y_pred,
   if (!sample_weight.defined()) return update_state(y_true, y_pred);
   const auto& t = typeid(*this);
   check_known_class(*this, t == typeid(MeanMetricWrapper) || t == typeid(CategoricalAccuracy) ||
-                               t == typeid(MeanAbsoluteError) || t == typeid(MeanSquaredError) || t == typeid(Hinge) ||
-                               t == typeid(SquaredHinge) || t == typeid(CategoricalHinge) || t == typeid(Poisson) ||
-                               t == typeid(MeanAbsolutePercentageError) || t == typeid(MeanSquaredLogarithmicError));
+                               t == typeid(MeanAbsoluteError) || t == typeid(MeanSquaredError));
   update(fn_(y_true, y_pred), sample_weight);
 }
 
@@ -239,19 +237,6 @@ Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred) {
   return named_errors("metric mean_squared_error",
                       [&] { return losses::MeanSquaredError().call(y_true.detach(), y_pred.detach()); });
 }
-
-#define MPT_LOSS_METRIC_FN(fn, Loss)                                                                 \
-  Tensor fn(const Tensor& y_true, const Tensor& y_pred) {                                             \
-    NoGradGuard no_grad;                                                                              \
-    return named_errors("metric " #fn, [&] { return losses::Loss().call(y_true.detach(), y_pred.detach()); }); \
-  }
-MPT_LOSS_METRIC_FN(hinge, Hinge)
-MPT_LOSS_METRIC_FN(squared_hinge, SquaredHinge)
-MPT_LOSS_METRIC_FN(categorical_hinge, CategoricalHinge)
-MPT_LOSS_METRIC_FN(poisson, Poisson)
-MPT_LOSS_METRIC_FN(mean_absolute_percentage_error, MeanAbsolutePercentageError)
-MPT_LOSS_METRIC_FN(mean_squared_logarithmic_error, MeanSquaredLogarithmicError)
-#undef MPT_LOSS_METRIC_FN
 
 void LossMean::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
   NoGradGuard no_grad;

@@ -134,13 +134,6 @@ Tensor categorical_accuracy(const Tensor& y_true, const Tensor& y_pred);
 Tensor binary_accuracy(const Tensor& y_true, const Tensor& y_pred, double threshold = 0.5);
 Tensor mean_absolute_error(const Tensor& y_true, const Tensor& y_pred);
 Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred);
-/// The losses' per-example values (losses.hpp: Keras's formulas), as Keras's metric functions.
-Tensor hinge(const Tensor& y_true, const Tensor& y_pred);
-Tensor squared_hinge(const Tensor& y_true, const Tensor& y_pred);
-Tensor categorical_hinge(const Tensor& y_true, const Tensor& y_pred);
-Tensor poisson(const Tensor& y_true, const Tensor& y_pred);
-Tensor mean_absolute_percentage_error(const Tensor& y_true, const Tensor& y_pred);
-Tensor mean_squared_logarithmic_error(const Tensor& y_true, const Tensor& y_pred);
 /// 1 where the class of one-hot y_true [..., C] is among the k highest scores of y_pred
 /// [..., C], else 0 (shape y_true.shape[:-1]). Keras's in_top_k: the class's rank is 1 + the
 /// number of classes scoring strictly higher, so a tie with the k-th score counts as in; a NaN
@@ -202,21 +195,6 @@ class MeanSquaredError : public MeanMetricWrapper {
   explicit MeanSquaredError(std::string name = "mean_squared_error")
       : MeanMetricWrapper(std::move(name), mean_squared_error) {}
 };
-/// Keras's Hinge, SquaredHinge, CategoricalHinge, Poisson, MeanAbsolutePercentageError and
-/// MeanSquaredLogarithmicError metrics: the (weighted) mean of the loss's per-example values.
-#define MPT_LOSS_METRIC(Class, fn)                                                              \
-  class Class : public MeanMetricWrapper {                                                       \
-   public:                                                                                       \
-    explicit Class(std::string name = #fn) : MeanMetricWrapper(std::move(name), fn) {}           \
-    std::shared_ptr<Metric> clone() const override { return std::make_shared<Class>(name()); } \
-  };
-MPT_LOSS_METRIC(Hinge, hinge)
-MPT_LOSS_METRIC(SquaredHinge, squared_hinge)
-MPT_LOSS_METRIC(CategoricalHinge, categorical_hinge)
-MPT_LOSS_METRIC(Poisson, poisson)
-MPT_LOSS_METRIC(MeanAbsolutePercentageError, mean_absolute_percentage_error)
-MPT_LOSS_METRIC(MeanSquaredLogarithmicError, mean_squared_logarithmic_error)
-#undef MPT_LOSS_METRIC
 
 /// The (weighted) mean of a loss's per-example values (losses.hpp's `call`), times `sign`:
 /// Keras's metrics of the losses that take arguments. Their loss is kept with its options.
@@ -233,6 +211,22 @@ class LossMean : public Mean {
   std::shared_ptr<const losses::Loss> loss_;
   double sign_;
 };
+
+/// Keras's Hinge, SquaredHinge, CategoricalHinge, Poisson, MeanAbsolutePercentageError and
+/// MeanSquaredLogarithmicError metrics: the (weighted) mean of the loss's per-example values.
+#define MPT_LOSS_METRIC(Class, default_name)                                                              \
+  class Class : public LossMean {                                                                         \
+   public:                                                                                                \
+    explicit Class(std::string name = default_name) : LossMean(std::move(name), std::make_shared<losses::Class>()) {} \
+    std::shared_ptr<Metric> clone() const override { return std::make_shared<Class>(name()); }          \
+  };
+MPT_LOSS_METRIC(Hinge, "hinge")
+MPT_LOSS_METRIC(SquaredHinge, "squared_hinge")
+MPT_LOSS_METRIC(CategoricalHinge, "categorical_hinge")
+MPT_LOSS_METRIC(Poisson, "poisson")
+MPT_LOSS_METRIC(MeanAbsolutePercentageError, "mean_absolute_percentage_error")
+MPT_LOSS_METRIC(MeanSquaredLogarithmicError, "mean_squared_logarithmic_error")
+#undef MPT_LOSS_METRIC
 
 /// Keras's KLDivergence metric: the mean of sum(t log(t / p)) over the last axis (clipped).
 class KLDivergence : public LossMean {
